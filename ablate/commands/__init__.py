@@ -1,0 +1,1 @@
+"""One module per ``ablate`` sub-command; see :mod:`ablate.cli` for the protocol."""
