@@ -1,0 +1,5 @@
+"""The policy: tokenizer, tiny model zoo, local HF checkpoints, batched sampling, log-probs."""
+
+from ablate.models.policy import Policy
+
+__all__ = ["Policy"]

@@ -1,0 +1,82 @@
+"""The policy: a causal language model with its tokenizer and how prompts are rendered.
+
+Everything that samples from or trains a model goes through a :class:`Policy`, so a tiny zoo model,
+a local Hugging Face checkpoint and a pretrained chat model (rendered through its chat template)
+are used the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class Policy:
+    """A causal LM, its tokenizer and its prompt rendering.
+
+    Attributes:
+        model: a Hugging Face causal LM (``AutoModelForCausalLM``-compatible).
+        tokenizer: its tokenizer; must define ``eos_token_id`` and ``pad_token_id``.
+        name: the zoo name or checkpoint path it came from.
+        use_chat_template: render prompts through ``tokenizer.apply_chat_template`` (pretrained chat
+            models) instead of ``[bos] + prompt tokens`` (zoo models).
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+    use_chat_template: bool = False
+
+    @property
+    def eos_token_id(self) -> int:
+        return int(self.tokenizer.eos_token_id)
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad if pad is not None else self.tokenizer.eos_token_id)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids of a prompt as the model sees it (chat template or ``[bos] + prompt``)."""
+        tok = self.tokenizer
+        if self.use_chat_template:
+            ids = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+            )
+            if isinstance(ids, dict) or hasattr(ids, "input_ids"):  # BatchEncoding in newer versions
+                ids = ids["input_ids"]
+            return list(ids)
+        ids = tok.encode(prompt, add_special_tokens=False)
+        if tok.bos_token_id is not None:
+            ids = [int(tok.bos_token_id)] + list(ids)
+        return list(ids)
+
+    def decode_with_offsets(self, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
+        """Decode completion ids (EOS and padding dropped) to text and per-token character offsets.
+
+        Offsets come from incremental decoding, so they describe exactly the sampled tokens (never a
+        re-tokenization of the text). Tokens after the first EOS get empty spans at the end.
+        """
+        eos, pad = self.eos_token_id, self.pad_token_id
+        kept: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        prev_len = 0
+        ended = False
+        for t in ids:
+            t = int(t)
+            if ended or t == eos or t == pad:
+                ended = True
+                offsets.append((prev_len, prev_len))
+                continue
+            kept.append(t)
+            text = self.tokenizer.decode(kept, skip_special_tokens=False)
+            offsets.append((prev_len, len(text)))
+            prev_len = len(text)
+        text = self.tokenizer.decode(kept, skip_special_tokens=False) if kept else ""
+        return text, offsets
