@@ -1,0 +1,51 @@
+"""The RL mathematics of ``ablate``: pure functions over [B, T] tensors.
+
+::
+
+    from ablate.rl import policy_loss, aggregate_loss, value_loss, kl_penalty, compute_advantages
+
+    per_token, metrics = policy_loss(logp, old_logp, adv, mask, ratio_level="token", surrogate="ppo")
+    loss = aggregate_loss(per_token, mask, "seq-mean-token-mean", **step_totals(mask).for_rows())
+
+* :mod:`ablate.rl.losses` -- :func:`policy_loss` (ratio levels x surrogates),
+  :func:`aggregate_loss` (loss normalization, exact under gradient accumulation with
+  :func:`step_totals`), :func:`value_loss`;
+* :mod:`ablate.rl.advantages` -- :func:`compute_advantages` (grpo, dr_grpo, rloo, grpo_process, gae);
+* :mod:`ablate.rl.kl` -- :func:`kl_penalty` (Schulman's k1, k2, k3).
+
+Each choice by name resolves through a registry exported here: :data:`RATIO_LEVELS`,
+:data:`SURROGATES`, :data:`AGGREGATIONS`, :data:`ADVANTAGE_ESTIMATORS`, :data:`KL_ESTIMATORS`.
+"""
+
+from __future__ import annotations
+
+from ablate.rl.advantages import ADVANTAGE_ESTIMATORS, compute_advantages
+from ablate.rl.kl import KL_ESTIMATORS, kl_penalty
+from ablate.rl.losses import (
+    AGGREGATIONS,
+    RATIO_LEVELS,
+    SURROGATES,
+    StepTotals,
+    aggregate_loss,
+    policy_loss,
+    step_totals,
+    value_loss,
+)
+from ablate.rl.masking import masked_mean, masked_whiten
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "AGGREGATIONS",
+    "KL_ESTIMATORS",
+    "RATIO_LEVELS",
+    "SURROGATES",
+    "StepTotals",
+    "aggregate_loss",
+    "compute_advantages",
+    "kl_penalty",
+    "masked_mean",
+    "masked_whiten",
+    "policy_loss",
+    "step_totals",
+    "value_loss",
+]

@@ -1,0 +1,340 @@
+"""Advantage estimators: per-token advantages and returns from per-token rewards.
+
+Every estimator takes ``token_rewards`` [B, T], every reward component already placed at the token
+it credits (a final-answer reward on the last active token, a step reward on the last token of its
+step, a KL penalty on every token), and returns ``(advantages, returns)``, both [B, T] and exactly 0
+on padding. *Outcome-style* estimators (``grpo``, ``dr_grpo``, ``rloo``) first sum each sequence's
+rewards into one score and give every active token of the sequence the same advantage;
+*process-style* ones (``grpo_process``, ``gae``) use rewards-to-go, so a token is credited only with
+rewards at or after it.
+
+Normalizer scopes (where the big libraries have had their bugs): the group statistics of the
+outcome estimators and of ``grpo_process`` are over the members of one prompt's group in the batch
+given (call :func:`compute_advantages` on the whole rollout batch, never on a micro-batch);
+whitening (``whiten=True``) is over all active tokens of the batch given.
+
+Advantages carry no gradient: everything here runs under ``torch.no_grad()``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+from ablate.errors import ConfigError
+from ablate.registry import Registry
+from ablate.rl.masking import as_bool_mask, check_same_shape, masked_whiten, zero_padding
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "GROUP_STD_EPS", "AdvantageFn", "compute_advantages"]
+
+#: Added to a group's standard deviation by ``grpo`` and ``grpo_process`` (as in GRPO).
+GROUP_STD_EPS = 1e-6
+
+
+class AdvantageFn(Protocol):
+    """The one signature of every advantage estimator.
+
+    Inputs are already padding-safe: ``token_rewards`` and ``values`` are 0 on padding, ``mask`` is
+    bool [B, T], ``step_mask`` is bool [B, T] (and within ``mask``) or None. It runs under no_grad
+    and returns ``(advantages, returns)``, both [B, T]; the caller zeroes padding again.
+    """
+
+    def __call__(
+        self,
+        token_rewards: torch.Tensor,
+        mask: torch.Tensor,
+        group_ids: torch.Tensor | None,
+        *,
+        values: torch.Tensor | None,
+        gamma: float,
+        lam: float,
+        step_mask: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+#: ``name -> AdvantageFn``.
+ADVANTAGE_ESTIMATORS: Registry[AdvantageFn] = Registry("advantage estimator")
+
+
+# --------------------------------------------------------------------------------------------------
+# group statistics
+
+
+def _group_index(
+    group_ids: torch.Tensor | None, estimator: str, batch: int, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """(inverse [B] in 0..G-1, G) for ``group_ids`` [B]."""
+    if group_ids is None:
+        raise ConfigError(
+            f"advantage estimator {estimator!r} normalizes within each prompt's group and needs group_ids "
+            "(the [B] prompt id of each completion)"
+        )
+    if tuple(group_ids.shape) != (batch,):
+        raise ValueError(f"group_ids must be [B] = [{batch}], got {list(group_ids.shape)}")
+    _, inverse = torch.unique(group_ids.to(device), return_inverse=True)
+    return inverse, (int(inverse.max()) + 1 if batch else 0)
+
+
+def _group_sum(x: torch.Tensor, inverse: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """[G] sums of the rows ``x`` [B] per group."""
+    return torch.zeros(num_groups, dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
+
+
+def _sequence_scores(
+    token_rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor | None, estimator: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row score (sum of its rewards), validity, and its group's member count and mean.
+
+    Rows with no active token are not group members (they get advantage 0).
+    """
+    score = token_rewards.sum(dim=-1)  # (B,), padding already 0
+    valid = mask.any(dim=-1)  # (B,)
+    inverse, g = _group_index(group_ids, estimator, score.shape[0], score.device)
+    w = valid.to(score.dtype)
+    count = _group_sum(w, inverse, g)[inverse]  # (B,) members of the row's group
+    total = _group_sum(score * w, inverse, g)[inverse]  # (B,)
+    mean = total / count.clamp(min=1)
+    return score, valid, inverse, g, count, total, mean
+
+
+def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return zero_padding(per_seq.unsqueeze(-1).expand(mask.shape), mask)  # (B, T)
+
+
+# --------------------------------------------------------------------------------------------------
+# outcome-style
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def grpo_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    *,
+    values: torch.Tensor | None,
+    gamma: float,
+    lam: float,
+    step_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO outcome supervision (Shao et al. 2024, DeepSeekMath §4.1.2), [B, T].
+
+    ``r_i`` = sum of sequence i's token rewards; ``A_i = (r_i - mean_g) / (std_g + 1e-6)`` with the
+    mean and the *unbiased* std (torch's default) over the members of i's group; broadcast over
+    i's active tokens. A group of one member (std undefined) gives advantage 0; a group whose
+    members all scored the same gives 0. Returns: ``r_i`` broadcast over the active tokens.
+    """
+    score, valid, inverse, g, count, _, mean = _sequence_scores(token_rewards, mask, group_ids, "grpo")
+    w = valid.to(score.dtype)
+    sq = _group_sum(((score - mean) ** 2) * w, inverse, g)[inverse]
+    std = torch.sqrt(sq / (count - 1).clamp(min=1))
+    adv = torch.where(valid & (count > 1), (score - mean) / (std + GROUP_STD_EPS), torch.zeros_like(score))
+    return _broadcast(adv, mask), _broadcast(score, mask)
+
+
+@ADVANTAGE_ESTIMATORS.register("dr_grpo")
+def dr_grpo_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    *,
+    values: torch.Tensor | None,
+    gamma: float,
+    lam: float,
+    step_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"), [B, T].
+
+    ``A_i = r_i - mean_g``: GRPO without the division by the group std (which over-weights
+    prompts that are nearly always solved or failed). ``r_i`` = sum of the sequence's token
+    rewards, mean over the members of its group; 0 for a group of one. Broadcast over active
+    tokens. Returns: ``r_i`` broadcast.
+    """
+    score, valid, _, _, count, _, mean = _sequence_scores(token_rewards, mask, group_ids, "dr_grpo")
+    adv = torch.where(valid & (count > 1), score - mean, torch.zeros_like(score))
+    return _broadcast(adv, mask), _broadcast(score, mask)
+
+
+@ADVANTAGE_ESTIMATORS.register("rloo")
+def rloo_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    *,
+    values: torch.Tensor | None,
+    gamma: float,
+    lam: float,
+    step_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE leave-one-out (Kool et al. 2019; Ahmadian et al. 2024), [B, T].
+
+    ``A_i = r_i - (sum_{j in g, j != i} r_j) / (n_g - 1)``: the baseline is the mean of the *other*
+    members, so it is independent of the sample it scores (unbiased); equal to
+    ``n_g / (n_g - 1) * (r_i - mean_g)``. 0 for a group of one. Broadcast over active tokens.
+    Returns: ``r_i`` broadcast.
+    """
+    score, valid, _, _, count, total, _ = _sequence_scores(token_rewards, mask, group_ids, "rloo")
+    others = (total - score) / (count - 1).clamp(min=1)
+    adv = torch.where(valid & (count > 1), score - others, torch.zeros_like(score))
+    return _broadcast(adv, mask), _broadcast(score, mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# process-style
+
+
+def _reverse_cumsum(x: torch.Tensor) -> torch.Tensor:
+    """``y_t = sum_{s >= t} x_s`` along the last dimension."""
+    return x.flip(-1).cumsum(-1).flip(-1)
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo_process")
+def grpo_process_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    *,
+    values: torch.Tensor | None,
+    gamma: float,
+    lam: float,
+    step_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO process supervision (Shao et al. 2024, DeepSeekMath §4.1.3), [B, T].
+
+    Step j of output i ends at token ``index(j)`` (``step_mask`` 1 there) and carries reward
+    ``r_i^index(j)``. Each step reward is normalized with the mean and the unbiased std of *all*
+    step rewards of the group (every step of every member):
+    ``r~ = (r - mean_g) / (std_g + 1e-6)`` (0 when the group has a single step). The advantage of
+    token t is the sum of the normalized rewards of the steps that end at or after t:
+    ``A_i,t = sum_{index(j) >= t} r~_i^index(j)``; tokens after the last step end get 0.
+    Returns: the raw (unnormalized) rewards-to-go ``sum_{index(j) >= t} r_i^index(j)``.
+
+    Every reward must sit on a step end (``step_mask``); a non-zero reward elsewhere raises, since
+    this estimator would silently drop it.
+    """
+    if step_mask is None:
+        raise ConfigError(
+            "advantage estimator 'grpo_process' needs step_mask ([B, T], 1 on the last token of each "
+            "step, where the step rewards sit); use a step-placed reward or another estimator"
+        )
+    off_step = (token_rewards != 0) & mask & ~step_mask
+    if bool(off_step.any()):
+        raise ConfigError(
+            "advantage estimator 'grpo_process' uses only rewards on step ends (step_mask), but "
+            f"{int(off_step.sum())} active token(s) elsewhere carry a non-zero reward; place every reward on "
+            "a step end, or use 'gae' (per-token rewards) or an outcome estimator"
+        )
+    step = step_mask & mask  # (B, T)
+    r = zero_padding(token_rewards, step)  # (B, T), rewards on step ends only
+    inverse, g = _group_index(group_ids, "grpo_process", r.shape[0], r.device)
+    w = step.to(r.dtype)
+    count = _group_sum(w.sum(-1), inverse, g)[inverse].unsqueeze(-1)  # (B, 1) steps in the row's group
+    mean = (_group_sum(r.sum(-1), inverse, g)[inverse] / count.squeeze(-1).clamp(min=1)).unsqueeze(-1)
+    sq = _group_sum((zero_padding(r - mean, step) ** 2).sum(-1), inverse, g)[inverse].unsqueeze(-1)
+    std = torch.sqrt(sq / (count - 1).clamp(min=1))  # (B, 1)
+    normalized = torch.where(step & (count > 1), (r - mean) / (std + GROUP_STD_EPS), torch.zeros_like(r))
+    return zero_padding(_reverse_cumsum(normalized), mask), zero_padding(_reverse_cumsum(r), mask)
+
+
+@ADVANTAGE_ESTIMATORS.register("gae")
+def gae_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    *,
+    values: torch.Tensor | None,
+    gamma: float,
+    lam: float,
+    step_mask: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalized advantage estimation (Schulman et al. 2016), [B, T].
+
+    Over the active tokens of each sequence in order (padding, even in the middle, is skipped):
+    ``delta_t = r_t + gamma * V_next - V_t`` and ``A_t = delta_t + gamma * lam * A_next``, where
+    ``next`` is the next active token and ``V``/``A`` after the last active token are 0 (the
+    episode ends at EOS). Returns: ``A_t + V_t`` (the lambda-return, the critic's target).
+    ``group_ids`` is not used. Needs ``values`` (a critic).
+    """
+    if values is None:
+        raise ConfigError(
+            "advantage estimator 'gae' needs values ([B, T] critic predictions); enable the critic or "
+            "choose grpo, dr_grpo, rloo or grpo_process"
+        )
+    batch, length = token_rewards.shape
+    adv = torch.zeros_like(token_rewards)
+    next_value = token_rewards.new_zeros(batch)
+    next_adv = token_rewards.new_zeros(batch)
+    for t in range(length - 1, -1, -1):
+        active = mask[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        a = delta + gamma * lam * next_adv
+        adv[:, t] = torch.where(active, a, torch.zeros_like(a))
+        next_value = torch.where(active, values[:, t], next_value)
+        next_adv = torch.where(active, a, next_adv)
+    return adv, zero_padding(adv + values, mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# dispatch
+
+
+@torch.no_grad()
+def compute_advantages(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    *,
+    estimator: str,
+    values: torch.Tensor | None = None,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    step_mask: torch.Tensor | None = None,
+    whiten: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token advantages and returns from per-token rewards.
+
+    Estimators (:data:`ADVANTAGE_ESTIMATORS`; see each function for its formula and paper):
+    ``"grpo"`` ((r - group mean) / (group std + 1e-6)), ``"dr_grpo"`` (r - group mean), ``"rloo"``
+    (r - mean of the other members), ``"grpo_process"`` (DeepSeekMath process supervision, needs
+    ``step_mask``), ``"gae"`` (needs ``values``).
+
+    Args:
+        token_rewards: [B, T] rewards placed at the tokens they credit.
+        mask: [B, T], 1 on generated tokens, 0 on padding.
+        group_ids: [B] prompt id of each completion (group estimators; ``gae`` accepts None).
+            Groups of one completion get advantage 0 (no baseline exists), never NaN; rows without
+            an active token are not counted as group members.
+        estimator: a name in :data:`ADVANTAGE_ESTIMATORS`.
+        values: [B, T] critic values at rollout time (``gae``).
+        gamma: discount in [0, 1] (``gae``).
+        lam: GAE lambda in [0, 1] (``gae``).
+        step_mask: [B, T], 1 on the last token of each step (``grpo_process``).
+        whiten: whiten the advantages over all active tokens of the batch (mean 0, unbiased std 1,
+            ``masked_whiten``) after the estimator; returns are not whitened.
+
+    Returns:
+        ``(advantages, returns)``, both [B, T], exactly 0 where ``mask`` is 0, without gradient.
+        Outcome estimators return the sequence score (sum of its rewards) broadcast as returns;
+        ``grpo_process`` the raw rewards-to-go; ``gae`` advantages + values (before whitening).
+
+    Raises:
+        UnknownNameError: unknown ``estimator``.
+        ConfigError: a needed input is missing (``values`` for gae, ``step_mask`` for grpo_process,
+            ``group_ids`` for group estimators), a reward off the step ends with grpo_process, or
+            ``gamma`` / ``lam`` outside [0, 1].
+    """
+    fn = ADVANTAGE_ESTIMATORS.get(estimator)
+    if not 0.0 <= gamma <= 1.0:
+        raise ConfigError(f"gamma={gamma!r} must be in [0, 1]")
+    if not 0.0 <= lam <= 1.0:
+        raise ConfigError(f"lam={lam!r} must be in [0, 1]")
+    check_same_shape(token_rewards=token_rewards, mask=mask, values=values, step_mask=step_mask)
+    m = as_bool_mask(mask)
+    rewards = zero_padding(token_rewards.detach(), m)
+    vals = None if values is None else zero_padding(values.detach().to(rewards.dtype), m)
+    steps = None if step_mask is None else as_bool_mask(step_mask) & m
+    adv, ret = fn(rewards, m, group_ids, values=vals, gamma=gamma, lam=lam, step_mask=steps)
+    adv, ret = zero_padding(adv, m), zero_padding(ret, m)
+    if whiten:
+        adv = masked_whiten(adv, m)
+    return adv, ret
