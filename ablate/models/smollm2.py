@@ -30,7 +30,12 @@ from pathlib import Path
 import torch
 
 from ablate.errors import AblateError
-from ablate.models.checkpoint import ATTN_IMPLEMENTATION, default_cache_root, is_checkpoint_dir, load_checkpoint
+from ablate.models.checkpoint import (
+    ATTN_IMPLEMENTATION,
+    default_cache_root,
+    is_checkpoint_dir,
+    load_checkpoint,
+)
 from ablate.models.policy import Policy
 
 NAME = "smollm2-135m"
