@@ -1,0 +1,259 @@
+import math
+
+import pytest
+import torch
+
+from ablate.errors import ConfigError, UnknownNameError
+from ablate.registry import ALL_REGISTRIES
+from ablate.rl import ADVANTAGE_ESTIMATORS, compute_advantages
+
+F64 = torch.float64
+EPS = 1e-6
+
+
+def t(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=F64)
+
+
+def close(actual, expected, atol=1e-9):
+    torch.testing.assert_close(actual, t(expected), rtol=0, atol=atol)
+
+
+def test_registry_kind_and_names():
+    assert ALL_REGISTRIES["advantage estimator"] is ADVANTAGE_ESTIMATORS
+    assert ADVANTAGE_ESTIMATORS.names() == ["grpo", "dr_grpo", "rloo", "grpo_process", "gae"]
+
+
+# --------------------------------------------------------------------------------------------------
+# outcome estimators, hand-computed
+
+# group 7: rows 0, 1, 2 (scores 1, 0, 0) and row 4 (no active token: not a member);
+# group 3: row 3 alone (score 2)
+OUT_MASK = [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 0], [0, 0, 0]]
+OUT_REWARDS = [[0.0, 0.0, 1.0], [0.5, -0.5, 9.0], [0.0, 5.0, 5.0], [0.0, 2.0, 0.0], [3.0, 3.0, 3.0]]
+OUT_GROUPS = [7, 7, 7, 3, 7]
+
+
+def outcome(estimator):
+    mask = t(OUT_MASK)
+    return compute_advantages(t(OUT_REWARDS), mask, torch.tensor(OUT_GROUPS), estimator=estimator)
+
+
+def per_row(values):
+    """Broadcast one value per row over OUT_MASK."""
+    return [[v * m for m in row] for v, row in zip(values, OUT_MASK)]
+
+
+def test_grpo_hand_computed():
+    adv, ret = outcome("grpo")
+    std = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # unbiased: sqrt(1/3)
+    close(adv, per_row([(2 / 3) / (std + EPS), (-1 / 3) / (std + EPS), (-1 / 3) / (std + EPS), 0.0, 0.0]))
+    close(ret, per_row([1.0, 0.0, 0.0, 2.0, 0.0]))  # the sequence score (padding rewards ignored)
+
+
+def test_dr_grpo_hand_computed():
+    adv, _ = outcome("dr_grpo")
+    close(adv, per_row([2 / 3, -1 / 3, -1 / 3, 0.0, 0.0]))
+
+
+def test_rloo_hand_computed():
+    adv, _ = outcome("rloo")
+    # r_i - mean of the two others: 1 - 0, 0 - 0.5, 0 - 0.5; = 3/2 * dr_grpo's
+    close(adv, per_row([1.0, -0.5, -0.5, 0.0, 0.0]))
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "dr_grpo", "rloo"])
+def test_equal_scores_and_singletons_give_zero_not_nan(estimator):
+    mask = t([[1, 1], [1, 0], [1, 1]])
+    rewards = t([[0.0, 1.0], [1.0, 0.0], [0.0, 4.0]])
+    adv, _ = compute_advantages(rewards, mask, torch.tensor([0, 0, 1]), estimator=estimator)
+    assert torch.count_nonzero(adv) == 0 and torch.isfinite(adv).all()
+
+
+# --------------------------------------------------------------------------------------------------
+# grpo_process, hand-computed
+
+
+def test_grpo_process_hand_computed():
+    # one group; seq 0 has steps ending at t=1 (reward 1) and t=3 (reward 0); seq 1 one step ending
+    # at t=2 (reward 0.8) and an active token after it. Step rewards {1, 0, 0.8}: mean 0.6,
+    # unbiased std sqrt(0.28)
+    mask = t([[1, 1, 1, 1, 0], [1, 1, 1, 1, 0]])
+    steps = t([[0, 1, 0, 1, 0], [0, 0, 1, 0, 0]])
+    rewards = t([[0, 1.0, 0, 0, 0], [0, 0, 0.8, 0, 0]])
+    adv, ret = compute_advantages(
+        rewards, mask, torch.tensor([0, 0]), estimator="grpo_process", step_mask=steps
+    )
+    sd = math.sqrt(0.28) + EPS
+    n1, n2, n3 = 0.4 / sd, -0.6 / sd, 0.2 / sd
+    close(adv, [[n1 + n2, n1 + n2, n2, n2, 0], [n3, n3, n3, 0, 0]])
+    close(ret, [[1, 1, 0, 0, 0], [0.8, 0.8, 0.8, 0, 0]])
+
+
+def test_grpo_process_with_one_final_step_is_grpo():
+    # DeepSeekMath: outcome supervision is process supervision with one step at the end
+    g = torch.Generator().manual_seed(2)
+    lengths = torch.randint(1, 8, (12,), generator=g)
+    mask = torch.arange(8).unsqueeze(0) < lengths.unsqueeze(1)
+    last = torch.zeros(12, 8, dtype=torch.bool)
+    last[torch.arange(12), lengths - 1] = True
+    rewards = torch.where(last, torch.randn(12, 8, generator=g, dtype=F64), t(0.0))
+    groups = torch.arange(12) // 4
+    process, _ = compute_advantages(rewards, mask, groups, estimator="grpo_process", step_mask=last)
+    outcome_adv, _ = compute_advantages(rewards, mask, groups, estimator="grpo")
+    torch.testing.assert_close(process, outcome_adv)
+
+
+def test_grpo_process_errors():
+    mask = t([[1, 1, 1]])
+    with pytest.raises(ConfigError, match="needs step_mask"):
+        compute_advantages(t([[0, 0, 1.0]]), mask, torch.tensor([0]), estimator="grpo_process")
+    with pytest.raises(ConfigError, match="1 active token"):
+        compute_advantages(
+            t([[0.1, 0, 1.0]]), mask, torch.tensor([0]), estimator="grpo_process", step_mask=t([[0, 0, 1]])
+        )
+
+
+# --------------------------------------------------------------------------------------------------
+# gae, hand-computed
+
+
+def test_gae_hand_computed():
+    rewards = t([[0.0, 0.0, 1.0, 0.0]])
+    values = t([[0.5, 0.6, 0.7, 123.0]])
+    mask = t([[1, 1, 1, 0]])
+    adv, ret = compute_advantages(rewards, mask, None, estimator="gae", values=values, gamma=0.9, lam=0.8)
+    # t=2: delta = 1 - 0.7 = 0.3; t=1: delta = 0.9*0.7 - 0.6 = 0.03, A = 0.03 + 0.72*0.3 = 0.246
+    # t=0: delta = 0.9*0.6 - 0.5 = 0.04, A = 0.04 + 0.72*0.246 = 0.21712
+    close(adv, [[0.21712, 0.246, 0.3, 0.0]])
+    close(ret, [[0.71712, 0.846, 1.0, 0.0]])
+
+
+def test_gae_with_gamma_lam_one_and_zero_values_is_reward_to_go():
+    rewards = t([[0.1, -0.2, 0.0, 1.0], [0.5, 0.5, 0.0, 0.0]])
+    mask = t([[1, 1, 1, 1], [1, 1, 0, 0]])
+    adv, ret = compute_advantages(rewards, mask, None, estimator="gae", values=torch.zeros(2, 4, dtype=F64))
+    close(adv, [[0.9, 0.8, 1.0, 1.0], [1.0, 0.5, 0.0, 0.0]])
+    close(ret, [[0.9, 0.8, 1.0, 1.0], [1.0, 0.5, 0.0, 0.0]])
+
+
+def test_gae_errors():
+    x = t([[0.0, 1.0]])
+    with pytest.raises(ConfigError, match="'gae' needs values"):
+        compute_advantages(x, x + 1, None, estimator="gae")
+    with pytest.raises(ConfigError, match="gamma=1.5"):
+        compute_advantages(x, x + 1, None, estimator="gae", values=x, gamma=1.5)
+    with pytest.raises(ConfigError, match="lam=-0.1"):
+        compute_advantages(x, x + 1, None, estimator="gae", values=x, lam=-0.1)
+
+
+# --------------------------------------------------------------------------------------------------
+# loop references on seeded random masks (with holes)
+
+
+def random_rollout(seed: int, batch: int = 12, width: int = 10):
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(batch, width, generator=g) < 0.75  # random holes, not only right padding
+    mask[0] = False  # an empty row
+    steps = (torch.rand(batch, width, generator=g) < 0.3) & mask
+    rewards = torch.randn(batch, width, generator=g, dtype=F64)
+    values = torch.randn(batch, width, generator=g, dtype=F64)
+    groups = torch.randint(0, 4, (batch,), generator=g) * 10
+    return rewards, values, mask, steps, groups
+
+
+def gae_loop(rewards, values, mask, gamma, lam):
+    out = [[0.0] * len(row) for row in rewards]
+    for i in range(len(rewards)):
+        active = [t for t in range(len(rewards[i])) if mask[i][t]]
+        next_value = next_adv = 0.0
+        for t in reversed(active):
+            delta = rewards[i][t] + gamma * next_value - values[i][t]
+            next_adv = delta + gamma * lam * next_adv
+            next_value = values[i][t]
+            out[i][t] = next_adv
+    return out
+
+
+def grpo_process_loop(rewards, mask, steps, groups):
+    batch, width = len(rewards), len(rewards[0])
+    out = [[0.0] * width for _ in range(batch)]
+    for g in set(groups):
+        members = [i for i in range(batch) if groups[i] == g]
+        rs = [rewards[i][t] for i in members for t in range(width) if steps[i][t] and mask[i][t]]
+        if len(rs) < 2:
+            continue
+        mean = sum(rs) / len(rs)
+        std = math.sqrt(sum((r - mean) ** 2 for r in rs) / (len(rs) - 1))
+        for i in members:
+            for t in range(width):
+                if mask[i][t]:
+                    out[i][t] = sum(
+                        (rewards[i][s] - mean) / (std + EPS)
+                        for s in range(t, width)
+                        if steps[i][s] and mask[i][s]
+                    )
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gae_matches_loop_reference(seed):
+    rewards, values, mask, _, _ = random_rollout(seed)
+    gamma, lam = 0.97, 0.9
+    adv, ret = compute_advantages(rewards, mask, None, estimator="gae", values=values, gamma=gamma, lam=lam)
+    expected = t(gae_loop(rewards.tolist(), values.tolist(), mask.tolist(), gamma, lam))
+    torch.testing.assert_close(adv, expected, rtol=0, atol=1e-10)
+    torch.testing.assert_close(ret, torch.where(mask, expected + values, t(0.0)), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grpo_process_matches_loop_reference(seed):
+    rewards, _, mask, steps, groups = random_rollout(seed)
+    rewards = torch.where(steps, rewards, t(0.0))
+    adv, _ = compute_advantages(rewards, mask, groups, estimator="grpo_process", step_mask=steps)
+    expected = grpo_process_loop(rewards.tolist(), mask.tolist(), steps.tolist(), groups.tolist())
+    torch.testing.assert_close(adv, t(expected), rtol=0, atol=1e-10)
+    assert adv.abs().sum() > 1.0
+
+
+# --------------------------------------------------------------------------------------------------
+# every estimator
+
+
+@pytest.mark.parametrize("estimator", ADVANTAGE_ESTIMATORS.names())
+def test_every_estimator_padding_invariant_finite_and_without_gradient(estimator):
+    rewards, values, mask, steps, groups = random_rollout(4)
+    rewards = torch.where(steps, rewards, t(0.0))  # on step ends, so that grpo_process accepts them
+    kwargs = {"estimator": estimator, "values": values, "step_mask": steps, "gamma": 0.9, "lam": 0.95}
+    adv, ret = compute_advantages(rewards, mask, groups, **kwargs)
+    assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
+    assert torch.count_nonzero(adv[~mask]) == 0 and torch.count_nonzero(ret[~mask]) == 0
+    assert adv.abs().sum() > 0.1
+
+    pad = ~mask
+    bad_rewards = torch.where(pad, t(1e4), rewards).requires_grad_(True)
+    bad_values = torch.where(pad, t(-1e4), values).requires_grad_(True)
+    kwargs.update(values=bad_values, step_mask=steps | pad)
+    adv2, ret2 = compute_advantages(bad_rewards, mask, groups, **kwargs)
+    torch.testing.assert_close(adv2, adv)
+    torch.testing.assert_close(ret2, ret)
+    assert not adv2.requires_grad and not ret2.requires_grad
+
+    # whitening: mean 0 and unbiased std 1 over the active tokens, padding 0, returns unchanged
+    white, ret3 = compute_advantages(rewards, mask, groups, whiten=True, **kwargs)
+    assert white[mask].mean().item() == pytest.approx(0.0, abs=1e-12)
+    assert white[mask].std().item() == pytest.approx(1.0, abs=1e-6)
+    assert torch.count_nonzero(white[~mask]) == 0
+    torch.testing.assert_close(ret3, ret)
+
+
+def test_group_estimators_need_group_ids():
+    x = t([[1.0]])
+    with pytest.raises(ConfigError, match="needs group_ids"):
+        compute_advantages(x, x, None, estimator="rloo")
+
+
+def test_unknown_estimator():
+    x = t([[1.0]])
+    with pytest.raises(UnknownNameError, match="did you mean 'grpo'"):
+        compute_advantages(x, x, torch.tensor([0]), estimator="grpoo")
