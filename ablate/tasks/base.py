@@ -104,6 +104,10 @@ class Task(abc.ABC):
     def grade(self, problem: Problem, completion: str) -> Grade:
         """Grade a completion (text after the prompt, without EOS). Never raises."""
 
+    def example(self) -> Problem:
+        """One problem of the train split, for ``ablate tasks`` and documentation."""
+        return self.sample("train", 1, seed=0)[0]
+
 
 def char_spans_to_token_spans(
     offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]
