@@ -23,6 +23,7 @@ from ablate.errors import AblateError
 #: Sub-commands in the order ``ablate --help`` lists them: name → module under ablate.commands.
 COMMANDS: dict[str, str] = {
     "tasks": "ablate.commands.tasks",
+    "models": "ablate.commands.models",
 }
 
 EPILOG = """\

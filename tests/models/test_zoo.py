@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -101,3 +103,32 @@ def test_decode_with_offsets_on_the_char_tokenizer():
     assert offsets == [(0, 7), (7, 8), (8, 9), (9, 10), (10, 18), (18, 26), (26, 27), (27, 36), (36, 36),
                        (36, 36), (36, 36)]
     assert policy.encode_prompt("1+2") == [1, 21, 15, 22]
+
+
+def test_ablate_models_json_lists_every_entry_with_counts(capsys):
+    from ablate.cli import main
+
+    assert main(["models", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)["models"]
+    by_name = {m["name"]: m for m in models}
+    assert list(by_name) == MODELS.names()
+    assert by_name["tiny-llama"] == {
+        "name": "tiny-llama",
+        "architecture": "LlamaForCausalLM",
+        "params": 804_992,
+        "pretrained": False,
+        "default": True,
+        "description": MODELS.get("tiny-llama").description,
+    }
+    assert by_name["smollm2-135m"]["params"] == 134_515_008 and by_name["smollm2-135m"]["pretrained"]
+    assert by_name["tiny-qwen2"]["params"] == 740_480
+
+
+def test_ablate_models_table(capsys):
+    from ablate.cli import main
+
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "ARCHITECTURE", "PARAMS", "DESCRIPTION"]
+    assert lines[2].split()[:4] == ["tiny-llama", "*", "LlamaForCausalLM", "0.80M"]
+    assert any(line.split()[:3] == ["smollm2-135m", "LlamaForCausalLM", "134.5M"] for line in lines)
