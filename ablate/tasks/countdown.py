@@ -66,17 +66,16 @@ def evaluate_expression(text: str) -> tuple[int, list[int]] | None:
     anything else (syntax error, unary minus, negative or fractional intermediate, too long). Never
     raises.
     """
+    text = text.strip()
     if len(text) > 200:
         return None
     tokens: list[str] = []
     pos = 0
     while pos < len(text):
         m = _EXPR_TOKEN_RE.match(text, pos)
-        if m is None:  # only trailing whitespace is left
-            break
+        if m is None:
+            return None
         tok = m.group(1) or m.group(2)
-        if tok is None:
-            break
         if m.group(2) is not None and tok not in "+-*/()":
             return None
         tokens.append(tok)
@@ -126,6 +125,48 @@ def evaluate_expression(text: str) -> tuple[int, list[int]] | None:
     return value, used
 
 
+def solve(numbers: list[int], target: int) -> tuple[list[str], str] | None:
+    """One solution (steps ``a op b=c`` and the expression) combining all ``numbers`` into ``target``.
+
+    None when there is none. Depth-first over pairs and operators, pruned with :func:`reachable`.
+    """
+    pool: list[tuple[int, str, int]] = [(x, str(x), 3) for x in numbers]
+    steps: list[str] = []
+
+    def rec(pool: list[tuple[int, str, int]]) -> str | None:
+        if len(pool) == 1:
+            return pool[0][1] if pool[0][0] == target else None
+        for i in range(len(pool)):
+            for j in range(len(pool)):
+                if i == j:
+                    continue
+                (a, ea, pa), (b, eb, pb) = pool[i], pool[j]
+                for op in "+-*/":
+                    c = apply_op(a, op, b)
+                    if c is None:
+                        continue
+                    rest = [p for k, p in enumerate(pool) if k not in (i, j)]
+                    if not reachable(tuple(sorted([*(p[0] for p in rest), c])), target):
+                        continue
+                    steps.append(f"{a}{op}{b}={c}")
+                    found = rec([*rest, (c, _combine(ea, pa, op, eb, pb), _PREC[op])])
+                    if found is not None:
+                        return found
+                    steps.pop()
+        return None
+
+    expression = rec(pool)
+    return None if expression is None else (list(steps), expression)
+
+
+def _combine(ea: str, pa: int, op: str, eb: str, pb: int) -> str:
+    """``ea op eb`` with the parentheses that precedence and left-to-right evaluation need."""
+    prec = _PREC[op]
+    left = f"({ea})" if pa < prec else ea
+    right = f"({eb})" if pb < prec or (pb == prec and op in "-/") else eb
+    return left + op + right
+
+
 @TASKS.register("countdown")
 class CountdownTask(GeneratedTask):
     """Reach the target by combining every given number once; see the module docstring for the rules."""
@@ -163,24 +204,30 @@ class CountdownTask(GeneratedTask):
                 op = rng.choice(ops)
                 c = apply_op(a, op, b)
                 assert c is not None
-                prec = _PREC[op]
-                left = f"({ea})" if pa < prec else ea
-                right = f"({eb})" if pb < prec or (pb == prec and op in "-/") else eb
                 steps.append(f"{a}{op}{b}={c}")
-                pool = [p for k, p in enumerate(pool) if k not in (i, j)] + [(c, left + op + right, prec)]
+                pool = [p for k, p in enumerate(pool) if k not in (i, j)]
+                pool.append((c, _combine(ea, pa, op, eb, pb), _PREC[op]))
             target, expression, _ = pool[0]
             if 1 <= target <= self.max_target and target not in numbers:
-                break
-        else:
-            raise AblateError(
-                f"countdown: no problem found with max_number={self.max_number}, max_target={self.max_target}"
-                f" at difficulty {self.difficulty}; raise max_target"
-            )
-        answer = expression
+                return self._problem(numbers, target, steps, expression)
+        raise AblateError(
+            f"countdown: no problem found with max_number={self.max_number}, max_target={self.max_target}"
+            f" at difficulty {self.difficulty}; raise max_target"
+        )
+
+    def make(self, numbers: list[int], target: int) -> Problem:
+        """The problem "reach ``target`` from ``numbers``", with a solution found by :func:`solve`."""
+        found = solve(list(numbers), target) if 1 <= len(numbers) <= 6 else None
+        if found is None:
+            raise AblateError(f"countdown: {target} cannot be reached from {numbers} under the rules")
+        return self._problem(list(numbers), target, *found)
+
+    @staticmethod
+    def _problem(numbers: list[int], target: int, steps: list[str], expression: str) -> Problem:
         return Problem(
             prompt=",".join(map(str, numbers)) + f":{target}",
-            answer=answer,
-            solution=render_completion(steps, answer),
+            answer=expression,
+            solution=render_completion(steps, expression),
             meta={"numbers": numbers, "target": target, "steps": steps},
         )
 
