@@ -20,6 +20,7 @@ else as strings) then apply to each named task, e.g.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Task names, --difficulty, --seed, --option KEY=VALUE (repeatable), --json."""
     parser.add_argument("names", nargs="*", metavar="TASK", help="tasks to show (default: all)")
     parser.add_argument("--difficulty", type=int, default=None, help="difficulty knob (default: each task's)")
     parser.add_argument("--seed", type=int, default=0, help="task seed (default 0)")
@@ -93,6 +94,7 @@ def _indent(text: str, prefix: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the tasks (text or ``{"tasks": [...]}`` JSON); unknown names and bad options exit 2."""
     from ablate.errors import AblateError
     from ablate.tasks import TASKS
 

@@ -8,7 +8,8 @@ Splits: a problem belongs to the eval split when a hash of ``(task name, task se
 below ``eval_fraction``, and to the train split otherwise, so the splits are disjoint for a task
 seed, stable across processes and independent of how many problems are sampled. ``sample(split, n,
 seed=s)`` then draws ``n`` distinct problems of that split (repeating them only when the split has
-fewer than ``n``), deterministically in ``(task seed, difficulty, options, s)``. Keep the task seed
+fewer than ``n``), deterministically in ``(task seed, difficulty, options, s)``; a smaller ``n`` gives a
+prefix of a larger one. Keep the task seed
 fixed across the trials of a study so that they share their eval split; vary ``s``.
 """
 
@@ -139,9 +140,13 @@ class GeneratedTask(OptionsTask):
         return "eval" if stable_unit(self.name, self.seed, prompt) < self.eval_fraction else "train"
 
     def sample(self, split: str, n: int, *, seed: int) -> list[Problem]:
-        """``n`` distinct problems of ``split`` (repeated only if the split has fewer), seeded."""
+        """``n`` distinct problems of ``split`` (repeated only if the split has fewer), seeded.
+
+        Raises:
+            AblateError: an unknown split, or a split without any problem at this difficulty.
+        """
         self.check_split(split, n)
-        rng = random.Random(f"{self.name}|{self.difficulty}|{self.seed}|{sorted(self.options.items())}|{split}|{seed}")
+        rng = random.Random(f"{self.name}|{self.difficulty}|{self.seed}|{split}|{seed}")
         share = self.eval_fraction if split == "eval" else 1.0 - self.eval_fraction
         patience = int(50 / share) + 2000  # draws without a new problem before the split counts as used up
         out: list[Problem] = []

@@ -216,8 +216,8 @@ class CountdownTask(GeneratedTask):
         )
 
     def make(self, numbers: list[int], target: int) -> Problem:
-        """The problem "reach ``target`` from ``numbers``", with a solution found by :func:`solve`."""
-        found = solve(list(numbers), target) if 1 <= len(numbers) <= 6 else None
+        """The problem "reach ``target`` from ``numbers``" (1-5 numbers), with a solution from :func:`solve`."""
+        found = solve(list(numbers), target) if 1 <= len(numbers) <= 5 else None
         if found is None:
             raise AblateError(f"countdown: {target} cannot be reached from {numbers} under the rules")
         return self._problem(list(numbers), target, *found)

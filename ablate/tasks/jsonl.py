@@ -315,7 +315,11 @@ class JsonlTask(OptionsTask):
     # --- sampling and grading ---------------------------------------------------------------------
 
     def sample(self, split: str, n: int, *, seed: int) -> list[Problem]:
-        """``n`` records of ``split``, distinct while the split has enough, in seeded order."""
+        """``n`` records of ``split``, distinct while the split has enough, in seeded order.
+
+        Raises:
+            AblateError: an unknown split, or an empty one.
+        """
         self.check_split(split, n)
         pool = self.records[split]
         if not pool and n:
@@ -326,8 +330,10 @@ class JsonlTask(OptionsTask):
             )
         rng = random.Random(f"jsonl|{self.seed}|{split}|{seed}")
         out: list[Problem] = []
-        while len(out) < n:
-            out.extend(rng.sample(pool, min(len(pool), n - len(out))))
+        while len(out) < n:  # one shuffled pass over the split after another: a smaller n is a prefix
+            order = list(pool)
+            rng.shuffle(order)
+            out.extend(order[: n - len(out)])
         return out
 
     def _step_ok(self, text: str, ref: str) -> bool:

@@ -139,6 +139,7 @@ def test_splits_are_disjoint_and_deterministic(build, name):
     assert [p.prompt for p in again.sample("train", 300, seed=0)] == [p.prompt for p in train]
     assert [p.solution for p in again.sample("eval", 60, seed=0)] == [p.solution for p in evals]
     assert [p.prompt for p in task.sample("train", 300, seed=1)] != [p.prompt for p in train]
+    assert [p.prompt for p in task.sample("train", 50, seed=0)] == [p.prompt for p in train[:50]]
     # a larger sample of the other split never meets the first
     more_train = {p.prompt for p in task.sample("train", 1000, seed=7)}
     assert not more_train & {p.prompt for p in task.sample("eval", 200, seed=8)}
