@@ -985,7 +985,8 @@ class TrialConfig(_Section):
         Args:
             overrides: either a mapping from dotted paths to values (``{"loss.aggregation":
                 "token-mean"}``; nested mappings of sections are accepted too: ``{"loss": {"clip_low":
-                0.1}}``), or ``"path=value"`` strings (``["loss.clip_high=0.28"]``) whose values are
+                0.1}}``; a string given for a non-string field is read as YAML: ``{"seed": "3"}``), or
+                ``"path=value"`` strings (``["loss.clip_high=0.28"]``) whose values are
                 parsed as YAML scalars or lists (``reward.components=[final_answer, prm]``); a later
                 string wins over an earlier one for the same path.
             base: a configuration to start from, or a mapping of overrides of the defaults (as a
@@ -1491,7 +1492,10 @@ def _apply_layer(data: dict[str, Any], layer: _Layer, problems: list[Problem]) -
         if target is None:
             problems.append(Problem(path, _unknown_path_message(path)))
             continue
-        if is_string:
+        if is_string or (isinstance(value, str) and target.kind == "leaf" and target.field is not None
+                         and not _accepts_str(target.field.annotation)):
+            # "path=value" text is YAML; so is a string given for a field that cannot hold one
+            # ({"seed": "3"}), while strings meant as strings are never re-read.
             value = _parse_string(value, target)
         if target.kind == "section":
             if isinstance(value, Mapping):

@@ -219,6 +219,11 @@ def test_string_values_are_yaml_but_strings_stay_strings():
     assert cfg.loss.dual_clip == 3.0  # the later of two strings wins
     assert cfg.reward.components == ("final_answer",)  # one name is a one-element list
     assert build("warmstart.cache_dir=null").warmstart.cache_dir is None
+    # in a mapping, strings are read as YAML only for fields that cannot hold a string
+    cfg = TrialConfig.from_overrides({"seed": "3", "optim.lr": "1e-4", "reward.components": "[final_answer, prm]",
+                                      "warmstart.cache_dir": "true", "task.options.answer_field": "1"})
+    assert (cfg.seed, cfg.optim.lr, cfg.reward.components) == (3, 1e-4, ("final_answer", "prm"))
+    assert cfg.warmstart.cache_dir == "true" and cfg.task.options == {"answer_field": "1"}
 
 
 def test_with_overrides_leaves_the_original_unchanged_and_configs_are_frozen():
