@@ -199,10 +199,8 @@ class CountdownTask(GeneratedTask):
                 (a, ea, pa), (b, eb, pb) = pool[i], pool[j]
                 ops = [op for op in "+-*/" if (r := apply_op(a, op, b)) is not None and r > 0
                        and not (op in "*/" and b == 1) and not (op == "*" and a == 1)]
-                if not ops:
-                    ops = ["+"]
-                op = rng.choice(ops)
-                c = apply_op(a, op, b)
+                op = rng.choice(ops)  # never empty: a + b > 0
+                c = a + b if op == "+" else apply_op(a, op, b)
                 assert c is not None
                 steps.append(f"{a}{op}{b}={c}")
                 pool = [p for k, p in enumerate(pool) if k not in (i, j)]
