@@ -23,6 +23,8 @@ from ablate.errors import AblateError
 #: Sub-commands in the order ``ablate --help`` lists them: name → module under ablate.commands.
 COMMANDS: dict[str, str] = {
     "tasks": "ablate.commands.tasks",
+    "validate": "ablate.commands.validate",
+    "show": "ablate.commands.show",
     "models": "ablate.commands.models",
 }
 

@@ -1,0 +1,146 @@
+"""``ablate show FILE``: the design of a study as a table of arms, with its size and aliasing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+HELP = "show a study's arms (a table of factor levels), trial count and aliasing"
+DESCRIPTION = """\
+Validate a study file and print what it would run: the arms as a table (one row per arm, one column
+per factor), the baseline and excluded arms, the levels with their overrides, the seeds, the number
+of trials at the chosen budget, the objective, and for a fractional design which effects are aliased.
+Nothing is run or written.
+
+  ablate show studies/quickstart.yaml --budget smoke
+  ablate show studies/quickstart.yaml --json
+"""
+
+#: Printed while :func:`ablate.study.estimate_trial_seconds` has no timing model.
+UNKNOWN_TIME = "estimated time: unknown (no timing model yet)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="study file (YAML)")
+    parser.add_argument("--budget", default="default", help="budget to count trials at (default: default)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def _fmt_value(value: Any) -> str:
+    return json.dumps(value) if not isinstance(value, str) else value
+
+
+def _fmt_overrides(overrides: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={_fmt_value(v)}" for k, v in overrides.items()) or "(defaults)"
+
+
+def _fmt_seconds(seconds: float) -> str:
+    minutes, s = divmod(round(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s"
+
+
+def describe(study: Any, budget: str) -> dict[str, Any]:
+    """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
+    from ablate.study import estimate_study_seconds
+
+    specs = study.expand(budget)
+    seconds = estimate_study_seconds(specs)
+    return {
+        "study": study.name,
+        "file": str(study.path),
+        "description": study.description,
+        "design": {"name": study.design_name, "options": study.design_options},
+        "factors": [
+            {
+                "name": f.name,
+                "description": f.description,
+                "path": f.path,
+                "levels": {lv.name: lv.overrides for lv in f.levels},
+            }
+            for f in study.factors
+        ],
+        "baseline": study.baseline,
+        "arms": [{"name": a.name, "levels": a.levels, "baseline": a.baseline} for a in study.arms],
+        "excluded": [a.name for a in study.excluded],
+        "seeds": list(study.seeds),
+        "budget": budget,
+        "budget_overrides": study.budgets[budget],
+        "n_arms": len(study.arms),
+        "n_trials": len(specs),
+        "estimated_seconds": seconds,
+        "objective": vars(study.objective),
+        "tune": None
+        if study.tune is None
+        else {
+            "params": {p.path: {"low": p.low, "high": p.high, "log": p.log} for p in study.tune.params},
+            "trials": study.tune.trials,
+            "budget": study.tune.budget,
+            "seeds": list(study.tune.seeds),
+        },
+        "aliasing": None if study.aliasing is None else study.aliasing.to_dict(),
+    }
+
+
+def render(study: Any, budget: str) -> str:
+    """The text that ``ablate show`` prints."""
+    d = describe(study, budget)
+    out = [f"study {study.name} ({study.path})"]
+    if study.description:
+        out.append(f"  {study.description}")
+    opts = ", ".join(f"{k}={v}" for k, v in study.design_options.items())
+    out.append(f"design: {study.design_name}" + (f" ({opts})" if opts else ""))
+    seeds = ", ".join(map(str, study.seeds))
+    out.append(f"seeds: {seeds} (paired: every arm runs every seed)")
+    out.append(f"budget {budget}: {_fmt_overrides(study.budgets[budget])}")
+    out.append(f"{d['n_arms']} arms x {len(study.seeds)} seeds = {d['n_trials']} trials")
+    if d["estimated_seconds"] is None:
+        out.append(UNKNOWN_TIME)
+    else:
+        out.append(f"estimated time: {_fmt_seconds(d['estimated_seconds'])} on one worker")
+    out.append("")
+
+    names = [f.name for f in study.factors]
+    rows = [[str(i + 1), *(a.levels[n] for n in names), "baseline" if a.baseline else ""] for i, a in
+            enumerate(study.arms)]
+    header = ["#", *names, ""]
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+    for r in [header, *rows]:
+        out.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip())
+    if study.excluded:
+        out.append(f"excluded ({len(study.excluded)}): " + "; ".join(a.name for a in study.excluded))
+    out.append("")
+
+    out.append("levels:")
+    for f in study.factors:
+        head = f"  {f.name}" + (f" ({f.path})" if f.path else "")
+        out.append(head + (f": {f.description}" if f.description else ""))
+        width = max(len(lv.name) for lv in f.levels)
+        for lv in f.levels:
+            out.append(f"    {lv.name.ljust(width)}  {_fmt_overrides(lv.overrides)}")
+    obj = study.objective
+    how = f"mean of the last {obj.last_n}" if obj.summary == "last" and obj.last_n > 1 else obj.summary
+    out.append(f"objective: {obj.metric} ({how}), {'higher' if obj.mode == 'max' else 'lower'} is better")
+    if study.tune is not None:
+        t = study.tune
+        params = ", ".join(f"{p.path} in [{p.low}, {p.high}]{' (log)' if p.log else ''}" for p in t.params)
+        out.append(f"tune: {t.trials} trials per arm at budget {t.budget} with {len(t.seeds)} seed(s): {params}")
+    if study.aliasing is not None:
+        out.append("")
+        out.append("aliasing:")
+        out.extend("  " + line for line in study.aliasing.lines())
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the study's design (text or JSON)."""
+    from ablate.study import load_study
+
+    study = load_study(args.file)
+    study.check_budget(args.budget)
+    if args.json:
+        print(json.dumps(describe(study, args.budget), indent=2))
+    else:
+        print(render(study, args.budget))
+    return 0

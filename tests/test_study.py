@@ -1,0 +1,517 @@
+"""Study files: loading, expansion of every design, exclusions, paired seeds, and `ablate validate` /
+`ablate show` on valid and malformed files (exit 2, the right message, nothing created)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ablate.cli import main
+from ablate.designs import DESIGNS
+from ablate.errors import AblateError
+from ablate.study import (
+    LineDict,
+    Study,
+    StudyError,
+    TrialSpec,
+    estimate_study_seconds,
+    level_name,
+    load_study,
+    read_yaml,
+)
+
+DATA = Path(__file__).parent / "data" / "studies"
+
+QUICKSTART = """\
+name: quickstart
+description: What question this study answers.
+plugins: []
+base: {task.name: addition}
+factors:
+  loss_norm:
+    description: How per-token losses are averaged.
+    levels:
+      sequence: {loss.aggregation: seq-mean-token-mean}
+      token:    {loss.aggregation: token-mean}
+  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}
+design: full
+baseline: {loss_norm: sequence, clip_high: 0.2}
+exclude: [{loss_norm: token, clip_high: 0.28}]
+seeds: 3
+budgets: {smoke: {train.steps: 2}, default: {}, full: {train.steps: 400}}
+objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 3}
+tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 8, budget: smoke, seeds: 1}
+"""
+
+TAIL = "seeds: 2\nobjective: {metric: eval/accuracy, mode: max}\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "study.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """Run ``ablate ARGS`` in an empty working directory; assert it created nothing there or in DATA."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        before, data_before = listing(cwd), listing(DATA)
+        rc = main(list(args))
+        out, err = capsys.readouterr()
+        assert listing(cwd) == before == []
+        assert listing(DATA) == data_before
+        return rc, out, err
+
+    return run
+
+
+# ------------------------------------------------------------------------------------ expansion
+
+
+def test_quickstart_loads_with_every_key(tmp_path):
+    study = load_study(write(tmp_path, QUICKSTART))
+    assert study.name == "quickstart" and study.design_name == "full"
+    assert [f.name for f in study.factors] == ["loss_norm", "clip_high"]
+    assert study.factor("clip_high").level_names() == ["0.2", "0.28"]
+    assert study.factor("clip_high").path == "loss.clip_high"
+    assert study.baseline == {"loss_norm": "sequence", "clip_high": "0.2"}
+    assert [a.name for a in study.arms] == [
+        "loss_norm=sequence,clip_high=0.2",
+        "loss_norm=sequence,clip_high=0.28",
+        "loss_norm=token,clip_high=0.2",
+    ]
+    assert [a.baseline for a in study.arms] == [True, False, False]
+    assert [a.name for a in study.excluded] == ["loss_norm=token,clip_high=0.28"]
+    assert study.seeds == (0, 1, 2)
+    assert study.budgets == {"default": {}, "smoke": {"train.steps": 2}, "full": {"train.steps": 400}}
+    assert (study.objective.metric, study.objective.mode, study.objective.last_n) == ("eval/accuracy", "max", 3)
+    assert study.tune is not None and study.tune.budget == "smoke" and study.tune.seeds == (0,)
+    (param,) = study.tune.params
+    assert (param.path, param.low, param.high, param.log) == ("optim.lr", 1.0e-5, 1.0e-3, True)
+    assert study.aliasing is None and study.n_trials == 9
+    assert type(study.raw) is dict and study.raw == yaml.safe_load(QUICKSTART)
+
+
+def test_expand_pairs_seeds_and_resolves_configs(tmp_path):
+    study = load_study(write(tmp_path, QUICKSTART))
+    specs = study.expand("smoke")
+    assert len(specs) == 3 * 3
+    # seed-major order: all arms at seed 0, then at seed 1, ...
+    assert [(s.seed, s.arm) for s in specs] == [(seed, a.name) for seed in (0, 1, 2) for a in study.arms]
+    by_arm: dict[str, set[int]] = {}
+    for s in specs:
+        by_arm.setdefault(s.arm, set()).add(s.seed)
+        assert s.study == "quickstart" and s.budget == "smoke"
+        assert s.key == s.config.trial_key()
+        assert s.config.seed == s.seed and s.config.train.steps == 2
+        assert s.config.task.name == "addition"
+        assert s.config.loss.clip_high == float(s.levels["clip_high"])
+        expected = {"sequence": "seq-mean-token-mean", "token": "token-mean"}[s.levels["loss_norm"]]
+        assert s.config.loss.aggregation == expected
+    assert all(seeds == {0, 1, 2} for seeds in by_arm.values())  # paired: the same seeds for every arm
+    assert len({s.key for s in specs}) == 9
+    # at one seed, two arms differ only in the paths their factors set
+    flat = {(s.arm, s.seed): s.config.to_flat_dict() for s in specs}
+    a, b = study.arms[0].name, study.arms[2].name
+    diff = {k for k in flat[(a, 0)] if flat[(a, 0)][k] != flat[(b, 0)][k]}
+    assert diff == {"loss.aggregation"}
+    diff = {k for k in flat[(a, 0)] if flat[(a, 0)][k] != flat[(a, 1)][k]}
+    assert diff == {"seed"}
+    # the default budget keeps the default number of steps; keys differ from the smoke budget's
+    default = study.expand()
+    assert default[0].config.train.steps != 2
+    assert not {s.key for s in default} & {s.key for s in specs}
+    # deterministic: a second load gives the same trials
+    assert [s.key for s in load_study(study.path).expand("smoke")] == [s.key for s in specs]
+    assert len(set(specs)) == 9  # TrialSpec is hashable (by key)
+
+
+def test_unknown_budget_lists_the_budgets(tmp_path):
+    study = load_study(write(tmp_path, QUICKSTART))
+    with pytest.raises(AblateError, match=r"unknown budget 'smok'; allowed: default, smoke, full; did you mean 'smoke'"):
+        study.expand("smok")
+
+
+def test_explicit_seed_list(tmp_path):
+    path = write(tmp_path, "name: s\nfactors: {clip_high: {path: loss.clip_high, values: [0.2, 0.28]}}\n"
+                 "seeds: [7, 3]\nobjective: {metric: eval/accuracy, mode: min}\n")
+    specs = load_study(path).expand()
+    assert [(s.seed, s.levels["clip_high"]) for s in specs] == [(7, "0.2"), (7, "0.28"), (3, "0.2"), (3, "0.28")]
+
+
+def test_shorthand_level_names_and_yaml_1_2_scalars(tmp_path):
+    path = write(tmp_path, textwrap.dedent("""\
+        name: names
+        factors:
+          components: {path: reward.components, values: [[final_answer], [final_answer, format]]}
+          sampling: {path: algo.dynamic_sampling, values: [false, true]}
+          lr: {path: optim.lr, values: [1e-5, 3.0e-4]}
+          switch:
+            levels:
+              off: {}
+              on: {loss.clip_high: 0.28}
+        baseline: {components: [final_answer], sampling: false, lr: 1e-5, switch: off}
+        """) + TAIL)
+    study = load_study(path)
+    assert study.factor("components").level_names() == ["final_answer", "final_answer+format"]
+    assert study.factor("sampling").level_names() == ["false", "true"]
+    assert study.factor("lr").level_names() == ["1e-05", "0.0003"]  # 1e-5 is a float, as in YAML 1.2
+    assert study.factor("switch").level_names() == ["off", "on"]  # not booleans, as in YAML 1.1
+    assert study.baseline == {"components": "final_answer", "sampling": "false", "lr": "1e-05", "switch": "off"}
+    assert len(study.arms) == 16
+    arm = next(a for a in study.arms if a.levels["components"] == "final_answer+format")
+    cfg = study.config(arm)
+    assert tuple(cfg.reward.components) == ("final_answer", "format")
+    assert level_name(None) == "null" and level_name(0.2) == "0.2"
+
+
+def test_one_at_a_time_with_partial_exclusion(tmp_path):
+    path = write(tmp_path, textwrap.dedent("""\
+        name: oaat
+        factors:
+          clip_high: {path: loss.clip_high, values: [0.2, 0.28, 0.35]}
+          clip_low: {path: loss.clip_low, values: [0.2, 0.1]}
+          agg:
+            levels:
+              seq: {loss.aggregation: seq-mean-token-mean}
+              tok: {loss.aggregation: token-mean}
+        design: one_at_a_time
+        baseline: {clip_high: 0.2, clip_low: 0.2, agg: seq}
+        exclude: [{clip_high: 0.35}]
+        """) + TAIL)
+    study = load_study(path)
+    assert [a.name for a in study.arms] == [
+        "clip_high=0.2,clip_low=0.2,agg=seq",
+        "clip_high=0.28,clip_low=0.2,agg=seq",
+        "clip_high=0.2,clip_low=0.1,agg=seq",
+        "clip_high=0.2,clip_low=0.2,agg=tok",
+    ]
+    assert [a.name for a in study.excluded] == ["clip_high=0.35,clip_low=0.2,agg=seq"]
+    assert len(study.expand()) == 4 * 2
+
+
+def test_exclusion_naming_a_subset_of_factors_drops_every_matching_arm(tmp_path):
+    text = QUICKSTART.replace("exclude: [{loss_norm: token, clip_high: 0.28}]", "exclude: [{loss_norm: token}]")
+    study = load_study(write(tmp_path, text))
+    assert [a.name for a in study.arms] == ["loss_norm=sequence,clip_high=0.2", "loss_norm=sequence,clip_high=0.28"]
+    assert len(study.excluded) == 2
+
+
+def test_exclusions_remove_invalid_combinations(tmp_path):
+    text = (DATA / "level_combination.yaml").read_text()
+    text += "exclude: [{advantage: grpo, critic: on}, {advantage: gae, critic: off}]\n"
+    study = load_study(write(tmp_path, text))
+    assert [a.name for a in study.arms] == ["advantage=grpo,critic=off", "advantage=gae,critic=on"]
+
+
+FRACTIONAL = """\
+name: frac
+factors:
+  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}
+  clip_low: {path: loss.clip_low, values: [0.2, 0.1]}
+  agg:
+    levels:
+      seq: {loss.aggregation: seq-mean-token-mean}
+      tok: {loss.aggregation: token-mean}
+  lr: {path: optim.lr, values: [1.0e-4, 3.0e-4]}
+design: {name: fractional, resolution: IV}
+""" + TAIL
+
+
+def test_fractional_study(tmp_path):
+    study = load_study(write(tmp_path, FRACTIONAL))
+    assert len(study.arms) == 8 and study.n_trials == 16
+    assert study.aliasing is not None and study.aliasing.resolution == 4
+    assert study.aliasing.generators == (("lr", ("clip_high", "clip_low", "agg")),)
+    assert study.aliasing.aliases({"clip_high", "clip_low"}) == [frozenset({"agg", "lr"})]
+    for f in ("clip_high", "clip_low", "agg", "lr"):
+        assert Counter(a.levels[f] for a in study.arms).most_common()[0][1] == 4
+
+
+def test_random_study_is_balanced(tmp_path):
+    path = write(tmp_path, textwrap.dedent("""\
+        name: rand
+        factors:
+          clip_high: {path: loss.clip_high, values: [0.2, 0.28, 0.35]}
+          clip_low: {path: loss.clip_low, values: [0.2, 0.1, 0.05]}
+          agg:
+            levels:
+              seq: {loss.aggregation: seq-mean-token-mean}
+              tok: {loss.aggregation: token-mean}
+        design: {name: random, n: 7, seed: 3}
+        """) + TAIL)
+    study = load_study(path)
+    assert len(study.arms) == 7 and len({a.name for a in study.arms}) == 7
+    for f in study.factors:
+        counts = Counter(a.levels[f.name] for a in study.arms)
+        assert sorted(counts.values()) == ([2, 2, 3] if len(f.levels) == 3 else [3, 4])
+    assert [a.name for a in load_study(path).arms] == [a.name for a in study.arms]
+
+
+def test_every_design_expands_through_a_study(tmp_path):
+    options = {"full": "full", "one_at_a_time": "one_at_a_time", "fractional": "{name: fractional, resolution: 3}",
+               "random": "{name: random, n: 3}"}
+    counts = {"full": 8, "one_at_a_time": 4, "fractional": 4, "random": 3}
+    for name, design in options.items():
+        path = write(tmp_path, textwrap.dedent(f"""\
+            name: every-{name.replace('_', '-')}
+            factors:
+              clip_high: {{path: loss.clip_high, values: [0.2, 0.28]}}
+              clip_low: {{path: loss.clip_low, values: [0.2, 0.1]}}
+              lr: {{path: optim.lr, values: [1.0e-4, 3.0e-4]}}
+            design: {design}
+            baseline: {{clip_high: 0.2, clip_low: 0.2, lr: 1.0e-4}}
+            """) + TAIL, name=f"{name}.yaml")
+        specs = load_study(path).expand()
+        assert len(specs) == counts[name] * 2, name
+        assert Counter(s.seed for s in specs) == {0: counts[name], 1: counts[name]}
+
+
+# -------------------------------------------------------------------------------------- YAML
+
+
+def test_loader_keeps_lines_and_records_duplicates(tmp_path):
+    path = write(tmp_path, "name: x\nseeds: 2\nfactors:\n  a: {path: loss.clip_high, values: [1]}\nseeds: 3\n")
+    doc = read_yaml(path)
+    assert isinstance(doc, LineDict)
+    assert doc.key_lines == {"name": 1, "seeds": 2, "factors": 3}
+    assert doc.duplicates == [("seeds", 5, 2)]
+    assert doc["factors"].key_lines == {"a": 4}
+    assert doc["factors"]["a"]["values"].item_lines == [4]
+    assert yaml.safe_load(path.read_text())["seeds"] == 3  # what plain safe_load silently does
+
+
+def test_duplicate_keys_are_errors_at_every_depth(tmp_path):
+    path = write(tmp_path, QUICKSTART + "seeds: 4\nobjective: {metric: a, mode: max, mode: min}\n")
+    with pytest.raises(StudyError) as info:
+        load_study(path)
+    msgs = [str(p) for p in info.value.problems]
+    assert f"{path}:19: seeds: duplicate key (first at line 15); keep only one of them" in msgs
+    assert f"{path}:20: objective: duplicate key (first at line 17); keep only one of them" in msgs
+    assert f"{path}:20: objective.mode: duplicate key (first at line 20); keep only one of them" in msgs
+
+
+def test_merge_keys_are_not_duplicates(tmp_path):
+    path = write(tmp_path, textwrap.dedent("""\
+        name: merge
+        budgets:
+          smoke: &small {train.steps: 2, eval.every: 1}
+          tiny: {<<: *small, train.steps: 1}
+        factors: {clip_high: {path: loss.clip_high, values: [0.2, 0.28]}}
+        """) + TAIL)
+    assert load_study(path).budgets["tiny"] == {"train.steps": 1, "eval.every": 1}
+
+
+# ------------------------------------------------------------------------------ malformed files
+
+# fixture -> problems expected (line, key, text of the fix); the file's path comes first in each line.
+MALFORMED = {
+    "bad_name.yaml": [(2, "name", "must match [a-z0-9_-]+; did you mean 'quick-start'?")],
+    "unknown_top_key.yaml": [(5, "seed", "unknown top-level key 'seed'; allowed: name,"), (5, "seed", "did you mean 'seeds'?"),
+                             (1, "seeds", "missing; add 'seeds:'")],
+    "duplicate_key.yaml": [(8, "factors.loss_norm.levels.token", "duplicate key (first at line 6); keep only one")],
+    "empty_levels.yaml": [(6, "factors.loss_norm.levels", "needs at least one level")],
+    "bad_level_value.yaml": [(7, "factors.loss_norm.levels.token", "unknown loss aggregation 'tokne-mean'"),
+                             (7, "factors.loss_norm.levels.token", "did you mean 'token-mean'?")],
+    "unknown_path.yaml": [(4, "factors.clip_high.path", "loss.clip_hihg: unknown key (did you mean 'loss.clip_high'?)")],
+    "unknown_design.yaml": [(5, "design", "unknown design 'ful'; allowed: full, one_at_a_time, fractional, random")],
+    "bad_design_option.yaml": [(8, "design.resolutoin", "unknown option 'resolutoin'; allowed: resolution; did you mean")],
+    "fractional_three_levels.yaml": [(7, "design", "exactly 2 levels per factor; factor 'clip_high' has 3")],
+    "baseline_unknown_level.yaml": [(9, "baseline.loss_norm", "allowed: sequence, token; did you mean 'token'?")],
+    "one_at_a_time_without_baseline.yaml": [(6, "baseline", "the design needs a 'baseline:'")],
+    "exclude_unknown_factor.yaml": [(11, "exclude[1].loss_nrom", "unknown factor 'loss_nrom'; allowed: loss_norm, clip_high")],
+    "excluded_baseline.yaml": [(11, "exclude[0]", "excludes the baseline arm loss_norm=sequence,clip_high=0.2")],
+    "repeated_seeds.yaml": [(5, "seeds", "seeds repeat: [1]; allowed: a positive integer n")],
+    "bad_budget.yaml": [(7, "budgets.smoke", "train.step: unknown key (did you mean 'train.steps'?)")],
+    "bad_objective.yaml": [(8, "objective.mode", "allowed: max, min; did you mean 'max'?"),
+                           (9, "objective.summary", "allowed: last, mean, max, min, auc"),
+                           (10, "objective.last_n", "must be an integer >= 1, got 0")],
+    "bad_tune.yaml": [(10, "tune.params.optim.lr", "needs low < high"),
+                      (12, "tune.budget", "unknown budget 'smok'; allowed: default, smoke; did you mean 'smoke'?")],
+    "missing_plugin.yaml": [(3, "plugins[0]", "cannot import 'ablate_test_no_such_plugin_module': ModuleNotFoundError")],
+    "colliding_factors.yaml": [(5, "factors.dapo", "sets 'loss.clip_high', which factor 'clip_high' also sets")],
+    "python_tag.yaml": [(5, "yaml", "only plain (safe) YAML is accepted")],
+    "yaml_syntax.yaml": [(5, "yaml", "invalid YAML: while parsing a flow mapping")],
+    "missing_required.yaml": [(1, "factors", "missing; add 'factors:'"), (1, "seeds", "missing; add 'seeds:'"),
+                              (1, "objective", "missing; add 'objective:'")],
+    "identical_arms.yaml": [(3, "arm loss_norm=token_again", "the same configuration as arm loss_norm=token")],
+    "random_too_many.yaml": [(6, "design.n", "asks for 5 arms but the factors have only 4 combinations")],
+    "level_combination.yaml": [(3, "arm advantage=gae,critic=off", "set critic.enabled=true"),
+                               (3, "arm advantage=gae,critic=off", "add the combination to 'exclude:'"),
+                               (3, "arm advantage=grpo,critic=on", "set critic.enabled=false")],
+    "many_problems.yaml": [(2, "name", "did you mean 'many-problems'?"), (5, "design", "did you mean 'full'?"),
+                           (6, "seeds", "must be at least 1, got 0"), (7, "objective.mode", "unknown mode 'up'"),
+                           (8, "extra", "unknown top-level key 'extra'")],
+}
+
+
+def test_every_fixture_is_covered():
+    assert sorted(p.name for p in DATA.glob("*.yaml")) == sorted(MALFORMED)
+    assert len(MALFORMED) >= 15
+
+
+@pytest.mark.parametrize("fixture", sorted(MALFORMED))
+def test_malformed_study_exits_2_with_file_line_key_and_fix(cli, fixture):
+    path = DATA / fixture
+    rc, out, err = cli("validate", str(path))
+    assert rc == 2 and out == ""
+    lines = err.splitlines()
+    n = len({(line, key) for line, key, _ in MALFORMED[fixture]})
+    assert lines[0] == f"invalid study file {path} ({n} problem{'s' if n > 1 else ''}):"
+    assert len(lines) == 1 + n
+    for line, key, fix in MALFORMED[fixture]:
+        prefix = f"  {path}:{line}: {key}: "
+        assert any(ln.startswith(prefix) and fix in ln for ln in lines), (prefix, fix, err)
+
+
+def test_several_problems_are_reported_at_once_in_line_order():
+    with pytest.raises(StudyError) as info:
+        load_study(DATA / "many_problems.yaml")
+    assert [(p.line, p.key) for p in info.value.problems] == [
+        (2, "name"), (5, "design"), (6, "seeds"), (7, "objective.mode"), (8, "extra")]
+
+
+def test_validate_ok_and_bad_files_together(cli, tmp_path):
+    good = write(tmp_path, QUICKSTART)
+    rc, out, err = cli("validate", str(good), str(DATA / "bad_name.yaml"), str(tmp_path / "missing.yaml"))
+    assert rc == 2
+    assert out == f"{good}: ok (3 arms x 3 seeds = 9 trials)\n"
+    assert "bad_name.yaml:2: name:" in err
+    assert f"{tmp_path / 'missing.yaml'}: file: no such file; check the path" in err
+    rc, out, _ = cli("validate", str(good))
+    assert rc == 0 and out == f"{good}: ok (3 arms x 3 seeds = 9 trials)\n"
+
+
+def test_validate_subprocess_on_a_syntax_error(tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "ablate", "validate", str(DATA / "yaml_syntax.yaml")],
+                          cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"{DATA / 'yaml_syntax.yaml'}:5: yaml: invalid YAML" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(cwd.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------ plugins
+
+PLUGIN = '''
+"""A test plugin: registers the design {name!r}."""
+from dataclasses import dataclass
+
+from ablate.designs import DESIGNS, Design
+
+
+@DESIGNS.register({name!r})
+@dataclass(frozen=True)
+class Corners(Design):
+    """The all-first-levels arm and the all-last-levels arm."""
+
+    def arms(self, factors, baseline, *, allowed=None):
+        return [{{f: lv[0] for f, lv in factors.items()}}, {{f: lv[-1] for f, lv in factors.items()}}]
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path, monkeypatch):
+    """A plugin module on sys.path registering a new design; both removed afterwards."""
+    name = f"ablate_test_plugin_{os.getpid()}_{id(tmp_path)}"
+    design = f"corners_{id(tmp_path)}"
+    pdir = tmp_path / "plugins"
+    pdir.mkdir()
+    (pdir / f"{name}.py").write_text(PLUGIN.format(name=design))
+    monkeypatch.syspath_prepend(str(pdir))
+    yield name, design, pdir
+    DESIGNS.unregister(design)
+    sys.modules.pop(name, None)
+
+
+def test_plugin_registers_a_design(cli, tmp_path, plugin):
+    module, design, pdir = plugin
+    base = "name: plug\nfactors:\n  clip_high: {path: loss.clip_high, values: [0.2, 0.25, 0.28]}\n"
+    unlisted = write(tmp_path, base + f"design: {design}\n" + TAIL, "unlisted.yaml")
+    rc, _, err = cli("validate", str(unlisted))  # the module is not imported unless listed
+    assert rc == 2 and f"{unlisted}:4: design: unknown design '{design}'" in err
+    assert module not in sys.modules
+    listed = write(tmp_path, base + f"plugins: [{module}]\ndesign: {design}\n" + TAIL, "listed.yaml")
+    rc, out, _ = cli("validate", str(listed))
+    assert rc == 0 and out == f"{listed}: ok (2 arms x 2 seeds = 4 trials)\n"
+    assert module in sys.modules
+    assert [a.name for a in load_study(listed).arms] == ["clip_high=0.2", "clip_high=0.28"]
+    assert listing(pdir) == [f"{module}.py"]  # validate wrote no __pycache__
+
+
+def test_plugin_that_fails_to_import_is_a_problem(cli, tmp_path, monkeypatch):
+    pdir = tmp_path / "plugins"
+    pdir.mkdir()
+    name = f"ablate_test_broken_{os.getpid()}"
+    (pdir / f"{name}.py").write_text("raise RuntimeError('needs a GPU driver')\n")
+    monkeypatch.syspath_prepend(str(pdir))
+    path = write(tmp_path, f"name: broken\nplugins: [{name}]\n"
+                 "factors: {clip_high: {path: loss.clip_high, values: [0.2, 0.28]}}\n" + TAIL)
+    rc, _, err = cli("validate", str(path))
+    assert rc == 2
+    assert f"{path}:2: plugins[0]: cannot import '{name}': RuntimeError: needs a GPU driver" in err
+
+
+# --------------------------------------------------------------------------------------- show
+
+
+def test_show_prints_the_arm_table(cli, tmp_path):
+    path = write(tmp_path, QUICKSTART)
+    rc, out, _ = cli("show", str(path), "--budget", "smoke")
+    assert rc == 0
+    lines = out.splitlines()
+    assert "budget smoke: train.steps=2" in lines
+    assert "3 arms x 3 seeds = 9 trials" in lines
+    assert "estimated time: unknown (no timing model yet)" in lines
+    assert "  #  loss_norm  clip_high" in lines
+    assert "  1  sequence   0.2        baseline" in lines
+    assert "  3  token      0.2" in lines
+    assert "excluded (1): loss_norm=token,clip_high=0.28" in lines
+    assert "    token     loss.aggregation=token-mean" in lines
+
+
+def test_show_fractional_prints_aliasing_and_json(cli, tmp_path):
+    path = write(tmp_path, FRACTIONAL)
+    rc, out, _ = cli("show", str(path))
+    assert rc == 0
+    assert "  2^(4-1) fractional factorial, resolution IV: 8 of 16 runs" in out
+    assert "    clip_high:clip_low = agg:lr" in out
+    assert "    clip_high = clip_low:agg:lr" in out
+    rc, out, _ = cli("show", str(path), "--json")
+    data = json.loads(out)
+    assert (data["n_arms"], data["n_trials"], data["estimated_seconds"]) == (8, 16, None)
+    assert data["aliasing"]["defining_relation"] == ["clip_high:clip_low:agg:lr"]
+    assert ["clip_high:clip_low", "agg:lr"] in data["aliasing"]["aliases"]
+    assert len(data["arms"]) == 8 and data["seeds"] == [0, 1]
+
+
+def test_show_unknown_budget_exits_2(cli, tmp_path):
+    rc, _, err = cli("show", str(write(tmp_path, QUICKSTART)), "--budget", "ful")
+    assert rc == 2 and "unknown budget 'ful'; allowed: default, smoke, full; did you mean 'full'?" in err
+
+
+def test_time_estimate_hook_is_unknown(tmp_path):
+    study = load_study(write(tmp_path, QUICKSTART))
+    assert estimate_study_seconds(study.expand("smoke")) is None
+    assert isinstance(study, Study) and all(isinstance(s, TrialSpec) for s in study.expand("smoke"))
+
