@@ -303,7 +303,7 @@ class TaskConfig(_Section):
     )
     options: typing.Annotated[dict[str, Any], AfterValidator(_check_json_mapping)] = Field(
         default_factory=dict,
-        description=_d("""Task-specific settings passed to the task, e.g. {path: data.jsonl, answer: last_number}
+        description=_d("""Task-specific settings passed to the task, e.g. {path: data.jsonl, extract: last_number}
         for jsonl; see `ablate tasks` for each task's options."""),
     )
 

@@ -22,8 +22,10 @@ Usage::
 
 from __future__ import annotations
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, processors
-from transformers import PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 #: Special tokens, in id order (ids 0..3).
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -50,6 +52,9 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
         right padding, ``<bos>`` prepended when ``add_special_tokens`` is true (the default), and ``clean_up_tokenization_spaces=False`` (so ``decode`` gives back exactly
         the text that was encoded).
     """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+    from transformers import PreTrainedTokenizerFast
+
     vocab = char_vocab()
     base = {t: i for t, i in vocab.items() if t not in FORMAT_TAGS}
     # BPE without merges: each pre-token (the whole text, there is no pre-tokenizer) is split into

@@ -32,16 +32,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import (
-    AutoModelForCausalLM,
-    GPT2Config,
-    LlamaConfig,
-    PretrainedConfig,
-    PreTrainedTokenizerBase,
-    Qwen2Config,
-)
+
+if TYPE_CHECKING:  # transformers is imported where a model is built, so listing the zoo stays fast
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 from ablate.errors import UnknownNameError
 from ablate.models.checkpoint import ATTN_IMPLEMENTATION, load_checkpoint
@@ -53,7 +49,7 @@ from ablate.registry import Registry
 DEFAULT_MODEL = "tiny-llama"
 
 #: Built configs take the tokenizer (for the vocabulary size and the special token ids).
-ConfigFactory = Callable[[PreTrainedTokenizerBase], PretrainedConfig]
+ConfigFactory = Callable[["PreTrainedTokenizerBase"], "PretrainedConfig"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +88,8 @@ class ZooEntry:
         assert self.make_config is not None
         config = self.make_config(build_tokenizer())
         with torch.device("meta"):
+            from transformers import AutoModelForCausalLM
+
             model = AutoModelForCausalLM.from_config(config)
         return sum(p.numel() for p in model.parameters())
 
@@ -130,6 +128,8 @@ def build_from_config(
     config = make_config(tokenizer)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        from transformers import AutoModelForCausalLM
+
         model = AutoModelForCausalLM.from_config(config, attn_implementation=ATTN_IMPLEMENTATION)
     model.to(device=resolve_device(device), dtype=dtype)
     model.eval()
@@ -151,6 +151,8 @@ def llama_config(
     """A factory of ``LlamaConfig`` (tied embeddings, no biases) for the given shape."""
 
     def make(tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+        from transformers import LlamaConfig
+
         return LlamaConfig(
             hidden_size=hidden,
             intermediate_size=intermediate,
@@ -169,6 +171,8 @@ def gpt2_config(layers: int, hidden: int, heads: int, inner: int, max_positions:
     """A factory of ``GPT2Config`` with dropout off (so a forward pass is deterministic)."""
 
     def make(tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+        from transformers import GPT2Config
+
         return GPT2Config(
             n_layer=layers,
             n_embd=hidden,
@@ -191,6 +195,8 @@ def qwen2_config(
     """A factory of ``Qwen2Config`` (grouped-query attention, q/k/v biases, tied embeddings)."""
 
     def make(tokenizer: PreTrainedTokenizerBase) -> PretrainedConfig:
+        from transformers import Qwen2Config
+
         return Qwen2Config(
             hidden_size=hidden,
             intermediate_size=intermediate,
