@@ -1,0 +1,323 @@
+"""Incremental decoders for batched sampling: a generic one for any Hugging Face causal LM, and a
+lean one for Llama-family models over a preallocated KV cache.
+
+Both answer the same two calls, so :mod:`ablate.models.rollout` samples through either:
+
+- ``prefill() -> logits [B, V]``: run the left-padded prompts [B, P] and return the float32 logits of
+  the next token (predicted at the last prompt position);
+- ``step(tokens [B]) -> logits [B, V]``: append one token per row and return the next logits.
+
+:class:`GenericDecoder` calls the model's own ``forward`` with a transformers cache, attention mask and
+position ids; it works for every architecture (GPT-2, Llama, Qwen2, ...). At the zoo's sizes its cost
+is almost all per-step Python overhead inside transformers (mask construction, cache bookkeeping,
+output dataclasses), not arithmetic.
+
+:class:`FastLlamaDecoder` runs the same modules itself (the model's own ``embed_tokens``, RMSNorms,
+projections, MLPs and rotary tables — so the weights and most of the math are literally the model's)
+over a KV cache preallocated at [B, kv_heads, P + max_new_tokens, head_dim], with the attention
+written as one ``scaled_dot_product_attention`` per layer. It supports ``LlamaForCausalLM``,
+``Qwen2ForCausalLM`` and ``MistralForCausalLM`` without sliding-window attention and with a static
+rotary embedding; :func:`fast_decoder_unsupported_reason` says why any other model falls back to the
+generic decoder. Its logits equal the generic decoder's to float rounding (the tests check the logits
+within 1e-5 and that the sampled tokens are identical for the same generator; a token could only
+differ if a uniform draw fell within ~1e-7 of a boundary of the cumulative distribution).
+
+With ``compile=True`` the decode step runs over the full static cache length (a boolean mask hides the
+empty slots, so shapes never change) through ``torch.compile``; compile time is paid once per process
+and model shape, which is why it is off by default (see benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ablate.models.logprobs import position_ids_from_mask
+
+#: ``type(model).__name__`` of the causal LMs the lean decoder reimplements, with their layer classes.
+FAST_ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "LlamaDecoderLayer",
+    "Qwen2ForCausalLM": "Qwen2DecoderLayer",
+    "MistralForCausalLM": "MistralDecoderLayer",
+}
+#: rotary types whose cos/sin depend on the position only (a table computed once is exact).
+STATIC_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
+
+
+class Decoder(Protocol):
+    """An incremental decoder over a batch of left-padded prompts (see the module docstring)."""
+
+    def prefill(self) -> torch.Tensor:
+        """Logits [B, V] (float32) of the first new token."""
+        ...
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens`` [B] and return the logits [B, V] (float32) of the next token."""
+        ...
+
+
+def _forward_params(model: nn.Module) -> set[str]:
+    return set(inspect.signature(model.forward).parameters)
+
+
+class GenericDecoder:
+    """Incremental decoding through ``model.forward`` and a transformers cache (any causal LM).
+
+    Args:
+        model: a Hugging Face causal LM (in eval mode; the caller sets it).
+        prompt_ids: [B, P] left-padded prompts.
+        prompt_mask: [B, P] 1 on prompt tokens, 0 on the left padding.
+        max_new_tokens: the most tokens :meth:`step` will be asked to append.
+    """
+
+    def __init__(self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 max_new_tokens: int) -> None:
+        self.model = model
+        self.prompt_ids = prompt_ids
+        B, P = prompt_ids.shape
+        self.P = P
+        params = _forward_params(model)
+        # transformers 5 names the cache argument ``cache``; 4.x names it ``past_key_values``.
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.extra: dict[str, Any] = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        self.mask = torch.ones((B, P + max_new_tokens), dtype=prompt_mask.dtype, device=prompt_mask.device)
+        self.mask[:, :P] = prompt_mask
+        self.next_pos = prompt_mask.long().sum(-1)  # (B,) position of the next token
+        self.length = P
+        self.cache: Any = None
+
+    def _run(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        kwargs: dict[str, Any] = dict(self.extra)
+        if self.cache is not None:
+            kwargs[self.cache_kw] = self.cache
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=self.mask[:, : self.length],
+            position_ids=position_ids,
+            use_cache=True,
+            **kwargs,
+        )
+        cache = getattr(out, "cache", None)
+        self.cache = cache if cache is not None else out.past_key_values
+        return out.logits[:, -1].float()  # (B, V)
+
+    def prefill(self) -> torch.Tensor:
+        """Run the prompts; logits [B, V] of the first new token."""
+        return self._run(self.prompt_ids, position_ids_from_mask(self.mask[:, : self.P]))
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens`` [B]; logits [B, V] of the next token."""
+        self.length += 1
+        pos = self.next_pos.unsqueeze(-1)  # (B, 1)
+        self.next_pos = self.next_pos + 1
+        return self._run(tokens.unsqueeze(-1), pos)
+
+
+def fast_decoder_unsupported_reason(model: nn.Module) -> str | None:
+    """Why :class:`FastLlamaDecoder` cannot run ``model`` (None when it can)."""
+    name = type(model).__name__
+    if name not in FAST_ARCHITECTURES:
+        return f"{name} is not one of {sorted(FAST_ARCHITECTURES)}"
+    base = getattr(model, "model", None)
+    layers = getattr(base, "layers", None)
+    if base is None or layers is None or getattr(base, "rotary_emb", None) is None:
+        return f"{name} has no model.layers / model.rotary_emb (an older transformers layout)"
+    if any(type(layer).__name__ != FAST_ARCHITECTURES[name] for layer in layers):
+        return f"{name} has layers other than {FAST_ARCHITECTURES[name]}"
+    config = model.config
+    rope_type = getattr(base.rotary_emb, "rope_type", "default")
+    if rope_type not in STATIC_ROPE_TYPES:
+        return f"rotary type {rope_type!r} is position-dependent beyond a table"
+    layer_types = getattr(config, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types) or (
+        getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None)
+    ):
+        return "sliding-window attention"
+    if name == "MistralForCausalLM" and getattr(config, "sliding_window", None):
+        return "sliding-window attention"
+    if getattr(config, "pretraining_tp", 1) not in (1, None):
+        return "pretraining_tp > 1"
+    return None
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding, the same operations as transformers' ``apply_rotary_pos_emb``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return (x * cos) + (rotated * sin)
+
+
+class FastLlamaDecoder:
+    """Lean incremental decoding of a Llama-family model over a preallocated KV cache.
+
+    Args:
+        model: a model for which :func:`fast_decoder_unsupported_reason` returns None (eval mode).
+        prompt_ids: [B, P] left-padded prompts.
+        prompt_mask: [B, P] 1 on prompt tokens, 0 on the left padding.
+        max_new_tokens: cache slots reserved after the prompt.
+        compile: run the decode step through ``torch.compile`` over the full static cache.
+    """
+
+    def __init__(self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 max_new_tokens: int, *, compile: bool = False) -> None:
+        reason = fast_decoder_unsupported_reason(model)
+        if reason is not None:
+            raise ValueError(f"FastLlamaDecoder cannot run this model: {reason}")
+        base = model.model
+        self.embed, self.layers, self.norm = base.embed_tokens, list(base.layers), base.norm
+        self.lm_head = model.get_output_embeddings()
+        attn = self.layers[0].self_attn
+        self.head_dim = int(attn.head_dim)
+        self.scaling = float(attn.scaling)
+        cfg = model.config
+        self.n_heads = int(cfg.num_attention_heads)
+        self.n_kv = int(getattr(cfg, "num_key_value_heads", None) or self.n_heads)
+        self.rep = self.n_heads // self.n_kv
+        B, P = prompt_ids.shape
+        S = P + max_new_tokens
+        self.B, self.P, self.S = B, P, S
+        device = prompt_ids.device
+        dtype = self.embed.weight.dtype
+        self.k_cache = [torch.zeros(B, self.n_kv, S, self.head_dim, dtype=dtype, device=device)
+                        for _ in self.layers]
+        self.v_cache = [torch.zeros_like(k) for k in self.k_cache]
+        # cos/sin of every position, from the model's own rotary module (elementwise in the position,
+        # so the table equals what the model computes step by step).
+        positions = torch.arange(S, device=device).unsqueeze(0)  # (1, S)
+        probe = torch.zeros(1, 1, self.head_dim, dtype=dtype, device=device)
+        cos, sin = base.rotary_emb(probe, positions)
+        self.cos, self.sin = cos[0], sin[0]  # (S, D)
+        # additive attention bias per cache slot: 0 where a key may be attended, -inf elsewhere
+        self.bias = torch.full((B, S), float("-inf"), dtype=dtype, device=device)
+        self.bias[:, :P].masked_fill_(prompt_mask.bool(), 0.0)
+        self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
+        self.next_pos = prompt_mask.long().sum(-1)  # (B,) rotary position of the next token
+        self.slot = P  # cache slot of the next token (the same for every row)
+        self.compiled = None
+        if compile:
+            self.compiled = torch.compile(self._step_static, dynamic=False)
+
+    def _attend_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+                        ) -> torch.Tensor:
+        """Prompt attention: q [B, Hq, P, D], k/v [B, Hkv, P, D], mask [B, 1, P, P] bool -> [B, Hq, P, D]."""
+        if self.rep > 1:
+            k = k.repeat_interleave(self.rep, dim=1)
+            v = v.repeat_interleave(self.rep, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
+
+    def _attend_step(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, end: int) -> torch.Tensor:
+        """One new query per row over cache slots ``[:end]``: q [B, Hq, 1, D] -> [B, Hq, 1, D].
+
+        Two batched matmuls over (row, kv-head) pairs, with the query heads of a kv group stacked as
+        rows (no copy of K/V for grouped-query attention): on CPU faster than
+        ``scaled_dot_product_attention`` for a single query, and the same math (softmax of the scaled
+        dot products, -inf on masked slots).
+        """
+        B, D = self.B, self.head_dim
+        G = B * self.n_kv
+        qg = q.reshape(G, self.rep, D)  # (B*Hkv, rep, D)
+        keys = kc.view(G, self.S, D)[:, :end]  # (B*Hkv, end, D)
+        values = vc.view(G, self.S, D)[:, :end]
+        bias = self.bias[:, None, None, :end].expand(B, self.n_kv, self.rep, end).reshape(G, self.rep, end)
+        scores = torch.baddbmm(bias, qg, keys.transpose(1, 2), alpha=self.scaling)  # (G, rep, end)
+        probs = torch.softmax(scores, dim=-1)
+        return torch.bmm(probs, values).view(B, self.n_heads, 1, D)
+
+    def _qkv(self, layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        B, n, _ = h.shape
+        D = self.head_dim
+        attn = layer.self_attn
+        x = layer.input_layernorm(h)
+        q = attn.q_proj(x).view(B, n, -1, D).transpose(1, 2)  # (B, Hq, n, D)
+        k = attn.k_proj(x).view(B, n, -1, D).transpose(1, 2)  # (B, Hkv, n, D)
+        v = attn.v_proj(x).view(B, n, -1, D).transpose(1, 2)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
+
+    @staticmethod
+    def _finish(layer: nn.Module, h: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        B, n, _ = h.shape
+        h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(B, n, -1))
+        return h + layer.mlp(layer.post_attention_layernorm(h))
+
+    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.norm(h_last))[:, -1].float()  # (B, V)
+
+    @torch.no_grad()
+    def prefill(self) -> torch.Tensor:
+        """Run the prompts; logits [B, V] of the first new token."""
+        P = self.P
+        pos = self.prompt_mask.long().cumsum(-1).sub(1).clamp(min=0)  # (B, P)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # (B, 1, P, D)
+        causal = torch.ones(P, P, dtype=torch.bool, device=pos.device).tril()
+        eye = torch.eye(P, dtype=torch.bool, device=pos.device)
+        # a left-padding query attends to itself only, so that no row of the mask is empty (no NaN)
+        mask = ((causal & self.prompt_mask.bool()[:, None, :]) | eye).unsqueeze(1)  # (B, 1, P, P)
+        h = self.embed(self.prompt_ids)  # (B, P, H)
+        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
+            q, k, v = self._qkv(layer, h, cos, sin)
+            kc[:, :, :P] = k
+            vc[:, :, :P] = v
+            h = self._finish(layer, h, self._attend_prefill(q, k, v, mask))
+        return self._logits(h[:, -1:])
+
+    def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, write: slice | torch.Tensor, end: int
+                     ) -> torch.Tensor:
+        cos = self.cos[pos].view(self.B, 1, 1, -1)  # (B, 1, 1, D)
+        sin = self.sin[pos].view(self.B, 1, 1, -1)
+        h = self.embed(tokens.unsqueeze(-1))  # (B, 1, H)
+        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
+            q, k, v = self._qkv(layer, h, cos, sin)
+            if isinstance(write, slice):
+                kc[:, :, write] = k
+                vc[:, :, write] = v
+            else:
+                kc.index_copy_(2, write, k)
+                vc.index_copy_(2, write, v)
+            h = self._finish(layer, h, self._attend_step(q, kc, vc, end))
+        return self._logits(h)
+
+    def _step_static(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """The decode step over the whole cache (static shapes; what ``torch.compile`` traces)."""
+        return self._step_layers(tokens, pos, slot, self.S)
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Append ``tokens`` [B]; logits [B, V] of the next token."""
+        slot = self.slot
+        if slot >= self.S:
+            raise RuntimeError(f"FastLlamaDecoder: more than {self.S - self.P} steps")
+        self.bias[:, slot] = 0.0
+        pos = self.next_pos
+        self.next_pos = pos + 1
+        self.slot = slot + 1
+        if self.compiled is not None:
+            slot_t = torch.full((1,), slot, dtype=torch.long, device=tokens.device)
+            return self.compiled(tokens, pos, slot_t)
+        return self._step_layers(tokens, pos, slice(slot, slot + 1), slot + 1)
+
+
+def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,
+                 *, fast: bool | None = None, compile: bool = False) -> Decoder:
+    """The decoder for ``model``: the lean one when supported (``fast`` None or True), else generic.
+
+    Args:
+        model: a Hugging Face causal LM in eval mode.
+        prompt_ids: [B, P] left-padded prompts; prompt_mask: [B, P].
+        max_new_tokens: the most steps that will be taken.
+        fast: None picks the lean decoder when the model supports it; True requires it (ValueError
+            with the reason otherwise); False always uses the generic decoder.
+        compile: compile the lean decoder's step (ignored by the generic decoder).
+    """
+    if fast is False:
+        return GenericDecoder(model, prompt_ids, prompt_mask, max_new_tokens)
+    reason = fast_decoder_unsupported_reason(model)
+    if reason is None:
+        return FastLlamaDecoder(model, prompt_ids, prompt_mask, max_new_tokens, compile=compile)
+    if fast:
+        raise ValueError(f"fast decoding requested but unsupported: {reason}")
+    return GenericDecoder(model, prompt_ids, prompt_mask, max_new_tokens)
