@@ -69,7 +69,7 @@ import importlib
 import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,7 @@ NAME_RE = re.compile(r"[a-z0-9_-]+\Z")
 FACTOR_RE = re.compile(r"[A-Za-z0-9_-]+\Z")
 PATH_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 MODULE_RE = PATH_RE
+_PATTERN_TEXT = {NAME_RE: "[a-z0-9_-]+", FACTOR_RE: "[A-Za-z0-9_-]+"}
 #: At most this many per-arm configuration failures are listed one by one.
 MAX_ARM_PROBLEMS = 20
 
@@ -334,6 +335,7 @@ class Factor:
         raise AblateError(_unknown(f"level of factor {self.name!r}", name, self.level_names()))
 
     def level_names(self) -> list[str]:
+        """The level names, in file order."""
         return [lv.name for lv in self.levels]
 
     def paths(self) -> set[str]:
@@ -449,7 +451,6 @@ class Study:
     arms: tuple[Arm, ...]
     excluded: tuple[Arm, ...] = ()
     aliasing: AliasStructure | None = None
-    _configs: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
 
     def factor(self, name: str) -> Factor:
         """The factor called ``name``."""
@@ -625,13 +626,13 @@ class _Checker:
     def seeds(self, parent: Any, key: str, path: str) -> tuple[int, ...] | None:
         value = parent[key]
         line = _line(parent, key)
-        allowed = "allowed: a positive integer n (seeds 0..n-1) or a list of distinct integers"
+        allowed = "allowed: a positive integer n (seeds 0..n-1) or a list of distinct integers >= 0"
         if _is_int(value):
             if value >= 1:
                 return tuple(range(value))
             self.add(line, path, f"must be at least 1, got {value}; {allowed}")
             return None
-        if isinstance(value, list) and value and all(_is_int(v) for v in value):
+        if isinstance(value, list) and value and all(_is_int(v) and v >= 0 for v in value):
             dup = sorted({v for v in value if value.count(v) > 1})
             if dup:
                 self.add(line, path, f"seeds repeat: {dup}; {allowed}")
@@ -644,7 +645,7 @@ class _Checker:
         if isinstance(value, str) and pattern.match(value):
             return True
         fix = re.sub(r"[^a-z0-9_-]+", "-", str(value).lower()).strip("-") if pattern is NAME_RE else None
-        msg = f"{what} {value!r} must match {pattern.pattern.removesuffix(chr(92) + 'Z')}"
+        msg = f"{what} {value!r} must match {_PATTERN_TEXT[pattern]}"
         if fix:
             msg += f"; did you mean {fix!r}?"
         self.add(_line(parent, key), path, msg)
@@ -715,10 +716,11 @@ def _parse_factors(ck: _Checker, doc: LineDict) -> list[Factor] | None:
         elif "levels" in spec:
             lnode = spec["levels"]
             if not isinstance(lnode, dict) or not lnode:
+                got = "" if isinstance(lnode, dict) else f" (got {_type_name(lnode)})"
                 ck.add(
                     _line(spec, "levels"),
                     f"{fpath}.levels",
-                    "needs at least one level: {level_name: {dotted.path: value}}",
+                    f"needs at least one level, as a mapping {{level_name: {{dotted.path: value}}}}{got}",
                 )
             else:
                 for lname, _ in lnode.items():
@@ -1176,10 +1178,9 @@ def load_study(path: str | Path) -> Study:
     if factors is not None and design is not None and not bad_baseline and exclude is not None:
         arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude)
 
-    configs: dict[tuple[str, str], Any] = {}
     if not ck.problems and arms:
         assert base is not None and budgets is not None and factors is not None
-        configs = _check_configs(ck, doc, base, budgets, factors, arms, tune)
+        _check_configs(ck, doc, base, budgets, factors, arms, tune)
 
     if ck.problems:
         raise StudyError(file, sorted(ck.problems, key=lambda p: p.line or 0))
@@ -1205,7 +1206,6 @@ def load_study(path: str | Path) -> Study:
         arms=tuple(arms),
         excluded=tuple(excluded),
         aliasing=aliasing,
-        _configs=configs,
     )
 
 
@@ -1248,6 +1248,15 @@ def _design_arms(
     except (ValueError, AblateError) as exc:
         ck.add(line, "design", str(exc))
         return [], [], None
+    except Exception as exc:  # a plugin's design failing is reported, not a traceback
+        ck.add(line, "design", f"the design failed: {type(exc).__name__}: {exc}")
+        return [], [], None
+    for levels in raw_arms:  # a plugin's design may return anything
+        if not isinstance(levels, Mapping) or any(
+            f not in levels or levels[f] not in names for f, names in level_names.items()
+        ):
+            ck.add(line, "design", f"the design returned an arm that is not one level of every factor: {levels!r}")
+            return [], [], None
     arms, dropped, seen = [], [], set()
     for levels in raw_arms:
         ordered = {f.name: levels[f.name] for f in factors}

@@ -480,7 +480,7 @@ def test_show_prints_the_arm_table(cli, tmp_path):
     rc, out, _ = cli("show", str(path), "--budget", "smoke")
     assert rc == 0
     lines = out.splitlines()
-    assert "budget smoke: train.steps=2" in lines
+    assert "budget smoke: train.steps=2 (budgets: default, smoke, full)" in lines
     assert "3 arms x 3 seeds = 9 trials" in lines
     assert "estimated time: unknown (no timing model yet)" in lines
     assert "  #  loss_norm  clip_high" in lines

@@ -93,7 +93,7 @@ def render(study: Any, budget: str) -> str:
     out.append(f"design: {study.design_name}" + (f" ({opts})" if opts else ""))
     seeds = ", ".join(map(str, study.seeds))
     out.append(f"seeds: {seeds} (paired: every arm runs every seed)")
-    out.append(f"budget {budget}: {_fmt_overrides(study.budgets[budget])}")
+    out.append(f"budget {budget}: {_fmt_overrides(study.budgets[budget])} (budgets: {', '.join(study.budgets)})")
     out.append(f"{d['n_arms']} arms x {len(study.seeds)} seeds = {d['n_trials']} trials")
     if d["estimated_seconds"] is None:
         out.append(UNKNOWN_TIME)

@@ -24,18 +24,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate each file in turn; 0 if all are valid, else 2 (after reporting every file)."""
-    sys.dont_write_bytecode = True  # importing a plugin must not leave __pycache__ behind
     from ablate.errors import AblateError
-    from ablate.study import load_study
+    from ablate.study import StudyError, load_study
 
     failed = 0
-    for file in args.files:
-        try:
-            study = load_study(file)
-        except AblateError as exc:
-            failed += 1
-            print(str(exc), file=sys.stderr)
-            continue
-        n_arms, n_seeds = len(study.arms), len(study.seeds)
-        print(f"{file}: ok ({n_arms} arms x {n_seeds} seeds = {study.n_trials} trials)")
+    write_bytecode = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # importing a plugin must not leave __pycache__ behind
+    try:
+        for file in args.files:
+            try:
+                study = load_study(file)
+            except StudyError as exc:
+                failed += 1
+                print(str(exc), file=sys.stderr)
+                continue
+            except AblateError as exc:
+                failed += 1
+                print(f"{file}: {exc}", file=sys.stderr)
+                continue
+            n_arms, n_seeds = len(study.arms), len(study.seeds)
+            print(f"{file}: ok ({n_arms} arms x {n_seeds} seeds = {study.n_trials} trials)")
+    finally:
+        sys.dont_write_bytecode = write_bytecode
     return 2 if failed else 0
