@@ -71,16 +71,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from ablate.config import TrialConfig
 from ablate.designs import DESIGNS, AliasStructure, Design
-from ablate.errors import AblateError
+from ablate.errors import AblateError, ConfigError
 from ablate.registry import nearest
-
-if TYPE_CHECKING:
-    from ablate.config import TrialConfig
 
 #: Top-level keys of a study file, with what each holds (for error messages).
 STUDY_KEYS: dict[str, str] = {
@@ -477,10 +475,10 @@ class Study:
             out.update(f.level(levels[f.name]).overrides)
         return out
 
-    def config(self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET, seed: int | None = None):
+    def config(
+        self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET, seed: int | None = None
+    ) -> TrialConfig:
         """The TrialConfig of an arm at a budget (and seed, when given)."""
-        from ablate.config import TrialConfig
-
         overrides = self.overrides(arm, budget)
         if seed is not None:
             overrides[SEED_PATH] = seed
@@ -971,9 +969,6 @@ def _check_configs(
     that level fails and base + level alone fails; any other failure is a combination of levels
     and is reported per arm.
     """
-    from ablate.config import TrialConfig
-    from ablate.errors import ConfigError
-
     def build(overrides: dict[str, Any]) -> tuple[Any, str | None]:
         try:
             return TrialConfig.from_overrides(overrides), None

@@ -515,3 +515,39 @@ def test_time_estimate_hook_is_unknown(tmp_path):
     assert estimate_study_seconds(study.expand("smoke")) is None
     assert isinstance(study, Study) and all(isinstance(s, TrialSpec) for s in study.expand("smoke"))
 
+
+
+def test_plugin_design_returning_a_bad_arm_is_a_problem(cli, tmp_path, monkeypatch):
+    pdir = tmp_path / "plugins"
+    pdir.mkdir()
+    name, design = f"ablate_test_bad_design_{os.getpid()}", f"bad_{id(tmp_path)}"
+    (pdir / f"{name}.py").write_text(
+        PLUGIN.format(name=design).replace("lv[-1] for f", "'nope' for f")
+    )
+    monkeypatch.syspath_prepend(str(pdir))
+    path = write(tmp_path, f"name: bad\nplugins: [{name}]\ndesign: {design}\n"
+                 "factors: {clip_high: {path: loss.clip_high, values: [0.2, 0.28]}}\n" + TAIL)
+    try:
+        rc, _, err = cli("validate", str(path))
+    finally:
+        DESIGNS.unregister(design)
+        sys.modules.pop(name, None)
+    assert rc == 2
+    assert f"{path}:3: design: the design returned an arm that is not one level of every factor" in err
+
+
+def test_random_study_draws_around_exclusions(tmp_path):
+    path = write(tmp_path, textwrap.dedent("""\
+        name: rand-ex
+        factors:
+          clip_high: {path: loss.clip_high, values: [0.2, 0.28]}
+          clip_low: {path: loss.clip_low, values: [0.2, 0.1]}
+          lr: {path: optim.lr, values: [1.0e-4, 3.0e-4]}
+        design: {name: random, n: 4, seed: 0}
+        exclude: [{clip_high: 0.28, clip_low: 0.1}]
+        """) + TAIL)
+    study = load_study(path)
+    assert len(study.arms) == 4 and study.excluded == ()  # excluded arms are never drawn
+    assert not any(a.levels["clip_high"] == "0.28" and a.levels["clip_low"] == "0.1" for a in study.arms)
+    for f in study.factors:
+        assert sorted(Counter(a.levels[f.name] for a in study.arms).values()) == [2, 2]
