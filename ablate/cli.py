@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "validate": "ablate.commands.validate",
     "show": "ablate.commands.show",
     "models": "ablate.commands.models",
+    "warmstart": "ablate.commands.warmstart",
+    "train": "ablate.commands.train",
 }
 
 EPILOG = """\
