@@ -1,0 +1,140 @@
+"""Evaluation of a policy on a task: greedy accuracy, step accuracy, format rate, length, pass@k.
+
+Usage::
+
+    task = TASKS.get("addition")(difficulty=3, seed=0)
+    metrics = evaluate(policy, task, task.sample("eval", 200, seed=0), pass_k=4, num_samples=8,
+                       generator=torch.Generator().manual_seed(0))
+    # {"accuracy": ..., "step_accuracy": ..., "format_rate": ..., "partial": ..., "mean_length": ...,
+    #  "truncated_rate": ..., "num_problems": 200.0, "pass@4": ...}
+
+Greedy metrics decode with temperature 0 through :func:`generate_rollouts` (the same sampling code
+as training rollouts); pass@k draws ``num_samples`` completions per problem at ``temperature`` and
+uses the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained on
+Code"). Grading goes through :meth:`Task.grade`, which never raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ablate.errors import AblateError
+from ablate.models.policy import Policy
+from ablate.models.rollout import generate_rollouts
+from ablate.tasks.base import Grade, Problem, Task
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` are correct (Chen et al. 2021, eq. 1).
+
+    ``pass@k = 1 - C(n - c, k) / C(n, k)``, computed as ``1 - prod_{i=n-c+1}^{n} (1 - k / i)`` for
+    numerical stability. Requires ``0 <= c <= n`` and ``1 <= k <= n``.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise AblateError(f"pass_at_k: need 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def summarize_grades(grades: Sequence[Grade], lengths: Sequence[int] | None = None,
+                     truncated: Sequence[bool] | None = None) -> dict[str, float]:
+    """Mean metrics over graded completions (one per problem).
+
+    Returns:
+        ``accuracy`` (answer correct), ``step_accuracy`` (:attr:`Grade.step_accuracy`), ``format_rate``
+        (format ok), ``partial`` (partial credit), ``num_problems``; plus ``mean_length`` (generated
+        tokens, EOS included) and ``truncated_rate`` (no EOS within the budget) when given.
+    """
+    n = len(grades)
+    if n == 0:
+        raise AblateError("evaluate: no problems to grade; pass at least one problem")
+    out = {
+        "accuracy": sum(g.answer_correct for g in grades) / n,
+        "step_accuracy": sum(g.step_accuracy for g in grades) / n,
+        "format_rate": sum(g.format_ok for g in grades) / n,
+        "partial": sum(g.partial for g in grades) / n,
+        "num_problems": float(n),
+    }
+    if lengths is not None:
+        out["mean_length"] = float(sum(lengths)) / n
+    if truncated is not None:
+        out["truncated_rate"] = sum(bool(t) for t in truncated) / n
+    return out
+
+
+def evaluate(
+    policy: Policy,
+    task: Task,
+    problems: Sequence[Problem],
+    *,
+    batch_size: int = 64,
+    max_new_tokens: int = 128,
+    pass_k: int = 1,
+    num_samples: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    fast: bool | None = None,
+) -> dict[str, float]:
+    """Greedy metrics of ``policy`` on ``problems``, and pass@k when ``pass_k > 1``.
+
+    Args:
+        policy: the policy to evaluate (its training mode is restored afterwards).
+        task: grades each completion.
+        problems: e.g. ``task.sample("eval", n, seed=...)``.
+        batch_size: completions decoded per batch (greedy: problems per batch; pass@k: about
+            ``batch_size // num_samples`` problems per batch).
+        max_new_tokens: the generation budget per completion.
+        pass_k: k of pass@k; 1 skips sampling (greedy accuracy is reported as ``accuracy``).
+        num_samples: n samples per problem for the pass@k estimator; default ``pass_k`` (then pass@k
+            is the fraction of problems with at least one correct sample among k).
+        temperature, top_p: sampling settings of the pass@k samples (temperature > 0).
+        generator: random generator of the pass@k samples (greedy decoding draws nothing).
+        fast: decoder choice, see :func:`generate_rollouts`.
+
+    Returns:
+        :func:`summarize_grades` of the greedy completions, plus ``"pass@{k}"`` when ``pass_k > 1``.
+    """
+    if batch_size < 1:
+        raise AblateError(f"evaluate: batch_size={batch_size} must be >= 1")
+    if pass_k < 1:
+        raise AblateError(f"evaluate: pass_k={pass_k} must be >= 1")
+    n = num_samples if num_samples is not None else pass_k
+    if n < pass_k:
+        raise AblateError(f"evaluate: num_samples={n} must be >= pass_k={pass_k} (the estimator needs n >= k)")
+    if pass_k > 1 and not temperature > 0:
+        raise AblateError(f"evaluate: temperature={temperature} must be > 0 for pass@k sampling")
+    problems = list(problems)
+    if not problems:
+        raise AblateError("evaluate: no problems to grade; pass at least one problem")
+
+    grades: list[Grade] = []
+    lengths: list[int] = []
+    truncated: list[bool] = []
+    for start in range(0, len(problems), batch_size):
+        batch = problems[start : start + batch_size]
+        r = generate_rollouts(policy, [p.prompt for p in batch], group_size=1, max_new_tokens=max_new_tokens,
+                              temperature=0.0, fast=fast)
+        grades += [task.grade(p, text) for p, text in zip(batch, r.texts)]
+        lengths += r.lengths.tolist()
+        truncated += r.truncated.tolist()
+    metrics = summarize_grades(grades, lengths, truncated)
+
+    if pass_k > 1:
+        per_batch = max(1, batch_size // n)
+        scores: list[float] = []
+        for start in range(0, len(problems), per_batch):
+            batch = problems[start : start + per_batch]
+            r = generate_rollouts(policy, [p.prompt for p in batch], group_size=n, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, top_p=top_p, generator=generator, fast=fast)
+            for i, p in enumerate(batch):
+                correct = sum(task.grade(p, r.texts[i * n + j]).answer_correct for j in range(n))
+                scores.append(pass_at_k(n, correct, pass_k))
+        metrics[f"pass@{pass_k}"] = sum(scores) / len(scores)
+    return metrics

@@ -1,0 +1,125 @@
+"""evaluate: greedy metrics through the real rollout and grading path; pass@k (Chen et al. 2021)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ablate.errors import AblateError
+from ablate.models import Policy, load_policy
+from ablate.models.evaluate import evaluate, pass_at_k, summarize_grades
+from ablate.models.logprobs import token_logprobs
+from ablate.models.rollout import left_pad
+from ablate.tasks import TASKS, Problem, Task
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return TASKS.get("addition")(difficulty=2, seed=0)
+
+
+@pytest.fixture(scope="module")
+def problems(task) -> list[Problem]:
+    return task.sample("eval", 3, seed=0)
+
+
+def memorise(policy: Policy, problems: list[Problem], max_steps: int = 200) -> float:
+    """Train ``policy`` on the reference solutions (+ EOS) of ``problems`` until it has memorised them.
+
+    A forced-correct policy made of real parts: SFT through token_logprobs, the trainer's function.
+    Returns the final mean negative log-likelihood per token.
+    """
+    tok = policy.tokenizer
+    prompt_ids, prompt_mask = left_pad([policy.encode_prompt(p.prompt) for p in problems], policy.pad_token_id)
+    completions = [tok.encode(p.solution, add_special_tokens=False) + [policy.eos_token_id] for p in problems]
+    comp_ids, comp_mask = left_pad([c[::-1] for c in completions], policy.pad_token_id)
+    comp_ids, comp_mask = comp_ids.flip(1), comp_mask.flip(1)  # right-padded
+    ids, mask = torch.cat([prompt_ids, comp_ids], 1), torch.cat([prompt_mask, comp_mask], 1)
+    model = policy.model
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    torch.manual_seed(0)
+    for _ in range(max_steps):
+        logp = token_logprobs(model, ids, mask, num_prompt_tokens=prompt_ids.shape[1])
+        loss = -logp.sum() / comp_mask.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.02:
+            break
+    model.eval()
+    return loss.item()
+
+
+@pytest.fixture(scope="module")
+def memorised(problems) -> Policy:
+    policy = load_policy("micro-llama", seed=0)
+    assert memorise(policy, problems) < 0.02
+    return policy
+
+
+def test_pass_at_k_by_hand():
+    assert pass_at_k(5, 2, 2) == pytest.approx(1 - math.comb(3, 2) / math.comb(5, 2)) == pytest.approx(0.7)
+    assert pass_at_k(10, 1, 1) == pytest.approx(0.1)
+    assert pass_at_k(4, 0, 2) == 0.0
+    assert pass_at_k(3, 3, 2) == 1.0
+    assert pass_at_k(4, 3, 2) == 1.0  # n - c < k: every k-subset holds a correct sample
+    assert pass_at_k(200, 13, 10) == pytest.approx(1 - math.comb(187, 10) / math.comb(200, 10))
+    with pytest.raises(AblateError, match="k=5"):
+        pass_at_k(3, 1, 5)
+
+
+def test_summarize_reference_and_corrupted_solutions_by_hand(task, problems):
+    ref = [task.grade(p, p.solution) for p in problems]
+    assert summarize_grades(ref, [10, 20, 30], [False, False, True]) == {
+        "accuracy": 1.0, "step_accuracy": 1.0, "format_rate": 1.0, "partial": 1.0, "num_problems": 3.0,
+        "mean_length": 20.0, "truncated_rate": 1 / 3,
+    }
+    # problem 0 (35+89): the answer 124 -> 125 is wrong but well formatted, and its steps still right;
+    # problem 1: its first step wrong (7+1+0=9) and its answer too; problem 2: no completion at all
+    p0, p1, p2 = problems
+    wrong_answer = p0.solution.replace("<answer>124</answer>", "<answer>125</answer>")
+    wrong_step = p1.solution.replace("7+1+0=8", "7+1+0=9").replace("<answer>68</answer>", "<answer>69</answer>")
+    grades = [task.grade(p0, wrong_answer), task.grade(p1, wrong_step), task.grade(p2, "")]
+    s = summarize_grades(grades)
+    assert s["accuracy"] == 0.0
+    assert s["format_rate"] == pytest.approx(2 / 3)
+    assert s["step_accuracy"] == pytest.approx((1.0 + 0.5 + 0.0) / 3)
+    assert "mean_length" not in s
+
+
+def test_memorised_policy_scores_perfectly_through_rollouts(task, problems, memorised):
+    tok = memorised.tokenizer
+    expected_length = sum(len(tok.encode(p.solution, add_special_tokens=False)) + 1 for p in problems) / 3
+    m = evaluate(memorised, task, problems, max_new_tokens=40, batch_size=2)
+    assert m == {
+        "accuracy": 1.0, "step_accuracy": 1.0, "format_rate": 1.0, "partial": 1.0, "num_problems": 3.0,
+        "mean_length": expected_length, "truncated_rate": 0.0,
+    }
+    assert expected_length == 23.0  # 24 + 21 + 21 tokens, each + EOS
+    # pass@k from sampled completions: at temperature 0.3 every sample is the memorised solution
+    m = evaluate(memorised, task, problems, max_new_tokens=40, pass_k=2, num_samples=4, temperature=0.3,
+                 generator=torch.Generator().manual_seed(0))
+    assert m["pass@2"] == 1.0 and m["accuracy"] == 1.0
+
+
+def test_untrained_policy_scores_zero(task, problems):
+    policy = load_policy("micro-llama", seed=0)
+    policy.model.train()
+    m = evaluate(policy, task, problems, max_new_tokens=16, pass_k=2, generator=torch.Generator().manual_seed(0))
+    assert m["accuracy"] == 0.0 and m["format_rate"] == 0.0 and m["pass@2"] == 0.0
+    assert 1.0 <= m["mean_length"] <= 16.0
+    assert policy.model.training  # restored
+
+
+def test_argument_errors(task, problems, memorised):
+    with pytest.raises(AblateError, match="num_samples=2"):
+        evaluate(memorised, task, problems, pass_k=3, num_samples=2)
+    with pytest.raises(AblateError, match="temperature=0"):
+        evaluate(memorised, task, problems, pass_k=2, temperature=0.0)
+    with pytest.raises(AblateError, match="no problems"):
+        evaluate(memorised, task, [])
+    with pytest.raises(AblateError, match="batch_size=0"):
+        evaluate(memorised, task, problems, batch_size=0)
