@@ -151,8 +151,49 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return (x * cos) + (rotated * sin)
 
 
+def _rms_norm(x: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+    """The model's RMSNorm; through the fused ``F.rms_norm`` in float32 (the same values as the
+    module's ``weight * x * rsqrt(mean(x^2) + eps)``; a test compares the logits), else the module."""
+    eps = getattr(norm, "variance_epsilon", None)
+    if x.dtype == torch.float32 and eps is not None and norm.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
+    return norm(x)
+
+
+def _cat_bias(linears: list[nn.Linear]) -> torch.Tensor | None:
+    if all(lin.bias is None for lin in linears):
+        return None
+    return torch.cat([lin.bias if lin.bias is not None else lin.weight.new_zeros(lin.out_features)
+                      for lin in linears])
+
+
+class _LayerWeights:
+    """One decoder layer's weights, with q/k/v and gate/up concatenated (one matmul each)."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
+        qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
+        self.w_qkv = torch.cat([lin.weight for lin in qkv]).detach()
+        self.b_qkv = _cat_bias(qkv)
+        self.w_o, self.b_o = attn.o_proj.weight, attn.o_proj.bias
+        gu = [mlp.gate_proj, mlp.up_proj]
+        self.w_gu = torch.cat([lin.weight for lin in gu]).detach()
+        self.b_gu = _cat_bias(gu)
+        self.w_down, self.b_down = mlp.down_proj.weight, mlp.down_proj.bias
+        self.act = mlp.act_fn
+        self.inter = mlp.gate_proj.out_features
+
+
 class FastLlamaDecoder:
     """Lean incremental decoding of a Llama-family model over a preallocated KV cache.
+
+    The prompt (prefill) runs through the layers' own modules. Each decode step then takes, per layer,
+    one matmul for q/k/v and one for gate/up (the weights concatenated once per rollout; the products
+    are bitwise those of the separate projections), the rotary embedding on q and k together, a write
+    into the cache slot, two batched matmuls for attention over the filled slots, and the output and
+    down projections — a few dozen tensor operations per layer, without transformers' per-call
+    bookkeeping.
 
     Args:
         model: a model for which :func:`fast_decoder_unsupported_reason` returns None (eval mode).
@@ -170,6 +211,7 @@ class FastLlamaDecoder:
         base = model.model
         self.embed, self.layers, self.norm = base.embed_tokens, list(base.layers), base.norm
         self.lm_head = model.get_output_embeddings()
+        self.weights = [_LayerWeights(layer) for layer in self.layers]
         attn = self.layers[0].self_attn
         self.head_dim = int(attn.head_dim)
         self.scaling = float(attn.scaling)
@@ -201,6 +243,7 @@ class FastLlamaDecoder:
         if compile:
             self.compiled = torch.compile(self._step_static, dynamic=False)
 
+    # ---- prefill: the layers' own modules -------------------------------------------------------
     def _attend_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
                         ) -> torch.Tensor:
         """Prompt attention: q [B, Hq, P, D], k/v [B, Hkv, P, D], mask [B, 1, P, P] bool -> [B, Hq, P, D]."""
@@ -209,8 +252,34 @@ class FastLlamaDecoder:
             v = v.repeat_interleave(self.rep, dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scaling)
 
+    @torch.no_grad()
+    def prefill(self) -> torch.Tensor:
+        """Run the prompts; logits [B, V] of the first new token."""
+        B, P, D = self.B, self.P, self.head_dim
+        pos = self.prompt_mask.long().cumsum(-1).sub(1).clamp(min=0)  # (B, P)
+        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # (B, 1, P, D)
+        causal = torch.ones(P, P, dtype=torch.bool, device=pos.device).tril()
+        eye = torch.eye(P, dtype=torch.bool, device=pos.device)
+        # a left-padding query attends to itself only, so that no row of the mask is empty (no NaN)
+        mask = ((causal & self.prompt_mask.bool()[:, None, :]) | eye).unsqueeze(1)  # (B, 1, P, P)
+        h = self.embed(self.prompt_ids)  # (B, P, H)
+        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(B, P, -1, D).transpose(1, 2)  # (B, Hq, P, D)
+            k = attn.k_proj(x).view(B, P, -1, D).transpose(1, 2)  # (B, Hkv, P, D)
+            v = attn.v_proj(x).view(B, P, -1, D).transpose(1, 2)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            kc[:, :, :P] = k
+            vc[:, :, :P] = v
+            o = self._attend_prefill(q, k, v, mask).transpose(1, 2).reshape(B, P, -1)
+            h = h + attn.o_proj(o)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        return self.lm_head(self.norm(h[:, -1])).float()  # (B, V)
+
+    # ---- decode steps: concatenated weights, batched-matmul attention ----------------------------
     def _attend_step(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, end: int) -> torch.Tensor:
-        """One new query per row over cache slots ``[:end]``: q [B, Hq, 1, D] -> [B, Hq, 1, D].
+        """One new query per row over cache slots ``[:end]``: q [B, Hq, D] -> [B, Hq * D].
 
         Two batched matmuls over (row, kv-head) pairs, with the query heads of a kv group stacked as
         rows (no copy of K/V for grouped-query attention): on CPU faster than
@@ -225,61 +294,28 @@ class FastLlamaDecoder:
         bias = self.bias[:, None, None, :end].expand(B, self.n_kv, self.rep, end).reshape(G, self.rep, end)
         scores = torch.baddbmm(bias, qg, keys.transpose(1, 2), alpha=self.scaling)  # (G, rep, end)
         probs = torch.softmax(scores, dim=-1)
-        return torch.bmm(probs, values).view(B, self.n_heads, 1, D)
+        return torch.bmm(probs, values).view(B, self.n_heads * D)
 
-    def _qkv(self, layer: nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        B, n, _ = h.shape
-        D = self.head_dim
-        attn = layer.self_attn
-        x = layer.input_layernorm(h)
-        q = attn.q_proj(x).view(B, n, -1, D).transpose(1, 2)  # (B, Hq, n, D)
-        k = attn.k_proj(x).view(B, n, -1, D).transpose(1, 2)  # (B, Hkv, n, D)
-        v = attn.v_proj(x).view(B, n, -1, D).transpose(1, 2)
-        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
-
-    @staticmethod
-    def _finish(layer: nn.Module, h: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
-        B, n, _ = h.shape
-        h = h + layer.self_attn.o_proj(o.transpose(1, 2).reshape(B, n, -1))
-        return h + layer.mlp(layer.post_attention_layernorm(h))
-
-    def _logits(self, h_last: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(self.norm(h_last))[:, -1].float()  # (B, V)
-
-    @torch.no_grad()
-    def prefill(self) -> torch.Tensor:
-        """Run the prompts; logits [B, V] of the first new token."""
-        P = self.P
-        pos = self.prompt_mask.long().cumsum(-1).sub(1).clamp(min=0)  # (B, P)
-        cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # (B, 1, P, D)
-        causal = torch.ones(P, P, dtype=torch.bool, device=pos.device).tril()
-        eye = torch.eye(P, dtype=torch.bool, device=pos.device)
-        # a left-padding query attends to itself only, so that no row of the mask is empty (no NaN)
-        mask = ((causal & self.prompt_mask.bool()[:, None, :]) | eye).unsqueeze(1)  # (B, 1, P, P)
-        h = self.embed(self.prompt_ids)  # (B, P, H)
-        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
-            q, k, v = self._qkv(layer, h, cos, sin)
-            kc[:, :, :P] = k
-            vc[:, :, :P] = v
-            h = self._finish(layer, h, self._attend_prefill(q, k, v, mask))
-        return self._logits(h[:, -1:])
-
-    def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, write: slice | torch.Tensor, end: int
+    def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, slot: int | torch.Tensor, end: int
                      ) -> torch.Tensor:
-        cos = self.cos[pos].view(self.B, 1, 1, -1)  # (B, 1, 1, D)
-        sin = self.sin[pos].view(self.B, 1, 1, -1)
-        h = self.embed(tokens.unsqueeze(-1))  # (B, 1, H)
-        for layer, kc, vc in zip(self.layers, self.k_cache, self.v_cache):
-            q, k, v = self._qkv(layer, h, cos, sin)
-            if isinstance(write, slice):
-                kc[:, :, write] = k
-                vc[:, :, write] = v
+        B, D, Hq, Hkv = self.B, self.head_dim, self.n_heads, self.n_kv
+        cos = self.cos[pos].unsqueeze(1)  # (B, 1, D)
+        sin = self.sin[pos].unsqueeze(1)
+        h = self.embed(tokens)  # (B, H)
+        for w, kc, vc in zip(self.weights, self.k_cache, self.v_cache):
+            qkv = F.linear(_rms_norm(h, w.norm1), w.w_qkv, w.b_qkv).view(B, Hq + 2 * Hkv, D)
+            qk = _rotate(qkv[:, : Hq + Hkv], cos, sin)  # (B, Hq + Hkv, D)
+            q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]
+            if isinstance(slot, int):
+                kc[:, :, slot] = k
+                vc[:, :, slot] = v
             else:
-                kc.index_copy_(2, write, k)
-                vc.index_copy_(2, write, v)
-            h = self._finish(layer, h, self._attend_step(q, kc, vc, end))
-        return self._logits(h)
+                kc.index_copy_(2, slot, k.unsqueeze(2))
+                vc.index_copy_(2, slot, v.unsqueeze(2))
+            h = h + F.linear(self._attend_step(q, kc, vc, end), w.w_o, w.b_o)
+            gu = F.linear(_rms_norm(h, w.norm2), w.w_gu, w.b_gu)
+            h = h + F.linear(w.act(gu[:, : w.inter]) * gu[:, w.inter :], w.w_down, w.b_down)
+        return self.lm_head(_rms_norm(h, self.norm)).float()  # (B, V)
 
     def _step_static(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """The decode step over the whole cache (static shapes; what ``torch.compile`` traces)."""
@@ -298,7 +334,7 @@ class FastLlamaDecoder:
         if self.compiled is not None:
             slot_t = torch.full((1,), slot, dtype=torch.long, device=tokens.device)
             return self.compiled(tokens, pos, slot_t)
-        return self._step_layers(tokens, pos, slice(slot, slot + 1), slot + 1)
+        return self._step_layers(tokens, pos, slot, slot + 1)
 
 
 def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,

@@ -16,22 +16,24 @@ position ``P + t - 1``. Position ids are computed from the attention mask, so le
 shift positions: a left-padded prompt gives the same log-probs as the unpadded one.
 
 Memory: the naive computation ``log_softmax(logits.float(), -1).gather(...)`` materialises the logits
-and a float32 log-softmax of shape [B, L, V] (and keeps them for backward). Here the model's trunk
-gives hidden states [B, L, H]; only the active completion tokens are kept, and the vocabulary
-projection, the log-sum-exp and the gather run over chunks of at most ``chunk_size`` tokens rows. With
-gradients enabled each chunk is checkpointed (recomputed in backward), so neither pass holds more than
-one chunk of [chunk, V] logits. Architectures whose logits are not ``lm_head(last_hidden_state)`` (e.g.
-logit soft-capping) go through the full model forward instead; the chunking of the float32 math still
-applies there, but the model's own [B, L, V] logits are materialised.
+and a float32 log-softmax of shape [B, L, V], and autograd keeps them for backward. Here the model's
+trunk gives hidden states [B, L, H]; only the active completion tokens are kept (N rows), and the
+vocabulary projection, log-sum-exp and gather run over chunks of ``chunk_size`` rows inside one
+autograd function (:class:`_ChunkedTokenLogprob`) that saves only the hidden rows and one log-sum-exp
+per row: its backward recomputes each chunk's logits and turns them into the logit gradient in place
+(``onehot - softmax``, plus the entropy term), so neither pass holds more than about two [chunk, V]
+float32 buffers — the "fused linear cross-entropy" technique. Architectures whose logits are not
+``lm_head(last_hidden_state)`` (e.g. logit soft-capping) go through the full model forward instead; the
+chunked float32 math still applies there, but the model's own [B, L, V] logits are materialised.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from ablate.errors import AblateError
 
@@ -39,8 +41,8 @@ from ablate.errors import AblateError
 #: ``h = model.base_model(...).last_hidden_state`` (no soft-capping, no logit scaling).
 HIDDEN_PATH_MODEL_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral", "gpt2"})
 
-#: Default number of float32 logits held at once (rows x vocabulary), 2**23 = 32 MiB.
-DEFAULT_CHUNK_ELEMENTS = 2**23
+#: Default number of float32 logits per chunk (rows x vocabulary): 2**22, 16 MiB.
+DEFAULT_CHUNK_ELEMENTS = 2**22
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -77,24 +79,91 @@ def _check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, num_pro
         raise AblateError(f"token_logprobs: temperature={temperature} must be > 0 (use 1.0 for greedy rollouts)")
 
 
-def _chunk_math(
-    project: Callable[[torch.Tensor], torch.Tensor], temperature: float, with_entropy: bool
-) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
-    """The per-chunk function: rows [n, H] (or logits [n, V]) and targets [n] -> logp [n] (, entropy [n])."""
+def _chunk_logits(rows: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                  temperature: float) -> torch.Tensor:
+    """Float32 ``(rows @ weight.T + bias) / temperature`` [n, V] (``rows`` are logits when weight is None)."""
+    z = (F.linear(rows, weight, bias) if weight is not None else rows).float()
+    if weight is None and z.data_ptr() == rows.data_ptr():
+        z = z.clone()  # never modify the caller's logits in place
+    if temperature != 1.0:
+        z.div_(temperature)
+    return z
 
-    def fn(rows: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        logits = project(rows).float()  # (n, V)
-        if temperature != 1.0:
-            logits = logits / temperature
-        lse = torch.logsumexp(logits, dim=-1)  # (n,)
-        logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
-        if not with_entropy:
-            return (logp,)
-        probs = torch.softmax(logits, dim=-1)
-        entropy = lse - (probs * logits).sum(-1)
+
+class _ChunkedTokenLogprob(torch.autograd.Function):
+    """``log softmax(rows @ W.T + b)[target]`` (and the entropy) per row, chunked, with a lean backward.
+
+    Forward: rows [N, K], weight [V, K] or None (then rows are logits [N, V]), bias [V] or None,
+    targets [N] -> logp [N], entropy [N] (zeros unless ``with_entropy``). Saved for backward: rows,
+    targets, the per-row log-sum-exp and entropy; nothing of size V per row.
+
+    Backward, per chunk, with ``z`` the tempered logits, ``p = softmax(z)``, ``log p = z - lse``:
+    ``d logp / dz = onehot(target) - p`` and ``d H / dz = -p * (log p + H)``; then ``dz/d logits = 1/τ``,
+    ``d rows = d logits @ W`` and ``d W = d logits.T @ rows`` (accumulated in float32).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, rows: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                targets: torch.Tensor, temperature: float, chunk: int, with_entropy: bool
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = rows.shape[0]
+        logp = torch.empty(n, dtype=torch.float32, device=rows.device)
+        lse = torch.empty(n, dtype=torch.float32, device=rows.device)
+        entropy = torch.zeros(n, dtype=torch.float32, device=rows.device)
+        for s in range(0, n, chunk):
+            z = _chunk_logits(rows[s : s + chunk], weight, bias, temperature)  # (c, V)
+            l_ = torch.logsumexp(z, dim=-1)
+            lse[s : s + chunk] = l_
+            logp[s : s + chunk] = z.gather(-1, targets[s : s + chunk, None]).squeeze(-1) - l_
+            if with_entropy:
+                p = torch.softmax(z, dim=-1)
+                entropy[s : s + chunk] = l_ - (p * z).sum(-1)
+        ctx.save_for_backward(rows, weight, bias, targets, lse, entropy)
+        ctx.temperature, ctx.chunk, ctx.with_entropy = temperature, chunk, with_entropy
         return logp, entropy
 
-    return fn
+    @staticmethod
+    def backward(ctx: Any, g_logp: torch.Tensor | None, g_ent: torch.Tensor | None) -> tuple:
+        rows, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        tau, chunk = ctx.temperature, ctx.chunk
+        need_rows, need_w, need_b = ctx.needs_input_grad[:3]
+        n = rows.shape[0]
+        g_logp = g_logp if g_logp is not None else torch.zeros_like(lse)
+        use_ent = ctx.with_entropy and g_ent is not None
+        grad_rows = torch.empty_like(rows) if need_rows else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=rows.device) if need_w else None
+        grad_b = torch.zeros(bias.shape, dtype=torch.float32, device=rows.device) if need_b else None
+        for s in range(0, n, chunk):
+            r, t = rows[s : s + chunk], targets[s : s + chunk, None]
+            g = g_logp[s : s + chunk, None]
+            logp_all = _chunk_logits(r, weight, bias, tau).sub_(lse[s : s + chunk, None])  # (c, V) log p
+            p = logp_all.exp()
+            if use_ent:
+                # -gH * p * (log p + H)  -  g * p
+                gz = logp_all.add_(entropy[s : s + chunk, None]).mul_(p).mul_(-g_ent[s : s + chunk, None])
+                gz.sub_(p.mul_(g))
+            else:
+                del logp_all
+                gz = p.mul_(-g)
+            gz.scatter_add_(-1, t, g)  # + g * onehot(target)
+            if tau != 1.0:
+                gz.div_(tau)
+            if weight is None:
+                if need_rows:
+                    grad_rows[s : s + chunk] = gz
+                continue
+            gz_w = gz.to(weight.dtype)
+            if need_rows:
+                grad_rows[s : s + chunk] = gz_w @ weight
+            if need_w:
+                grad_w.addmm_(gz.t(), r.float())
+            if need_b:
+                grad_b += gz.sum(0)
+        if grad_w is not None:
+            grad_w = grad_w.to(weight.dtype)
+        if grad_b is not None:
+            grad_b = grad_b.to(bias.dtype)
+        return grad_rows, grad_w, grad_b, None, None, None, None
 
 
 def _token_logprobs_impl(
@@ -105,7 +174,7 @@ def _token_logprobs_impl(
     temperature: float,
     chunk_size: int | None,
     with_entropy: bool,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     _check_inputs(input_ids, attention_mask, num_prompt_tokens, temperature)
     B, L = input_ids.shape
     P = num_prompt_tokens
@@ -113,44 +182,31 @@ def _token_logprobs_impl(
     position_ids = position_ids_from_mask(attention_mask)
     active = attention_mask[:, P:].bool()  # (B, T)
     targets = input_ids[:, P:][active]  # (N,)
-
+    weight = bias = None
     if _uses_hidden_path(model):
         trunk = model.base_model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         )
         hidden = trunk.last_hidden_state if hasattr(trunk, "last_hidden_state") else trunk[0]  # (B, L, H)
         rows = hidden[:, P - 1 : L - 1][active]  # (N, H)
-        project: Callable[[torch.Tensor], torch.Tensor] = model.get_output_embeddings()
-        vocab = project.weight.shape[0]
+        head = model.get_output_embeddings()
+        weight, bias = head.weight, head.bias
+        vocab = weight.shape[0]
     else:
         logits = model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         ).logits  # (B, L, V)
         rows = logits[:, P - 1 : L - 1][active]  # (N, V)
         vocab = logits.shape[-1]
-
-        def project(x: torch.Tensor) -> torch.Tensor:
-            return x
-
-    n = rows.shape[0]
     if chunk_size is None:
         chunk_size = max(1, DEFAULT_CHUNK_ELEMENTS // max(vocab, 1))
     if chunk_size < 1:
         raise AblateError(f"token_logprobs: chunk_size={chunk_size} must be >= 1 (rows per chunk)")
-    fn = _chunk_math(project, temperature, with_entropy)
-    use_ckpt = torch.is_grad_enabled() and rows.requires_grad and n > 0
-    pieces: list[tuple[torch.Tensor, ...]] = []
-    for start in range(0, n, chunk_size):
-        r, tg = rows[start : start + chunk_size], targets[start : start + chunk_size]
-        pieces.append(checkpoint(fn, r, tg, use_reentrant=False) if use_ckpt else fn(r, tg))
-
-    dtype = torch.float32
-    logp = rows.new_zeros((B, T), dtype=dtype)
-    entropy = rows.new_zeros((B, T), dtype=dtype) if with_entropy else None
-    if pieces:
-        logp = logp.masked_scatter(active, torch.cat([p[0] for p in pieces]))
-        if with_entropy:
-            entropy = entropy.masked_scatter(active, torch.cat([p[1] for p in pieces]))
+    logp_rows, ent_rows = _ChunkedTokenLogprob.apply(
+        rows, weight, bias, targets, float(temperature), int(chunk_size), with_entropy
+    )
+    logp = logp_rows.new_zeros((B, T)).masked_scatter(active, logp_rows)
+    entropy = ent_rows.new_zeros((B, T)).masked_scatter(active, ent_rows)
     return logp, entropy
 
 
@@ -176,7 +232,7 @@ def token_logprobs(
         num_prompt_tokens: P, the width of the prompt block; completion token t is at position P + t.
         temperature: τ > 0; the logits are divided by it (the sampling temperature of the rollout).
         chunk_size: token rows per chunk of the vocabulary projection; default: as many as fit in
-            2**23 float32 logits.
+            2**22 float32 logits (16 MiB).
 
     Returns:
         logp [B, T] float32, T = L - P; 0.0 where the completion mask is 0.
@@ -206,7 +262,6 @@ def token_logprobs_and_entropy(
     logp, entropy = _token_logprobs_impl(
         model, input_ids, attention_mask, num_prompt_tokens, temperature, chunk_size, with_entropy=True
     )
-    assert entropy is not None
     return logp, entropy
 
 
@@ -231,6 +286,9 @@ def naive_token_logprobs(
         position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
     ).logits  # (B, L, V)
-    logp_all = torch.log_softmax(logits[:, P - 1 : -1].float() / temperature, dim=-1)  # (B, T, V)
+    scaled = logits[:, P - 1 : -1].float()
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    logp_all = torch.log_softmax(scaled, dim=-1)  # (B, T, V)
     logp = logp_all.gather(-1, input_ids[:, P:].unsqueeze(-1)).squeeze(-1)
     return logp * attention_mask[:, P:].to(logp.dtype)

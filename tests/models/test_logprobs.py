@@ -87,15 +87,27 @@ def test_zero_model_gives_uniform_logprob_and_entropy_by_hand():
     assert (logp[~active] == 0).all() and (ent[~active] == 0).all()
 
 
-def test_entropy_equals_naive_entropy():
-    model = load_policy("tiny-llama").model
+@pytest.mark.parametrize("name", ["tiny-qwen2", "gpt-neox (full-logits path)"])
+def test_entropy_and_its_gradient_equal_naive(name):
+    model = MODELS[name]()
     ids, mask, P = rollout_batch(104)
-    logp, ent = token_logprobs_and_entropy(model, ids, mask, num_prompt_tokens=P, temperature=0.8, chunk_size=4)
+    g = torch.Generator().manual_seed(2)
+    w_logp, w_ent = torch.randn(5, 7, generator=g), torch.randn(5, 7, generator=g)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
     lp_all = torch.log_softmax(logits[:, P - 1 : -1].float() / 0.8, -1)
     naive_ent = -(lp_all.exp() * lp_all).sum(-1) * mask[:, P:]
+    naive_logp = lp_all.gather(-1, ids[:, P:, None]).squeeze(-1) * mask[:, P:]
+    (naive_logp * w_logp + naive_ent * w_ent).sum().backward()
+    ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    logp, ent = token_logprobs_and_entropy(model, ids, mask, num_prompt_tokens=P, temperature=0.8, chunk_size=4)
     assert torch.allclose(ent, naive_ent, atol=1e-5)
+    assert torch.allclose(logp, naive_logp, atol=1e-5)
     assert torch.allclose(logp, token_logprobs(model, ids, mask, num_prompt_tokens=P, temperature=0.8))
+    (logp * w_logp + ent * w_ent).sum().backward()
+    for n, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(p.grad, ref[n], atol=1e-5, rtol=1e-4), (n, (p.grad - ref[n]).abs().max())
 
 
 def test_position_ids_ignore_left_padding():

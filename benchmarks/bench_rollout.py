@@ -1,0 +1,339 @@
+"""Rollout speed against ``model.generate``, and log-prob peak memory against the naive log-softmax.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_rollout.py                       # defaults of the issue
+    .venv/bin/python benchmarks/bench_rollout.py --threads 1 --compile  # also time torch.compile
+    .venv/bin/python benchmarks/bench_rollout.py --write-results benchmarks/RESULTS.md
+
+1. Rollouts. One zoo model (default ``tiny-llama``, seed 0), 8 addition prompts x G = 8 = 64 rows,
+   48 new tokens, temperature 1, top-p 1, EOS stops a row. In one process, interleaved over
+   ``--repeats`` rounds after one warm-up call each, the script times:
+
+   - ``ours (lean decoder)``: :func:`ablate.models.rollout.sample_completions` — prefill plus decode
+     loop, the part :func:`generate_rollouts` reports as ``timing["generate_s"]``;
+   - ``ours, full rollout``: all of :func:`generate_rollouts` (sampling, the ``old_logp`` forward and
+     decoding texts with offsets), which ``generate`` does not do;
+   - ``ours (generic decoder)``: the same loop through ``model.forward`` and a transformers cache;
+   - ``ours (lean, torch.compile)`` with ``--compile``: its first call (compile time) is reported
+     apart;
+   - ``model.generate``: ``do_sample=True, top_k=0, top_p=1.0, temperature=1.0``, the same
+     ``max_new_tokens``, ``eos_token_id`` and ``pad_token_id``, on the same left-padded prompt batch.
+
+   ``tokens/s`` is batch x decode steps / seconds: every row is computed at every step by both (a row
+   that has stopped is padded, not dropped), so this is the rate of token positions decoded;
+   ``generated tokens/s`` counts only tokens up to and including each row's EOS (random draws differ
+   between the implementations, so these counts differ a little). Medians over the repeats.
+
+2. Log-prob memory. A model of the same shape with a 32k vocabulary, a batch in the rollout layout
+   (``--lp-batch`` rows, ``--lp-prompt`` left-padded prompt and ``--lp-completion`` right-padded
+   completion tokens). Each variant runs in a fresh subprocess: after building the model and the
+   inputs, the process's peak resident set (``VmHWM``) is reset through ``/proc/self/clear_refs``, the
+   variant runs once, and the peak minus the resident set just before it is reported — the memory
+   the computation itself added at its peak, model and inputs excluded. Variants: ``token_logprobs``
+   and the naive ``log_softmax(logits.float(), -1).gather(...)`` (full model forward), each under
+   ``no_grad`` (behaviour log-probs) and as forward + backward (training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ablate.models import load_policy  # noqa: E402
+from ablate.models.logprobs import position_ids_from_mask, token_logprobs  # noqa: E402
+from ablate.models.rollout import generate_rollouts, left_pad, sample_completions  # noqa: E402
+from ablate.tasks import TASKS  # noqa: E402
+
+BEGIN = "<!-- BEGIN rollouts-and-logprobs (written by benchmarks/bench_rollout.py) -->"
+END = "<!-- END rollouts-and-logprobs -->"
+
+
+# ---------------------------------------------------------------------------------------------------
+# rollouts
+# ---------------------------------------------------------------------------------------------------
+def _generated_tokens(new: torch.Tensor, stop_ids: list[int]) -> int:
+    """Tokens per row up to and including the first stop id (all of them when none), summed."""
+    is_stop = torch.isin(new, torch.tensor(stop_ids))
+    T = new.shape[1]
+    first = torch.where(is_stop.any(1), is_stop.float().argmax(1) + 1, torch.full((new.shape[0],), T))
+    return int(first.sum())
+
+
+def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    policy = load_policy(args.model, seed=0)
+    model = policy.model.eval()
+    task = TASKS.get("addition")(seed=0)
+    prompts = [p.prompt for p in task.sample("train", args.prompts, seed=0)]
+    G, N = args.group_size, args.max_new_tokens
+    ids, pmask = left_pad([policy.encode_prompt(p) for p in prompts], policy.pad_token_id)
+    ids, pmask = ids.repeat_interleave(G, 0), pmask.repeat_interleave(G, 0)
+    B = ids.shape[0]
+    stop_ids = sorted({policy.eos_token_id, policy.pad_token_id})
+
+    def ours(fast: bool, compile: bool = False, seed: int = 0) -> tuple[float, int, int]:
+        gen = torch.Generator().manual_seed(seed)
+        t0 = time.perf_counter()
+        out, mask, steps = sample_completions(
+            model, ids, pmask, max_new_tokens=N, stop_ids=stop_ids, pad_id=policy.pad_token_id,
+            generator=gen, fast=fast, compile=compile,
+        )
+        return time.perf_counter() - t0, steps, int(mask.sum())
+
+    def full(seed: int = 0) -> tuple[float, int, int]:
+        gen = torch.Generator().manual_seed(seed)
+        t0 = time.perf_counter()
+        r = generate_rollouts(policy, prompts, group_size=G, max_new_tokens=N, generator=gen)
+        return time.perf_counter() - t0, int(r.timing["steps"]), int(r.timing["tokens"])
+
+    def hf(seed: int = 0) -> tuple[float, int, int]:
+        torch.manual_seed(seed)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids, attention_mask=pmask, do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
+                max_new_tokens=N, eos_token_id=policy.eos_token_id, pad_token_id=policy.pad_token_id,
+            )
+        seconds = time.perf_counter() - t0
+        new = out[:, ids.shape[1]:]
+        return seconds, new.shape[1], _generated_tokens(new, stop_ids)
+
+    variants = {
+        "ours (lean KV-cache decoder), sampling": lambda s: ours(True, seed=s),
+        "ours, full rollout (+ old_logp forward + texts)": full,
+        "ours (generic decoder: model.forward + HF cache)": lambda s: ours(False, seed=s),
+        "transformers model.generate": hf,
+    }
+    extra: dict = {}
+    if args.compile:
+        t0 = time.perf_counter()
+        ours(True, compile=True)
+        extra["compile_first_call_s"] = time.perf_counter() - t0
+        variants["ours (lean decoder, torch.compile), sampling"] = lambda s: ours(True, compile=True, seed=s)
+    for fn in variants.values():  # warm-up: first-call costs (lazy imports, kernel selection)
+        fn(0)
+    runs: dict[str, list[tuple[float, int, int]]] = {k: [] for k in variants}
+    for r in range(args.repeats):
+        for name, fn in variants.items():
+            runs[name].append(fn(r + 1))
+    rows = []
+    for name, rs in runs.items():
+        rows.append({
+            "variant": name,
+            "seconds": statistics.median(s for s, _, _ in rs),
+            "ms_per_step": statistics.median(1000 * s / st for s, st, _ in rs),
+            "tokens_per_s": statistics.median(B * st / s for s, st, _ in rs),
+            "generated_tokens_per_s": statistics.median(g / s for s, _, g in rs),
+            "steps": statistics.median(st for _, st, _ in rs),
+        })
+    base = next(r for r in rows if r["variant"] == "transformers model.generate")
+    for r in rows:
+        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+    extra.update({"batch": B, "prompts": len(prompts), "group_size": G, "max_new_tokens": N,
+                  "prompt_tokens": ids.shape[1], "model": args.model,
+                  "params": sum(p.numel() for p in model.parameters())})
+    return rows, extra
+
+
+# ---------------------------------------------------------------------------------------------------
+# log-prob memory (one subprocess per variant)
+# ---------------------------------------------------------------------------------------------------
+def _rss_kb(field: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def memory_child(args: argparse.Namespace) -> None:
+    """Runs in a subprocess: one variant, prints a JSON line with its peak memory and time."""
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    config = load_policy(args.model).model.config
+    config.vocab_size = args.vocab
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model.train()  # no dropout in the zoo configs; the trainer's mode
+    B, P, T = args.lp_batch, args.lp_prompt, args.lp_completion
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, args.vocab, (B, P + T), generator=g)
+    mask = torch.ones(B, P + T, dtype=torch.long)
+    for b in range(B):  # a little of both paddings: prompts left-padded, completions right-padded
+        mask[b, : b % 4] = 0
+        mask[b, P + T - 8 * (b % 3):] = 0
+    variant, mode = args.memory_child
+    grad = mode == "grad"
+
+    def run() -> None:
+        with torch.set_grad_enabled(grad):
+            if variant == "ours":
+                logp = token_logprobs(model, ids, mask, num_prompt_tokens=P)
+            else:
+                logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask),
+                               use_cache=False).logits
+                logp = torch.log_softmax(logits[:, P - 1 : -1].float(), -1).gather(
+                    -1, ids[:, P:].unsqueeze(-1)).squeeze(-1)
+            if grad:
+                (logp * mask[:, P:]).sum().backward()
+
+    gc.collect()
+    before = _rss_kb("VmRSS")
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")  # reset VmHWM (the peak resident set) to the current resident set
+        method = "VmHWM after reset"
+    except OSError:
+        method = "VmHWM (not resettable: includes setup)"
+    t0 = time.perf_counter()
+    run()
+    seconds = time.perf_counter() - t0
+    peak = _rss_kb("VmHWM")
+    print(json.dumps({"variant": variant, "mode": mode, "peak_delta_mb": (peak - before) / 1024,
+                      "seconds": seconds, "method": method}))
+
+
+def bench_memory(args: argparse.Namespace) -> list[dict]:
+    rows = []
+    for mode in ("no_grad", "grad"):
+        for variant in ("ours", "naive"):
+            cmd = [sys.executable, __file__, "--memory-child", variant, mode, "--model", args.model,
+                   "--vocab", str(args.vocab), "--lp-batch", str(args.lp_batch), "--lp-prompt", str(args.lp_prompt),
+                   "--lp-completion", str(args.lp_completion)]
+            if args.threads:
+                cmd += ["--threads", str(args.threads)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------------------------------
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    import transformers
+
+    return (f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+            f"transformers {transformers.__version__}, Python {platform.python_version()}")
+
+
+def markdown(args: argparse.Namespace, rollout_rows: list[dict], extra: dict, memory_rows: list[dict]) -> str:
+    lines = [
+        "## Rollouts and log-probs",
+        "",
+        f"Measured {datetime.date.today().isoformat()} on {machine()}, by "
+        f"`python benchmarks/bench_rollout.py {' '.join(sys.argv[1:])}`.",
+        "",
+    ]
+    if rollout_rows:
+        lines += [
+            f"### Rollout throughput: `{extra['model']}` ({extra['params']:,} parameters), batch {extra['batch']} "
+            f"({extra['prompts']} prompts x G={extra['group_size']}), {extra['prompt_tokens']} prompt tokens "
+            f"(left-padded), {extra['max_new_tokens']} new tokens, temperature 1, top-p 1, EOS stops a row",
+            "",
+            f"Medians of {args.repeats} interleaved runs after one warm-up each. tokens/s = batch x decode steps / s; "
+            "generated = tokens up to each row's EOS.",
+            "",
+            "| variant | ms / step | tokens/s | generated tokens/s | vs generate |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for r in rollout_rows:
+            lines.append(f"| {r['variant']} | {r['ms_per_step']:.2f} | {r['tokens_per_s']:,.0f} | "
+                         f"{r['generated_tokens_per_s']:,.0f} | {r['speedup']:.2f}x |")
+        if "compile_first_call_s" in extra:
+            lines += ["", f"torch.compile: the first call (compilation included) took "
+                          f"{extra['compile_first_call_s']:.1f} s."]
+        lines.append("")
+    if memory_rows:
+        lines += [
+            f"### Log-prob peak memory: vocabulary {args.vocab:,}, batch {args.lp_batch}, {args.lp_prompt} prompt + "
+            f"{args.lp_completion} completion tokens",
+            "",
+            "Peak resident memory added by the computation (fresh subprocess per row; "
+            f"{memory_rows[0]['method']}). For scale: one float32 [B, T, V] tensor is "
+            f"{args.lp_batch * args.lp_completion * args.vocab * 4 / 2**20:,.0f} MiB.",
+            "",
+            "| computation | mode | peak MiB | seconds | ours / naive |",
+            "|---|---|---:|---:|---:|",
+        ]
+        by = {(r["variant"], r["mode"]): r for r in memory_rows}
+        names = {"ours": "`token_logprobs` (chunked)", "naive": "naive `log_softmax(logits.float()).gather`"}
+        for mode in ("no_grad", "grad"):
+            label = "no_grad (behaviour log-probs)" if mode == "no_grad" else "forward + backward"
+            for variant in ("ours", "naive"):
+                r = by[(variant, mode)]
+                ratio = r["peak_delta_mb"] / by[("naive", mode)]["peak_delta_mb"]
+                lines.append(f"| {names[variant]} | {label} | {r['peak_delta_mb']:,.0f} | {r['seconds']:.2f} | "
+                             f"{ratio:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_section(path: Path, body: str) -> None:
+    """Replace (or append) the delimited section of this benchmark in ``path``; the rest is kept."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    block = f"{BEGIN}\n{body.rstrip()}\n{END}"
+    if BEGIN in text and END in text:
+        start, stop = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:start] + block + text[stop:]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="tiny-llama")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--compile", action="store_true", help="also time the lean decoder under torch.compile")
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--lp-batch", type=int, default=16)
+    ap.add_argument("--lp-prompt", type=int, default=32)
+    ap.add_argument("--lp-completion", type=int, default=224)
+    ap.add_argument("--skip-rollouts", action="store_true")
+    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--write-results", type=Path, default=None, help="update this file's rollouts section")
+    ap.add_argument("--memory-child", nargs=2, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.memory_child:
+        memory_child(args)
+        return 0
+    rollout_rows, extra = bench_rollouts(args) if not args.skip_rollouts else ([], {})
+    memory_rows = bench_memory(args) if not args.skip_memory else []
+    report = markdown(args, rollout_rows, extra, memory_rows)
+    print(report)
+    if args.write_results:
+        write_section(args.write_results, report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
