@@ -16,12 +16,6 @@ from ablate.rewards import REWARDS
 from ablate.train import METRICS, NonFiniteError, Trainer, metrics_glossary_markdown, run_trial
 
 
-@pytest.fixture(scope="session")
-def ws_cache(tmp_path_factory):
-    """A shared cache for the warm start of micro-llama on 1-digit addition (built once)."""
-    return str(tmp_path_factory.mktemp("warmstart-cache"))
-
-
 def tiny(ws_cache: str, *overrides: str) -> TrialConfig:
     base = [
         "model.name=micro-llama",

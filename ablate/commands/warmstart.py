@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=d.batch_size, help=f"SFT batch size (default {d.batch_size})")
     parser.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate (default {d.lr})")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="generation limit of the evaluations")
+    parser.add_argument("--eval-problems", type=int, default=d.eval_problems, help=f"eval problems per evaluation (default {d.eval_problems})")
     parser.add_argument("--cache-dir", default=None, help="cache root (default $ABLATE_CACHE or ~/.cache/ablate)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
         task=args.task, model=args.model, difficulty=args.difficulty, seed=args.seed,
         target_min=args.target_min, target_max=args.target_max, max_steps=args.max_steps,
         batch_size=args.batch_size, lr=args.lr, max_new_tokens=args.max_new_tokens,
+        eval_problems=args.eval_problems,
     )
     _, report = warm_start(spec, cache_dir=args.cache_dir, progress=not args.json)
     if args.json:

@@ -1,0 +1,93 @@
+"""The SFT warm start: reaches its band, is cached, and concurrent builders build it once."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from pathlib import Path
+
+import pytest
+
+from ablate.cli import main
+from ablate.errors import ConfigError
+from ablate.warmstart import WarmStartSpec, warm_start
+
+#: The same spec as the trainer tests' warm start (tests/test_train.py), so the session builds it once.
+SPEC = dict(model="micro-llama", difficulty=1, target_min=0.15, target_max=0.6, batch_size=32, lr=3e-3,
+            max_new_tokens=16)
+
+
+@pytest.fixture(scope="module")
+def built(ws_cache):
+    """The session's warm start (built here or by an earlier test): (cache dir, policy, report)."""
+    policy, report = warm_start(WarmStartSpec(**SPEC), cache_dir=ws_cache)
+    return ws_cache, policy, report
+
+
+def test_reaches_band_and_reuses_cache(built):
+    tmp_path, policy, report = built
+    spec = WarmStartSpec(**SPEC)
+    assert report.reached_target and spec.target_min <= report.eval_accuracy <= spec.target_max
+    assert report.steps < spec.max_steps and report.steps % spec.eval_every == 0
+    assert report.format_rate > 0.5
+    entry = Path(tmp_path) / "warmstart" / spec.key()
+    assert (entry / "report.json").exists() and (entry / "policy").is_dir()
+    assert not list((Path(tmp_path) / "warmstart").glob(".*tmp*")), "no temporary folder may remain"
+
+    again, cached = warm_start(spec, cache_dir=tmp_path)
+    assert cached.cached and cached.eval_accuracy == report.eval_accuracy
+    for a, b in zip(policy.model.parameters(), again.model.parameters()):
+        assert (a == b).all()
+
+
+def test_key_depends_on_every_setting():
+    base = WarmStartSpec(**SPEC)
+    assert base.key() == WarmStartSpec(**SPEC).key()
+    for change in ({"seed": 1}, {"lr": 1e-3}, {"difficulty": 2}, {"model": "tiny-llama"},
+                   {"task_options": {"max_operand": 5}}):
+        assert WarmStartSpec(**{**SPEC, **change}).key() != base.key(), change
+
+
+def test_bad_spec_is_one_clear_error():
+    with pytest.raises(ConfigError, match="target_min < target_max"):
+        WarmStartSpec(target_min=0.7, target_max=0.6)
+    with pytest.raises(ConfigError, match="batch_size must be >= 1"):
+        WarmStartSpec(batch_size=0)
+
+
+def _build(cache_dir: str, queue) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    _, report = warm_start(WarmStartSpec(**{**SPEC, "seed": 7}), cache_dir=cache_dir)
+    queue.put((report.cached, report.eval_accuracy))
+
+
+def test_concurrent_processes_build_once(tmp_path):
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_build, args=(str(tmp_path), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+        assert p.exitcode == 0
+    results = [queue.get(timeout=5) for _ in procs]
+    assert sorted(c for c, _ in results) == [False, True], "exactly one process builds, the other reuses"
+    assert results[0][1] == results[1][1]
+
+
+def test_cli_warmstart_json(built, capsys):
+    cache, _, report = built
+    args = ["warmstart", "--json", "--model", "micro-llama", "--difficulty", "1", "--target-min", "0.15",
+            "--target-max", "0.6", "--lr", "3e-3", "--max-new-tokens", "16",
+            "--cache-dir", str(cache)]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["cached"] and out["key"] == report.key and out["eval_accuracy"] == report.eval_accuracy
+    assert {"step_accuracy", "format_rate", "steps", "path"} <= out.keys()
+
+
+def test_cli_warmstart_unknown_model(capsys):
+    assert main(["warmstart", "--model", "tiny-lama"]) == 2
+    assert "did you mean 'tiny-llama'" in capsys.readouterr().err
