@@ -61,7 +61,15 @@ def save_policy(policy: Policy, path: str | os.PathLike[str]) -> Path:
     """
     out = Path(path).expanduser()
     out.mkdir(parents=True, exist_ok=True)
-    policy.model.save_pretrained(out, safe_serialization=True)
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a one-shard tiny model needs no "Writing model shards" bar
+    try:
+        policy.model.save_pretrained(out, safe_serialization=True)
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
     policy.tokenizer.save_pretrained(out)
     meta = {"name": policy.name, "use_chat_template": bool(policy.use_chat_template)}
     (out / POLICY_FILE).write_text(json.dumps(meta, indent=2) + "\n")
