@@ -1,0 +1,444 @@
+"""MLflow tracking of studies: one experiment per study, one parent run per study and budget, one
+child run per trial, metrics logged in batches, artifacts a report can read in one go.
+
+This is the only module that imports mlflow. Layout in MLflow::
+
+    experiment <study name>                       tags: ablate.study
+      run "<study> (<budget>)"                      the parent: one per study and budget, found
+                                                    again by its tags on every run of the study
+        tags    ablate.role=study, ablate.study, ablate.budget, ablate.storage, git commit, versions
+        params  design, budget, seeds, arms, trials, objective.*
+        files   study.yaml (the study file), design.json (arms, levels, trial keys)
+        run "<arm> seed=<s>"                        a child (tag mlflow.parentRunId): one per trial,
+                                                    reused when the trial is retried or resumed
+          tags    ablate.role=trial, ablate.trial_key, ablate.arm, ablate.seed, ablate.budget,
+                  ablate.study, ablate.worker, ablate.objective, ablate.error (failed), git commit,
+                  versions (ablate, torch, transformers, python)
+          params  the flattened resolved TrialConfig (``loss.clip_high`` ...) and ``level.<factor>``
+          metrics every metric the trainer logs (docs/metrics.md), by step
+          files   config.yaml, history.csv (every logged step x metric: one file, so that reports
+                  need not fetch metric by metric), samples.json (sample completions with their
+                  per-component rewards), result.json (final metrics, objective, warm start),
+                  error.txt (failed trials)
+
+The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
+the working directory (MLflow's own default); ``mlflow ui`` (or ``mlflow ui --backend-store-uri
+sqlite:///mlflow.db``) shows it all. An ``http://`` URI logs to an ``mlflow server``.
+
+Metrics are buffered by :class:`TrialLogger` and sent with ``MlflowClient.log_batch`` every
+``flush_every`` steps and at the end, never one request per metric. MLflow metric names allow only
+letters, digits and ``_ - . / : space``; other characters are replaced (``eval/pass@8`` is logged as
+``eval/pass_at_8``, see :func:`metric_name`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.metadata
+import json
+import logging
+import math
+import os
+import platform
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunStatus, RunTag, ViewType
+from mlflow.exceptions import MlflowException
+from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
+
+from ablate.errors import AblateError
+
+#: MLflow's default when nothing else is given: a SQLite file in the working directory.
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+ENV_TRACKING_URI = "MLFLOW_TRACKING_URI"
+
+TAG_ROLE = "ablate.role"
+TAG_STUDY = "ablate.study"
+TAG_BUDGET = "ablate.budget"
+TAG_KEY = "ablate.trial_key"
+TAG_ARM = "ablate.arm"
+TAG_SEED = "ablate.seed"
+TAG_WORKER = "ablate.worker"
+TAG_ERROR = "ablate.error"
+TAG_OBJECTIVE = "ablate.objective"
+TAG_LOGGED_STEP = "ablate.logged_step"
+TAG_STORAGE = "ablate.storage"
+LEVEL_PARAM_PREFIX = "level."
+
+#: Limits of MLflow's API (from mlflow.utils.validation when it has them).
+try:
+    from mlflow.utils import validation as _validation
+
+    MAX_PARAM_VALUE = int(getattr(_validation, "MAX_PARAM_VAL_LENGTH", 500))
+    MAX_TAG_VALUE = int(getattr(_validation, "MAX_TAG_VAL_LENGTH", 5000))
+    MAX_METRICS_PER_BATCH = int(getattr(_validation, "MAX_METRICS_PER_BATCH", 1000))
+    MAX_PARAMS_TAGS_PER_BATCH = int(getattr(_validation, "MAX_PARAMS_TAGS_PER_BATCH", 100))
+except ImportError:  # pragma: no cover
+    MAX_PARAM_VALUE, MAX_TAG_VALUE, MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH = 500, 5000, 1000, 100
+
+TRUNCATED = "...[truncated]"
+
+for _name in ("mlflow", "alembic", "alembic.runtime.migration"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+class TrackingError(AblateError):
+    """The MLflow tracking store cannot be used as asked."""
+
+
+# ------------------------------------------------------------------------------------ pure helpers
+
+
+def resolve_tracking_uri(uri: str | None = None) -> str:
+    """``uri``, else ``$MLFLOW_TRACKING_URI``, else :data:`DEFAULT_TRACKING_URI`; a relative SQLite path
+    is made absolute (so that every worker process and the printed location agree)."""
+    uri = uri or os.environ.get(ENV_TRACKING_URI) or DEFAULT_TRACKING_URI
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        uri = "sqlite:///" + str(Path(uri[len("sqlite:///"):]).resolve())
+    return uri
+
+
+def tracking_location(uri: str) -> str:
+    """Where the results are, for people: the SQLite file, or the URI, with how to browse it."""
+    if uri.startswith("sqlite:///"):
+        return f"{uri} (browse: mlflow ui --backend-store-uri {uri})"
+    if uri.startswith(("http://", "https://")):
+        return f"{uri} (the MLflow server's UI)"
+    return uri
+
+
+def metric_name(name: str) -> str:
+    """``name`` as a valid MLflow metric name: ``@`` becomes ``_at_`` and any other character outside
+    letters, digits and ``_ - . / : space`` becomes ``_`` (``eval/pass@8`` -> ``eval/pass_at_8``)."""
+    return re.sub(r"[^/\w.\- :]", "_", name.replace("@", "_at_"))
+
+
+def truncate(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in :data:`TRUNCATED` when cut."""
+    return text if len(text) <= limit else text[: limit - len(TRUNCATED)] + TRUNCATED
+
+
+def param_value(value: Any) -> str:
+    """A config value as an MLflow param: strings as they are, everything else as JSON
+    (``true``, ``null``, ``0.0001``, ``["final_answer"]``), cut to MLflow's length limit."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return truncate(text, MAX_PARAM_VALUE)
+
+
+def trial_params(flat_config: Mapping[str, Any], levels: Mapping[str, str]) -> dict[str, str]:
+    """The params of a trial's run: the flattened resolved config and ``level.<factor>`` -> level."""
+    out = {k: param_value(v) for k, v in flat_config.items()}
+    out.update({LEVEL_PARAM_PREFIX + f: truncate(str(lv), MAX_PARAM_VALUE) for f, lv in levels.items()})
+    return out
+
+
+def history_csv(history: Sequence[tuple[int, Mapping[str, float]]]) -> str:
+    """A metric history as CSV: a ``step`` column then one column per metric (MLflow names, sorted);
+    one row per logged step; an empty cell where a step did not log that metric, ``nan`` for NaN."""
+    names = sorted({metric_name(k) for _, m in history for k in m})
+    lines = [",".join(["step", *names])]
+    for step, metrics in history:
+        row = {metric_name(k): v for k, v in metrics.items()}
+        cells = [str(int(step))]
+        for n in names:
+            v = row.get(n)
+            cells.append("" if v is None else ("nan" if math.isnan(float(v)) else repr(float(v))))
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> dict[str, str]:
+    """Tags describing the code that runs: git commit (if ablate runs from a git checkout) and the
+    versions of ablate, torch, transformers, optuna, mlflow and Python."""
+    tags: dict[str, str] = {}
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+        if commit.returncode == 0 and commit.stdout.strip():
+            tags[MLFLOW_GIT_COMMIT] = commit.stdout.strip()
+            tags["ablate.git_commit"] = commit.stdout.strip()
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                   capture_output=True, text=True, timeout=10)
+            tags["ablate.git_dirty"] = "true" if dirty.stdout.strip() else "false"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    for package in ("ablate", "torch", "transformers", "optuna", "mlflow"):
+        try:
+            tags[f"ablate.version.{package}"] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            if package == "ablate":
+                from ablate import __version__
+
+                tags["ablate.version.ablate"] = __version__
+    tags["ablate.version.python"] = platform.python_version()
+    return tags
+
+
+# -------------------------------------------------------------------------------------- the logger
+
+
+class TrialLogger:
+    """The trainer's ``log(metrics, step)``: buffers metrics and sends them with ``log_batch``.
+
+    A flush happens every ``flush_every`` logged steps, after ``flush_seconds`` without one, and on
+    :meth:`close`. Each flush also sets the run's tag ``ablate.logged_step`` (in the same request), so
+    that a resumed trial skips the steps already logged (``skip_through``) and no step is logged twice.
+
+    Attributes:
+        requests: ``log_batch`` requests sent so far.
+        last_step: the last step given (logged or skipped).
+    """
+
+    def __init__(self, client: MlflowClient, run_id: str, *, skip_through: int = -1, flush_every: int = 10,
+                 flush_seconds: float = 30.0) -> None:
+        self.client = client
+        self.run_id = run_id
+        self.skip_through = skip_through
+        self.flush_every = max(1, int(flush_every))
+        self.flush_seconds = flush_seconds
+        self.requests = 0
+        self.last_step: int | None = None
+        self._buffer: list[Metric] = []
+        self._buffered_steps = 0
+        self._buffered_through: int | None = None
+        self._last_flush = time.monotonic()
+
+    def __call__(self, metrics: Mapping[str, float], step: int) -> None:
+        """Buffer ``metrics`` at ``step`` (skipped when ``step <= skip_through``); flush when due."""
+        self.last_step = step
+        if step <= self.skip_through:
+            return
+        ts = int(time.time() * 1000)
+        self._buffer.extend(Metric(metric_name(k), float(v), ts, int(step)) for k, v in metrics.items())
+        self._buffered_steps += 1
+        self._buffered_through = step
+        if self._buffered_steps >= self.flush_every or time.monotonic() - self._last_flush >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send every buffered metric (in requests of at most MLflow's batch size)."""
+        if not self._buffer:
+            return
+        chunk = MAX_METRICS_PER_BATCH - 1  # one entity of the last request is the logged_step tag
+        for i in range(0, len(self._buffer), chunk):
+            part = self._buffer[i : i + chunk]
+            last = i + chunk >= len(self._buffer)
+            tags = [RunTag(TAG_LOGGED_STEP, str(self._buffered_through))] if last else []
+            self.client.log_batch(self.run_id, metrics=part, tags=tags)
+            self.requests += 1
+        self._buffer = []
+        self._buffered_steps = 0
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        """Flush what is left."""
+        self.flush()
+
+
+# ------------------------------------------------------------------------------------- the tracker
+
+
+class Tracker:
+    """MLflow runs of a study: the experiment, the parent run, the trials' child runs."""
+
+    def __init__(self, uri: str | None = None) -> None:
+        """Connect to the tracking store ``uri`` (see :func:`resolve_tracking_uri`)."""
+        self.uri = resolve_tracking_uri(uri)
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars in ablate's output
+        self.client = MlflowClient(tracking_uri=self.uri)
+
+    @property
+    def location(self) -> str:
+        return tracking_location(self.uri)
+
+    # -- experiment and parent ---------------------------------------------------------------------
+
+    def experiment_id(self, study_name: str, *, create: bool = True) -> str | None:
+        """The id of the experiment named ``study_name`` (created when missing and ``create``)."""
+        exp = self.client.get_experiment_by_name(study_name)
+        if exp is None and create:
+            try:
+                return self.client.create_experiment(study_name, tags={TAG_STUDY: study_name})
+            except MlflowException:  # created by another worker meanwhile
+                exp = self.client.get_experiment_by_name(study_name)
+        if exp is None:
+            return None
+        if exp.lifecycle_stage != "active":
+            raise TrackingError(
+                f"the MLflow experiment {study_name!r} (id {exp.experiment_id}) in {self.uri} is deleted; restore it "
+                f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or remove it for good (mlflow gc)"
+            )
+        return exp.experiment_id
+
+    def find_parent(self, study_name: str, budget: str) -> str | None:
+        """The parent run of ``study_name`` at ``budget``, or None."""
+        exp = self.experiment_id(study_name, create=False)
+        if exp is None:
+            return None
+        runs = self.client.search_runs(
+            [exp],
+            filter_string=f"tags.`{TAG_ROLE}` = 'study' and tags.`{TAG_BUDGET}` = '{budget}'",
+            run_view_type=ViewType.ACTIVE_ONLY,
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
+        )
+        return runs[0].info.run_id if runs else None
+
+    def parent_run(self, study: Any, budget: str, *, storage: str = "", design: Mapping[str, Any] | None = None
+                   ) -> str:
+        """The parent run of a study at a budget: found again by its tags, else created.
+
+        Call it under the study store's lock so that concurrent processes create one parent.
+
+        Args:
+            study: the loaded Study.
+            storage: the study store's description (a tag).
+            design: logged as ``design.json`` when the run is created.
+        """
+        exp = self.experiment_id(study.name)
+        found = self.find_parent(study.name, budget)
+        if found is not None:
+            self.client.update_run(found, status="RUNNING")
+            return found
+        tags = {
+            TAG_ROLE: "study", TAG_STUDY: study.name, TAG_BUDGET: budget, TAG_STORAGE: storage,
+            MLFLOW_RUN_NAME: f"{study.name} ({budget})", "ablate.study_file": str(Path(study.path).resolve()),
+            **code_version(),
+        }
+        if study.description:
+            tags["mlflow.note.content"] = study.description
+        run = self.client.create_run(exp, tags=tags, run_name=f"{study.name} ({budget})")
+        run_id = run.info.run_id
+        obj = study.objective
+        params = {
+            "design": study.design_name, "budget": budget, "seeds": json.dumps(list(study.seeds)),
+            "arms": str(len(study.arms)), "trials": str(study.n_trials), "factors": ",".join(f.name for f in study.factors),
+            "objective.metric": obj.metric, "objective.mode": obj.mode, "objective.summary": obj.summary,
+            "objective.last_n": str(obj.last_n),
+        }
+        self._log_params(run_id, {k: truncate(v, MAX_PARAM_VALUE) for k, v in params.items()})
+        files = {"design.json": json.dumps(design or {}, indent=1, sort_keys=True)}
+        with contextlib.suppress(OSError):
+            files["study.yaml"] = Path(study.path).read_text(encoding="utf-8")
+        self._log_files(run_id, files)
+        return run_id
+
+    def finish_parent(self, run_id: str, *, failed: bool) -> None:
+        """Mark the parent run FINISHED (every trial done) or FAILED (some trial failed)."""
+        self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+
+    # -- trials ------------------------------------------------------------------------------------
+
+    def find_trial_run(self, parent_id: str, key: str) -> Any | None:
+        """The child run of trial ``key`` under ``parent_id`` (an mlflow Run), or None."""
+        parent = self.client.get_run(parent_id)
+        runs = self.client.search_runs(
+            [parent.info.experiment_id],
+            filter_string=f"tags.`{MLFLOW_PARENT_RUN_ID}` = '{parent_id}' and tags.`{TAG_KEY}` = '{key}'",
+            run_view_type=ViewType.ACTIVE_ONLY,
+            order_by=["attributes.start_time ASC"],
+            max_results=1,
+        )
+        return runs[0] if runs else None
+
+    def start_trial(self, parent_id: str, *, study: str, key: str, arm: str, seed: int, budget: str,
+                    levels: Mapping[str, str], flat_config: Mapping[str, Any], worker: str = "",
+                    flush_every: int = 10) -> TrialLogger:
+        """Open the child run of a trial (found again when it exists, else created with its params and
+        tags) and return its :class:`TrialLogger` (skipping the steps that run already logged)."""
+        existing = self.find_trial_run(parent_id, key)
+        tags = {TAG_WORKER: worker}
+        if existing is None:
+            exp = self.client.get_run(parent_id).info.experiment_id
+            name = f"{arm} seed={seed}"
+            tags.update({
+                TAG_ROLE: "trial", MLFLOW_PARENT_RUN_ID: parent_id, MLFLOW_RUN_NAME: name, TAG_STUDY: study,
+                TAG_KEY: key, TAG_ARM: arm, TAG_SEED: str(seed), TAG_BUDGET: budget, **code_version(),
+            })
+            run = self.client.create_run(exp, tags={k: truncate(v, MAX_TAG_VALUE) for k, v in tags.items()},
+                                         run_name=name)
+            run_id, skip, has_params = run.info.run_id, -1, False
+        else:
+            run_id = existing.info.run_id
+            skip = int(existing.data.tags.get(TAG_LOGGED_STEP, -1))
+            has_params = bool(existing.data.params)
+            self.client.update_run(run_id, status="RUNNING")
+            self.client.set_tag(run_id, TAG_WORKER, worker)
+            with contextlib.suppress(MlflowException):
+                self.client.delete_tag(run_id, TAG_ERROR)
+        if not has_params:
+            self._log_params(run_id, trial_params(flat_config, levels))
+        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every)
+
+    def finish_trial(self, run_id: str, *, config_yaml: str, history: Sequence[tuple[int, Mapping[str, float]]],
+                     samples: Sequence[Mapping[str, Any]], result: Mapping[str, Any], objective: float | None) -> None:
+        """Upload a finished trial's files and mark its run FINISHED."""
+        files = {
+            "config.yaml": config_yaml,
+            "history.csv": history_csv(history),
+            "samples.json": json.dumps(finite_json(list(samples)), indent=1, default=str),
+            "result.json": json.dumps(finite_json(dict(result)), indent=1, sort_keys=True, default=str),
+        }
+        self._log_files(run_id, files)
+        self.client.set_tag(run_id, TAG_OBJECTIVE, "null" if objective is None else repr(float(objective)))
+        self.client.set_terminated(run_id, status="FINISHED")
+
+    def fail_trial(self, run_id: str, error: str, *, status: str = "FAILED") -> None:
+        """Record a trial's error (tag ``ablate.error``: the end of it; ``error.txt``: all of it) and
+        mark its run ``status`` (FAILED, or KILLED when interrupted)."""
+        self._log_files(run_id, {"error.txt": error})
+        tail = error if len(error) <= MAX_TAG_VALUE else "..." + error[-(MAX_TAG_VALUE - 3):]
+        self.client.set_tag(run_id, TAG_ERROR, tail)
+        self.client.set_terminated(run_id, status=status)
+
+    def run_status(self, run_id: str) -> str:
+        """The run's status name (RUNNING, FINISHED, FAILED, KILLED)."""
+        status = self.client.get_run(run_id).info.status
+        return status if isinstance(status, str) else RunStatus.to_string(status)
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _log_params(self, run_id: str, params: Mapping[str, str]) -> None:
+        items = [Param(k, v) for k, v in params.items()]
+        for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
+            self.client.log_batch(run_id, params=items[i : i + MAX_PARAMS_TAGS_PER_BATCH])
+
+    def _log_files(self, run_id: str, files: Mapping[str, str]) -> None:
+        with tempfile.TemporaryDirectory(prefix="ablate-artifacts-") as tmp:
+            for name, text in files.items():
+                Path(tmp, name).write_text(text, encoding="utf-8")
+            self.client.log_artifacts(run_id, tmp)
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by None (strict JSON has neither)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value
+
+
+__all__ = [
+    "DEFAULT_TRACKING_URI",
+    "Tracker",
+    "TrackingError",
+    "TrialLogger",
+    "history_csv",
+    "metric_name",
+    "param_value",
+    "resolve_tracking_uri",
+    "trial_params",
+]

@@ -1,0 +1,220 @@
+"""MLflow tracking on a real SQLite tracking store: run hierarchy, params, tags, batched metrics,
+artifacts, failures, resumption."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import servers
+from mlflow import MlflowClient
+
+from ablate.config import TrialConfig
+from ablate.study import load_study
+from ablate.tracking import (
+    DEFAULT_TRACKING_URI,
+    MAX_PARAM_VALUE,
+    MAX_TAG_VALUE,
+    TAG_LOGGED_STEP,
+    TRUNCATED,
+    Tracker,
+    TrackingError,
+    code_version,
+    history_csv,
+    metric_name,
+    param_value,
+    resolve_tracking_uri,
+    trial_params,
+)
+
+STUDY = """\
+name: trk
+description: Tracking test study.
+factors:
+  loss_norm:
+    levels:
+      sequence: {loss.aggregation: seq-mean-token-mean}
+      token: {loss.aggregation: token-mean}
+seeds: 2
+objective: {metric: eval/accuracy, mode: max}
+"""
+
+
+@pytest.fixture
+def tracker(tmp_path):
+    return Tracker(servers.fresh_mlflow_db(tmp_path))
+
+
+@pytest.fixture
+def study(tmp_path):
+    path = tmp_path / "trk.yaml"
+    path.write_text(STUDY)
+    return load_study(path)
+
+
+def start(tracker: Tracker, parent: str, spec, **kw):
+    return tracker.start_trial(parent, study=spec.study, key=spec.key, arm=spec.arm, seed=spec.seed,
+                               budget=spec.budget, levels=spec.levels, flat_config=spec.config.to_flat_dict(),
+                               worker="host:1", **kw)
+
+
+# ------------------------------------------------------------------------------------ pure helpers
+
+
+def test_metric_names_params_and_truncation():
+    assert metric_name("eval/pass@8") == "eval/pass_at_8"
+    assert metric_name("reward/final_answer") == "reward/final_answer"
+    assert metric_name("a b:c-d.e/f") == "a b:c-d.e/f"
+    assert metric_name("x(y)") == "x_y_"
+    assert param_value("token-mean") == "token-mean"
+    assert param_value(None) == "null" and param_value(True) == "true" and param_value(1e-4) == "0.0001"
+    assert param_value(["final_answer", "prm"]) == '["final_answer", "prm"]'
+    assert param_value({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
+    long = param_value("x" * (MAX_PARAM_VALUE + 10))
+    assert len(long) == MAX_PARAM_VALUE and long.endswith(TRUNCATED)
+    assert trial_params({"loss.clip_high": 0.28}, {"clip": "0.28"}) == {"loss.clip_high": "0.28", "level.clip": "0.28"}
+
+
+def test_history_csv_is_one_row_per_step_one_column_per_metric():
+    text = history_csv([(0, {"eval/accuracy": 0.25, "eval/pass@4": 0.5}), (1, {"loss/total": float("nan")}),
+                        (2, {"eval/accuracy": 0.5, "loss/total": -1.5})])
+    assert text == ("step,eval/accuracy,eval/pass_at_4,loss/total\n"
+                    "0,0.25,0.5,\n"
+                    "1,,,nan\n"
+                    "2,0.5,,-1.5\n")
+
+
+def test_tracking_uri_resolution(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert DEFAULT_TRACKING_URI == "sqlite:///mlflow.db"
+    assert resolve_tracking_uri() == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert resolve_tracking_uri() == "http://127.0.0.1:5000"
+    assert resolve_tracking_uri("sqlite:////abs/x.db") == "sqlite:////abs/x.db"
+
+
+def test_code_version_names_the_commit_and_packages():
+    tags = code_version()
+    import torch
+    import transformers
+
+    assert tags["ablate.version.torch"] == torch.__version__
+    assert tags["ablate.version.transformers"] == transformers.__version__
+    assert tags["ablate.version.ablate"]
+    if (Path(__file__).resolve().parent.parent / ".git").exists():
+        assert len(tags["mlflow.source.git.commit"]) == 40 and tags["ablate.git_dirty"] in ("true", "false")
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+
+def test_one_experiment_one_parent_found_again(tracker, study):
+    parent = tracker.parent_run(study, "default", storage="/x/store.journal", design={"hash": "h"})
+    assert tracker.parent_run(study, "default") == parent  # found again by its tags
+    other = tracker.parent_run(study, "smoke")  # another budget, another parent
+    assert other != parent
+    c: MlflowClient = tracker.client
+    exp = c.get_experiment_by_name("trk")
+    runs = c.search_runs([exp.experiment_id])
+    assert len(runs) == 2
+    run = c.get_run(parent)
+    assert run.data.tags["ablate.role"] == "study" and run.data.tags["ablate.budget"] == "default"
+    assert run.data.tags["ablate.storage"] == "/x/store.journal"
+    assert run.data.tags["mlflow.note.content"] == "Tracking test study."
+    assert run.data.params["objective.metric"] == "eval/accuracy" and run.data.params["trials"] == "4"
+    assert {a.path for a in c.list_artifacts(parent)} == {"design.json", "study.yaml"}
+    assert json.loads(Path(c.download_artifacts(parent, "design.json")).read_text()) == {"hash": "h"}
+    tracker.finish_parent(parent, failed=False)
+    assert tracker.run_status(parent) == "FINISHED"
+
+
+def test_child_run_params_tags_batched_metrics_and_artifacts(tracker, study):
+    parent = tracker.parent_run(study, "default")
+    spec = study.expand("default")[1]  # loss_norm=token, seed 0
+    logger = start(tracker, parent, spec, flush_every=10)
+    for step in range(25):
+        logger({"eval/accuracy": step / 100, "loss/total": -step, "eval/pass@4": 0.5}, step)
+    assert logger.requests == 2  # steps 0-9 and 10-19 sent; 20-24 buffered
+    logger.close()
+    assert logger.requests == 3
+    c = tracker.client
+    run = c.get_run(logger.run_id)
+    tags, params = run.data.tags, run.data.params
+    assert tags["mlflow.parentRunId"] == parent and tags["ablate.trial_key"] == spec.key
+    assert (tags["ablate.arm"], tags["ablate.seed"], tags["ablate.budget"]) == ("loss_norm=token", "0", "default")
+    assert tags["ablate.version.torch"] and tags[TAG_LOGGED_STEP] == "24" and tags["ablate.worker"] == "host:1"
+    assert run.info.run_name == "loss_norm=token seed=0"
+    flat = spec.config.to_flat_dict()
+    assert len(params) == len(flat) + 1
+    assert params["level.loss_norm"] == "token" and params["loss.aggregation"] == "token-mean"
+    assert params["seed"] == "0" and params["reward.components"] == '["final_answer"]'
+    hist = c.get_metric_history(logger.run_id, "eval/accuracy")
+    assert [(m.step, m.value) for m in sorted(hist, key=lambda m: m.step)] == [(s, s / 100) for s in range(25)]
+    assert len(c.get_metric_history(logger.run_id, "eval/pass_at_4")) == 25
+
+    history = [(0, {"eval/accuracy": 0.0}), (1, {"eval/accuracy": 0.5})]
+    samples = [{"prompt": "1+2=", "completion": "<answer>3</answer>", "correct": True, "reward/final_answer": 1.0}]
+    tracker.finish_trial(logger.run_id, config_yaml=spec.config.to_yaml(), history=history, samples=samples,
+                         result={"key": spec.key, "final": {"eval/accuracy": 0.5, "x": float("nan")}}, objective=0.5)
+    run = c.get_run(logger.run_id)
+    assert run.info.status == "FINISHED" and run.data.tags["ablate.objective"] == "0.5"
+    files = {a.path for a in c.list_artifacts(logger.run_id)}
+    assert files == {"config.yaml", "history.csv", "samples.json", "result.json"}
+    read = lambda name: Path(c.download_artifacts(logger.run_id, name)).read_text()  # noqa: E731
+    assert TrialConfig.from_overrides(__import__("yaml").safe_load(read("config.yaml"))).trial_key() == spec.key
+    assert read("history.csv") == "step,eval/accuracy\n0,0.0\n1,0.5\n"
+    assert json.loads(read("samples.json")) == samples
+    assert json.loads(read("result.json"))["final"] == {"eval/accuracy": 0.5, "x": None}
+
+
+def test_large_steps_are_split_into_batches_within_mlflow_limits(tracker, study):
+    parent = tracker.parent_run(study, "default")
+    logger = start(tracker, parent, study.expand("default")[0], flush_every=1)
+    logger({f"m/{i}": float(i) for i in range(1500)}, 0)  # 1500 metrics: two requests of <= 1000 entities
+    assert logger.requests == 2
+    run = tracker.client.get_run(logger.run_id)
+    assert len(run.data.metrics) == 1500 and run.data.metrics["m/1499"] == 1499.0
+
+
+def test_resumed_trial_reuses_its_run_and_skips_logged_steps(tracker, study):
+    parent = tracker.parent_run(study, "default")
+    spec = study.expand("default")[0]
+    first = start(tracker, parent, spec, flush_every=5)
+    for step in range(8):  # 0-4 flushed, 5-7 lost with the "killed" worker
+        first({"loss/total": float(step)}, step)
+    tracker.fail_trial(first.run_id, "stale: its worker died")
+    assert tracker.run_status(first.run_id) == "FAILED"
+    second = start(tracker, parent, spec, flush_every=5)
+    assert second.run_id == first.run_id and second.skip_through == 4
+    for step in range(3, 10):  # the trainer resumed from its checkpoint at step 2
+        second({"loss/total": float(step)}, step)
+    second.close()
+    c = tracker.client
+    steps = sorted(m.step for m in c.get_metric_history(first.run_id, "loss/total"))
+    assert steps == list(range(10))  # no step twice
+    run = c.get_run(first.run_id)
+    assert run.info.status == "RUNNING" and "ablate.error" not in run.data.tags
+    children = c.search_runs([run.info.experiment_id], filter_string="tags.`ablate.role` = 'trial'")
+    assert len(children) == 1
+
+
+def test_failed_trial_keeps_the_end_of_its_traceback(tracker, study):
+    parent = tracker.parent_run(study, "default")
+    logger = start(tracker, parent, study.expand("default")[0])
+    error = "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "RuntimeError: the cause"
+    tracker.fail_trial(logger.run_id, error)
+    run = tracker.client.get_run(logger.run_id)
+    assert run.info.status == "FAILED"
+    tag = run.data.tags["ablate.error"]
+    assert len(tag) <= MAX_TAG_VALUE and tag.endswith("RuntimeError: the cause") and tag.startswith("...")
+    assert Path(tracker.client.download_artifacts(logger.run_id, "error.txt")).read_text() == error
+
+
+def test_deleted_experiment_is_a_clear_error(tracker, study):
+    tracker.parent_run(study, "default")
+    exp = tracker.client.get_experiment_by_name("trk")
+    tracker.client.delete_experiment(exp.experiment_id)
+    with pytest.raises(TrackingError, match="is deleted; restore it"):
+        tracker.parent_run(study, "default")
