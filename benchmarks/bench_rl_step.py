@@ -1,0 +1,450 @@
+"""RL step time: ablate's ``Trainer.step`` against TRL's ``GRPOTrainer``, same model, prompts and shapes.
+
+Run from the repository root (TRL comes from the optional ``bench`` extra)::
+
+    .venv/bin/python benchmarks/bench_rl_step.py                    # 2 warm-up + 8 timed steps each
+    .venv/bin/python benchmarks/bench_rl_step.py --steps 12 --threads 2
+    .venv/bin/python benchmarks/bench_rl_step.py --write benchmarks/RESULTS.md
+    .venv/bin/python benchmarks/bench_rl_step.py --no-trl --profile 3   # cProfile of ablate's step
+
+The work of one step, identical on both sides:
+
+- model: the zoo's ``tiny-llama`` built by ``load_policy(name, seed=0)`` twice (one copy each, the
+  same random initialisation: no warm start, so both train the same weights) with its character
+  tokenizer; prompts are ``<bos>`` + the prompt's characters on both sides (TRL tokenizes a plain
+  text prompt with ``add_special_tokens=True``; the script checks that the ids are equal);
+- data: the default task's (``addition``) train pool; 8 prompts x G = 8 = 64 completions per step,
+  at most 32 new tokens, temperature 1, top-p 1, no top-k; a row stops at its EOS;
+- reward: final-answer correctness, ``task.grade(problem, completion).answer_correct`` (TRL: a reward
+  function that looks the problem up by a dataset column and calls the same ``grade``);
+- update: GRPO advantages (group mean and std), token-level PPO-clip surrogate with eps 0.2, loss
+  per sequence then over sequences (ablate ``seq-mean-token-mean`` = TRL ``loss_type="grpo"``),
+  no KL and no reference model (beta 0), one optimizer step on the whole batch (ablate
+  ``algo.ppo_epochs=1, algo.minibatches=1``; TRL ``per_device_train_batch_size=64,
+  num_generations=8, gradient_accumulation_steps=1, num_iterations=1``, so ``steps_per_generation``
+  = 1 and one generation batch of 64 per optimizer step), AdamW with the same lr, betas, eps and no
+  weight decay, a constant schedule, gradient norm clipped at 1.0, float32, CPU.
+
+Timing. Both trainers live in one process and alternate step by step: TRL's own training loop runs,
+and a ``TrainerCallback`` runs one ablate step at every ``on_step_end``. A TRL step is the wall time
+of one iteration of its loop (from the end of the previous ablate step to its ``on_step_end``: batch
+fetch, generation, reward, loss, backward, optimizer step and its logging all included); an ablate
+step is the wall time of ``Trainer.step`` (rollout with the behaviour log-prob forward, grading,
+advantages, update and metrics; no evaluation). TRL's rollout part is the time spent in
+``_generate_and_score_completions``. The first ``--warmup`` steps of each are dropped, the rest are
+reported as medians. Both run with the same ``torch.set_num_threads``. Without TRL installed (or with
+``--no-trl``) only ablate's side runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import datetime
+import io
+import os
+import platform
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ablate.config import TrialConfig  # noqa: E402
+from ablate.train import Trainer  # noqa: E402
+
+BEGIN = "<!-- BEGIN rl-step-vs-trl (written by benchmarks/bench_rl_step.py) -->"
+END = "<!-- END rl-step-vs-trl -->"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The shape of the benchmark (defaults: the issue's 64 completions of at most 32 tokens)."""
+
+    model: str = "tiny-llama"
+    task: str = "addition"
+    prompts: int = 8
+    group_size: int = 8
+    max_new_tokens: int = 32
+    lr: float = 1e-4
+    steps: int = 8
+    warmup: int = 2
+    threads: int = 1
+    seed: int = 0
+    train_size: int = 10000
+
+
+@dataclass
+class StepTimes:
+    """Per-step wall seconds of one side, with its parts and the tokens it generated."""
+
+    step_s: list[float] = field(default_factory=list)
+    rollout_s: list[float] = field(default_factory=list)
+    update_s: list[float] = field(default_factory=list)
+    tokens: list[float] = field(default_factory=list)
+
+    def median(self, name: str, warmup: int) -> float:
+        """Median of ``name`` over the steps after the first ``warmup`` (NaN when there are none)."""
+        values = getattr(self, name)[warmup:]
+        return statistics.median(values) if values else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------------
+# ablate
+# ---------------------------------------------------------------------------------------------------
+def ablate_config(s: Settings) -> TrialConfig:
+    """The ablate trial of the benchmark: no warm start, no KL, one optimizer step per batch, CPU."""
+    return TrialConfig.from_overrides({
+        "model.name": s.model,
+        "task.name": s.task,
+        "task.train_size": s.train_size,
+        "warmstart.enabled": False,
+        "rollout.group_size": s.group_size,
+        "rollout.prompts_per_step": s.prompts,
+        "rollout.max_new_tokens": s.max_new_tokens,
+        "rollout.temperature": 1.0,
+        "rollout.top_p": 1.0,
+        "reward.components": ["final_answer"],
+        "algo.advantage": "grpo",
+        "algo.ppo_epochs": 1,
+        "algo.minibatches": 1,
+        "algo.grad_accum": 1,
+        "loss.aggregation": "seq-mean-token-mean",
+        "loss.ratio_level": "token",
+        "loss.clip_low": 0.2,
+        "loss.clip_high": 0.2,
+        "kl.placement": "none",
+        "optim.lr": s.lr,
+        "optim.weight_decay": 0.0,
+        "optim.max_grad_norm": 1.0,
+        "optim.warmup_steps": 0,
+        "device": "cpu",
+        "threads": s.threads,
+        "seed": s.seed,
+    })
+
+
+def ablate_step(trainer: Trainer, step: int, times: StepTimes) -> None:
+    """Run ablate RL step ``step`` (1-based) and append its wall time and parts to ``times``."""
+    t0 = time.perf_counter()
+    metrics, batch = trainer.step(step)
+    times.step_s.append(time.perf_counter() - t0)
+    times.rollout_s.append(metrics["perf/rollout_s"] + metrics["perf/reward_s"])
+    times.update_s.append(metrics["perf/update_s"])
+    times.tokens.append(float(batch.mask.sum()))
+
+
+# ---------------------------------------------------------------------------------------------------
+# TRL
+# ---------------------------------------------------------------------------------------------------
+def trl_version() -> str | None:
+    """The installed TRL version, or None when TRL cannot be imported."""
+    try:
+        import trl
+    except ImportError:
+        return None
+    return str(trl.__version__)
+
+
+def build_trl(s: Settings, trainer: Trainer, out_dir: str, callbacks: list[Any], trl_times: StepTimes) -> Any:
+    """A ``GRPOTrainer`` on a fresh copy of the same model, the same train pool and the same grader.
+
+    ``_generate_and_score_completions`` is timed into ``trl_times.rollout_s`` (generation, decoding,
+    rewards and advantages) and the tokens it generated into ``trl_times.tokens``.
+    """
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ablate.models import load_policy
+
+    policy = load_policy(s.model, seed=s.seed)
+    pool, task = trainer.train_pool, trainer.task
+    dataset = Dataset.from_dict({"prompt": [p.prompt for p in pool], "problem_idx": list(range(len(pool)))})
+
+    def final_answer(prompts: list[str], completions: list[str], problem_idx: list[int], **_: Any) -> list[float]:
+        return [float(task.grade(pool[i], c).answer_correct) for i, c in zip(problem_idx, completions)]
+
+    class TimedGRPOTrainer(GRPOTrainer):
+        def _generate_and_score_completions(self, inputs):  # type: ignore[override]
+            t0 = time.perf_counter()
+            out = super()._generate_and_score_completions(inputs)
+            trl_times.rollout_s.append(time.perf_counter() - t0)
+            trl_times.tokens.append(float(out["completion_mask"].sum()))
+            return out
+
+    args = GRPOConfig(
+        output_dir=out_dir,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to=[],
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=s.seed,
+        max_steps=s.steps + s.warmup,
+        per_device_train_batch_size=s.prompts * s.group_size,
+        gradient_accumulation_steps=1,
+        num_generations=s.group_size,
+        num_iterations=1,
+        max_completion_length=s.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        learning_rate=s.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        max_grad_norm=1.0,
+        dataloader_num_workers=0,
+        log_completions=False,
+    )
+    return TimedGRPOTrainer(
+        model=policy.model,
+        reward_funcs=final_answer,
+        args=args,
+        train_dataset=dataset,
+        processing_class=policy.tokenizer,
+        callbacks=callbacks,
+    )
+
+
+def same_prompt_ids(trl_trainer: Any, trainer: Trainer, n: int = 8) -> bool:
+    """Whether TRL tokenizes the first ``n`` train prompts to the ids ablate's policy feeds the model."""
+    prompts = [p.prompt for p in trainer.train_pool[:n]]
+    trl_ids, _, _ = trl_trainer._tokenize_prompts(prompts)
+    return [list(map(int, ids)) for ids in trl_ids] == [trainer.policy.encode_prompt(p) for p in prompts]
+
+
+def same_init(trl_trainer: Any, trainer: Trainer) -> bool:
+    """Whether both trainers start from bit-identical weights."""
+    a, b = trainer.model.state_dict(), trl_trainer.model.state_dict()
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the run
+# ---------------------------------------------------------------------------------------------------
+def run(s: Settings, *, use_trl: bool = True) -> dict[str, Any]:
+    """Time ``s.warmup + s.steps`` steps of ablate (and of TRL, alternating, when available).
+
+    Returns:
+        A JSON-able dict: settings, versions, load averages, per-step times of each side, the medians
+        and the ratio (TRL median step / ablate median step; None without TRL).
+    """
+    previous_threads = torch.get_num_threads()
+    try:
+        return _run(s, use_trl=use_trl)
+    finally:  # the benchmark may run inside another process (the tests): leave its thread count alone
+        torch.set_num_threads(previous_threads)
+
+
+def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
+    torch.set_num_threads(s.threads)
+    load_before = os.getloadavg()
+    trainer = Trainer(ablate_config(s))
+    ours = StepTimes()
+    theirs = StepTimes()
+    version = trl_version() if use_trl else None
+    checks: dict[str, bool] = {}
+    total = s.warmup + s.steps
+    if version is None:
+        for step in range(1, total + 1):
+            ablate_step(trainer, step, ours)
+    else:
+        from transformers import TrainerCallback
+
+        class Alternate(TrainerCallback):
+            """After every TRL step, time TRL's whole loop iteration, then run one ablate step."""
+
+            def __init__(self) -> None:
+                self.mark = 0.0
+
+            def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+                self.mark = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+                theirs.step_s.append(time.perf_counter() - self.mark)
+                ablate_step(trainer, len(ours.step_s) + 1, ours)
+                self.mark = time.perf_counter()
+
+        with tempfile.TemporaryDirectory(prefix="bench-rl-step-") as out_dir:
+            trl_trainer = build_trl(s, trainer, out_dir, [Alternate()], theirs)
+            torch.set_num_threads(s.threads)  # in case TRL or accelerate changed it
+            checks = {"same_prompt_ids": same_prompt_ids(trl_trainer, trainer), "same_init": same_init(trl_trainer, trainer)}
+            trl_trainer.train()
+        theirs.update_s = [a - b for a, b in zip(theirs.step_s, theirs.rollout_s)]
+    load_after = os.getloadavg()
+
+    import transformers
+
+    w = s.warmup
+    summary = {
+        "ablate_step_s": ours.median("step_s", w),
+        "ablate_rollout_s": ours.median("rollout_s", w),
+        "ablate_update_s": ours.median("update_s", w),
+        "ablate_tokens": ours.median("tokens", w),
+        "trl_step_s": theirs.median("step_s", w) if version else None,
+        "trl_rollout_s": theirs.median("rollout_s", w) if version else None,
+        "trl_update_s": theirs.median("update_s", w) if version else None,
+        "trl_tokens": theirs.median("tokens", w) if version else None,
+    }
+    summary["ratio"] = summary["trl_step_s"] / summary["ablate_step_s"] if version else None
+    return {
+        "settings": asdict(s),
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_implementation()} "
+        f"{platform.python_version()}",
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": version},
+        "threads": torch.get_num_threads(),
+        "load_avg_before": [round(x, 2) for x in load_before],
+        "load_avg_after": [round(x, 2) for x in load_after],
+        "checks": checks,
+        "ablate": asdict(ours),
+        "trl": asdict(theirs) if version else None,
+        "summary": summary,
+    }
+
+
+def profile_ablate(s: Settings, steps: int, top: int = 30) -> str:
+    """cProfile of ``steps`` ablate steps after one warm-up step: the ``top`` functions by cumulative time."""
+    trainer = Trainer(ablate_config(s))  # sets torch's thread count to s.threads
+    ablate_step(trainer, 1, StepTimes())
+    prof = cProfile.Profile()
+    prof.enable()
+    for step in range(2, steps + 2):
+        trainer.step(step)
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------
+# output
+# ---------------------------------------------------------------------------------------------------
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """The result as a markdown table: median seconds per step, its parts, tokens, and the ratio."""
+    m = result["summary"]
+    lines = [
+        "| trainer | median s/step | rollout + scoring s | update s | generated tokens/step | TRL / ablate |",
+        "|---|---|---|---|---|---|",
+        f"| ablate `Trainer.step` | {_fmt(m['ablate_step_s'])} | {_fmt(m['ablate_rollout_s'])} | "
+        f"{_fmt(m['ablate_update_s'])} | {_fmt(m['ablate_tokens'], 0)} | 1.00 |",
+    ]
+    if m["trl_step_s"] is None:
+        lines.append("| TRL `GRPOTrainer` | not run (TRL not installed or `--no-trl`) | | | | |")
+    else:
+        lines.append(
+            f"| TRL `GRPOTrainer` | {_fmt(m['trl_step_s'])} | {_fmt(m['trl_rollout_s'])} | "
+            f"{_fmt(m['trl_update_s'])} | {_fmt(m['trl_tokens'], 0)} | {_fmt(m['ratio'], 2)} |"
+        )
+    return "\n".join(lines)
+
+
+def results_section(result: dict[str, Any]) -> str:
+    """The ``RL step vs TRL GRPOTrainer`` section of benchmarks/RESULTS.md."""
+    s, v, m = result["settings"], result["versions"], result["summary"]
+    verdict = ""
+    if m["ratio"] is not None:
+        ok = "meets" if m["ratio"] >= 2.0 else "does NOT meet"
+        verdict = f"ablate's step is **{m['ratio']:.2f}x** faster than TRL's: this {ok} the goal of 2x.\n\n"
+    n = s["steps"]
+    return (
+        "## RL step vs TRL GRPOTrainer\n\n"
+        f"Measured {result['date']} with `benchmarks/bench_rl_step.py --steps {n} --warmup {s['warmup']} "
+        f"--threads {s['threads']}` on {result['machine']}; torch {v['torch']}, transformers "
+        f"{v['transformers']}, trl {v['trl'] or 'not installed'}; torch threads {result['threads']}. "
+        f"Load average before / after: {result['load_avg_before'][0]} / {result['load_avg_after'][0]} "
+        "(the 2 cores are shared with other work).\n\n"
+        f"One RL step = {s['prompts']} prompts x G = {s['group_size']} = {s['prompts'] * s['group_size']} "
+        f"completions of at most {s['max_new_tokens']} tokens of `{s['model']}` (same random init on both sides, "
+        f"no warm start) on `{s['task']}`, final-answer reward, GRPO advantages, token PPO-clip 0.2, "
+        "per-sequence loss aggregation, no KL, one AdamW step (lr "
+        f"{s['lr']:g}), float32 CPU. Medians over {n} steps after {s['warmup']} warm-up steps; both trainers in "
+        "one process, alternating step by step. A TRL step is one whole iteration of its training loop; its "
+        "update part is that minus `_generate_and_score_completions`. ablate's rollout part includes its "
+        "behaviour log-prob forward (TRL skips it when on-policy).\n\n"
+        f"{markdown_table(result)}\n\n"
+        f"{verdict}"
+        f"Checks: prompt token ids identical: {result['checks'].get('same_prompt_ids', 'n/a')}; "
+        f"identical initial weights: {result['checks'].get('same_init', 'n/a')}.\n"
+    )
+
+
+def write_section(path: Path, body: str) -> None:
+    """Replace (or append) this benchmark's delimited section in ``path``; the rest of the file is kept."""
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    block = f"{BEGIN}\n{body.rstrip()}\n{END}"
+    if BEGIN in text and END in text:
+        start, stop = text.index(BEGIN), text.index(END) + len(END)
+        text = text[:start] + block + text[stop:]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; returns the exit status."""
+    d = Settings()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=d.model)
+    ap.add_argument("--prompts", type=int, default=d.prompts)
+    ap.add_argument("--group-size", type=int, default=d.group_size)
+    ap.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    ap.add_argument("--lr", type=float, default=d.lr)
+    ap.add_argument("--steps", type=int, default=d.steps, help="timed steps per trainer (after the warm-up)")
+    ap.add_argument("--warmup", type=int, default=d.warmup, help="steps dropped before timing")
+    ap.add_argument("--threads", type=int, default=d.threads, help="torch threads, the same for both")
+    ap.add_argument("--train-size", type=int, default=d.train_size, help="problems in the train pool")
+    ap.add_argument("--no-trl", action="store_true", help="time ablate only")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="also print a cProfile of N ablate steps")
+    ap.add_argument("--json", action="store_true", help="also print the per-step times as JSON")
+    ap.add_argument("--write", type=Path, nargs="?", const=ROOT / "benchmarks" / "RESULTS.md", default=None,
+                    help="update this benchmark's section of RESULTS.md (default benchmarks/RESULTS.md)")
+    args = ap.parse_args(argv)
+    s = Settings(
+        model=args.model, prompts=args.prompts, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
+        lr=args.lr, steps=args.steps, warmup=args.warmup, threads=args.threads, train_size=args.train_size,
+    )
+    result = run(s, use_trl=not args.no_trl)
+    if not args.no_trl and result["versions"]["trl"] is None:
+        print("TRL is not installed (pip install -e '.[bench]'): timed ablate only.", file=sys.stderr)
+    print(markdown_table(result))
+    print(f"\nchecks: {result['checks']}; load average before/after: {result['load_avg_before']} / "
+          f"{result['load_avg_after']}; threads {result['threads']}")
+    if args.json:
+        import json
+
+        print(json.dumps(result, indent=1))
+    if args.write is not None:
+        write_section(args.write, results_section(result))
+        print(f"wrote the section to {args.write}")
+    if args.profile:
+        print(profile_ablate(s, args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

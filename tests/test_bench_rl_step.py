@@ -1,0 +1,70 @@
+"""benchmarks/bench_rl_step.py stays runnable: ablate's side at a tiny shape, TRL skipped when absent."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_rl_step.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_rl_step", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the file executes
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+
+
+TINY = ["--model", "micro-llama", "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4",
+        "--steps", "1", "--warmup", "0", "--train-size", "16"]
+
+
+def test_ablate_side_runs_one_step_and_trl_is_skipped_when_not_installed(bench, monkeypatch, capsys, tmp_path):
+    # a None entry in sys.modules makes `import trl` raise ImportError, as when TRL is not installed
+    monkeypatch.setitem(sys.modules, "trl", None)
+    assert bench.trl_version() is None
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmarks\n\n<!-- BEGIN other -->\nkeep me\n<!-- END other -->\n")
+    assert bench.main([*TINY, "--write", str(results)]) == 0
+    out = capsys.readouterr()
+    assert "TRL is not installed" in out.err
+    assert "| ablate `Trainer.step` |" in out.out and "| TRL `GRPOTrainer` | not run" in out.out
+    text = results.read_text()
+    assert "<!-- BEGIN other -->\nkeep me\n<!-- END other -->" in text  # the other section is untouched
+    assert text.count(bench.BEGIN) == 1 and text.count(bench.END) == 1
+    assert "## RL step vs TRL GRPOTrainer" in text and "trl not installed" in text
+
+
+def test_run_times_the_requested_steps_of_the_tiny_shape(bench):
+    s = bench.Settings(model="micro-llama", prompts=2, group_size=2, max_new_tokens=4, steps=1, warmup=1,
+                       train_size=16)
+    threads = torch.get_num_threads()
+    result = bench.run(replace(s, threads=threads + 1), use_trl=False)
+    assert result["threads"] == threads + 1 and torch.get_num_threads() == threads  # restored afterwards
+    ours = result["ablate"]
+    assert len(ours["step_s"]) == 2  # warm-up + timed
+    # 2 prompts x G = 2 rows of at most 4 tokens, at least 1 each
+    assert all(4 <= t <= 16 for t in ours["tokens"])
+    m = result["summary"]
+    assert m["ablate_step_s"] == ours["step_s"][1]  # the median of the one timed step
+    assert 0 < m["ablate_rollout_s"] + m["ablate_update_s"] <= m["ablate_step_s"]
+    assert m["trl_step_s"] is None and m["ratio"] is None and result["trl"] is None
+
+
+def test_write_section_replaces_its_own_section_only(bench, tmp_path):
+    path = tmp_path / "RESULTS.md"
+    bench.write_section(path, "first")
+    assert path.read_text() == f"# Benchmarks\n\n{bench.BEGIN}\nfirst\n{bench.END}\n"
+    path.write_text(path.read_text() + "\n## Later section\n")
+    bench.write_section(path, "second\n")
+    assert path.read_text() == f"# Benchmarks\n\n{bench.BEGIN}\nsecond\n{bench.END}\n\n## Later section\n"
