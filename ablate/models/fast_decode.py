@@ -55,8 +55,12 @@ class Decoder(Protocol):
         """Logits [B, V] (float32) of the first new token."""
         ...
 
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append ``tokens`` [B] and return the logits [B, V] (float32) of the next token."""
+    def step(self, tokens: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
+        """Append ``tokens`` [B] and return the logits [B, V] (float32) of the next token.
+
+        ``active`` [B] bool marks the rows still generating; a decoder may skip the others (their
+        logits are then 0) — their samples are discarded by the caller anyway.
+        """
         ...
 
 
@@ -109,8 +113,9 @@ class GenericDecoder:
         """Run the prompts; logits [B, V] of the first new token."""
         return self._run(self.prompt_ids, position_ids_from_mask(self.mask[:, : self.P]))
 
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append ``tokens`` [B]; logits [B, V] of the next token."""
+    def step(self, tokens: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
+        """Append ``tokens`` [B]; logits [B, V] of the next token (every row is computed)."""
+        del active
         self.length += 1
         pos = self.next_pos.unsqueeze(-1)  # (B, 1)
         self.next_pos = self.next_pos + 1
@@ -239,6 +244,7 @@ class FastLlamaDecoder:
         self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
         self.next_pos = prompt_mask.long().sum(-1)  # (B,) rotary position of the next token
         self.slot = P  # cache slot of the next token (the same for every row)
+        self.rows: torch.Tensor | None = None  # rows of the full batch still computed (None: all)
         self.compiled = None
         if compile:
             self.compiled = torch.compile(self._step_static, dynamic=False)
@@ -286,7 +292,7 @@ class FastLlamaDecoder:
         ``scaled_dot_product_attention`` for a single query, and the same math (softmax of the scaled
         dot products, -inf on masked slots).
         """
-        B, D = self.B, self.head_dim
+        B, D = q.shape[0], self.head_dim
         G = B * self.n_kv
         qg = q.reshape(G, self.rep, D)  # (B*Hkv, rep, D)
         keys = kc.view(G, self.S, D)[:, :end]  # (B*Hkv, end, D)
@@ -298,7 +304,7 @@ class FastLlamaDecoder:
 
     def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, slot: int | torch.Tensor, end: int
                      ) -> torch.Tensor:
-        B, D, Hq, Hkv = self.B, self.head_dim, self.n_heads, self.n_kv
+        B, D, Hq, Hkv = tokens.shape[0], self.head_dim, self.n_heads, self.n_kv
         cos = self.cos[pos].unsqueeze(1)  # (B, 1, D)
         sin = self.sin[pos].unsqueeze(1)
         h = self.embed(tokens)  # (B, H)
@@ -321,20 +327,45 @@ class FastLlamaDecoder:
         """The decode step over the whole cache (static shapes; what ``torch.compile`` traces)."""
         return self._step_layers(tokens, pos, slot, self.S)
 
+    def _compact(self, keep: torch.Tensor) -> None:
+        """Drop the rows not in ``keep`` (indices into the current rows) from the cache and state."""
+        self.k_cache = [k.index_select(0, keep) for k in self.k_cache]
+        self.v_cache = [v.index_select(0, keep) for v in self.v_cache]
+        self.bias = self.bias.index_select(0, keep)
+        self.next_pos = self.next_pos.index_select(0, keep)
+        rows = self.rows if self.rows is not None else torch.arange(self.B, device=keep.device)
+        self.rows = rows.index_select(0, keep)
+
     @torch.no_grad()
-    def step(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Append ``tokens`` [B]; logits [B, V] of the next token."""
+    def step(self, tokens: torch.Tensor, active: torch.Tensor | None = None) -> torch.Tensor:
+        """Append ``tokens`` [B]; logits [B, V] of the next token.
+
+        Rows that are not ``active`` [B] any more are dropped from the computation once they are a
+        quarter of the rows still computed (the cache is compacted; their logits are returned as 0).
+        The compiled step keeps static shapes and computes every row.
+        """
         slot = self.slot
         if slot >= self.S:
             raise RuntimeError(f"FastLlamaDecoder: more than {self.S - self.P} steps")
+        if active is not None and self.compiled is None:
+            current = active if self.rows is None else active.index_select(0, self.rows)
+            n_active = int(current.sum())
+            if 0 < n_active <= 0.75 * current.shape[0]:
+                self._compact(current.nonzero().squeeze(1))
         self.bias[:, slot] = 0.0
         pos = self.next_pos
         self.next_pos = pos + 1
         self.slot = slot + 1
+        if self.rows is not None:
+            tokens = tokens.index_select(0, self.rows)
         if self.compiled is not None:
             slot_t = torch.full((1,), slot, dtype=torch.long, device=tokens.device)
             return self.compiled(tokens, pos, slot_t)
-        return self._step_layers(tokens, pos, slot, slot + 1)
+        logits = self._step_layers(tokens, pos, slot, slot + 1)
+        if self.rows is None:
+            return logits
+        full = logits.new_zeros((self.B, logits.shape[1]))
+        return full.index_copy_(0, self.rows, logits)
 
 
 def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,

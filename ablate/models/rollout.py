@@ -13,8 +13,9 @@ Usage::
                           num_prompt_tokens=r.num_prompt_tokens, temperature=r.logp_temperature)
 
 Sampling: softmax of ``logits / temperature``, restricted to the nucleus of mass ``top_p`` (Holtzman
-et al., 2020, "The Curious Case of Neural Text Degeneration"), drawn with ``torch.multinomial`` and
-the given generator; ``temperature == 0`` is greedy (argmax). A row stops at its first EOS (or pad)
+et al., 2020, "The Curious Case of Neural Text Degeneration"), drawn by inverting the cumulative
+distribution with one uniform number per row from the given generator; ``temperature == 0`` is
+greedy (argmax). A row stops at its first EOS (or pad)
 token; later tokens are pad with mask 0, and the loop ends when every row has stopped.
 
 Behaviour log-probs: after sampling, one no-grad forward of :func:`token_logprobs` over the whole
@@ -126,7 +127,9 @@ def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0,
     """Draw one token per row from ``logits`` [B, V]: greedy at temperature 0, else tempered nucleus sampling.
 
     Nucleus (top-p) sampling keeps the smallest set of most likely tokens whose mass reaches ``top_p``
-    (the most likely token is always kept), Holtzman et al. 2020.
+    (the most likely token is always kept), Holtzman et al. 2020. The draw is by inversion: one
+    uniform number per row (``torch.rand`` with ``generator``) against the float64 cumulative
+    distribution, so a batch of B rows consumes exactly B numbers whatever the logits are.
 
     Returns:
         [B] long token ids.
@@ -139,7 +142,12 @@ def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0,
         mass_before = sorted_probs.cumsum(-1) - sorted_probs
         sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    cdf = probs.double().cumsum_(-1)  # (B, V)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=logits.device)
+    # strictly below the total mass, so that the token found has a positive probability
+    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1)
 
 
 def _check_args(prompts: list[str], group_size: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
@@ -211,7 +219,7 @@ def sample_completions(
         steps = t + 1
         if t + 1 == max_new_tokens or bool(finished.all()):
             break
-        logits = decoder.step(tokens)
+        logits = decoder.step(tokens, ~finished)
     return out[:, :steps], mask[:, :steps], steps
 
 

@@ -15,6 +15,15 @@ from ablate.models.rollout import left_pad
 from ablate.tasks import TASKS, Problem, Task
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def task() -> Task:
     return TASKS.get("addition")(difficulty=2, seed=0)

@@ -19,6 +19,15 @@ from ablate.models.logprobs import (
 )
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def rollout_batch(vocab: int, B: int = 5, P: int = 6, T: int = 7, seed: int = 0):
     """Random ids in the rollout layout: prompts left-padded to P, completions right-padded to T."""
     g = torch.Generator().manual_seed(seed)

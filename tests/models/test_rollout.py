@@ -21,6 +21,15 @@ from ablate.tasks import TASKS
 EOS, PAD = 2, 0
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def tiny() -> Policy:
     return load_policy("tiny-llama", seed=0)
@@ -77,23 +86,53 @@ def test_layout_masks_eos_and_truncation(tiny, prompts):
     assert r.input_ids.shape == r.attention_mask.shape == (B, P + T)
 
 
-def test_early_exit_when_every_row_has_stopped(prompts):
-    # a head with a bias of +6 on EOS (p(EOS) ~ 0.8 per step): every row stops within a few tokens
-    # and the loop ends before the budget
+def eos_biased_policy(bias: float) -> Policy:
+    """micro-llama whose head adds ``bias`` to the EOS logit: rows stop early and at different steps."""
     policy = load_policy("micro-llama")
     old = policy.model.get_output_embeddings()
     head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
     with torch.no_grad():
         head.weight.copy_(old.weight)
         head.bias.zero_()
-        head.bias[EOS] = 6.0
+        head.bias[EOS] = bias
     policy.model.lm_head = head
+    return policy
+
+
+def test_early_exit_when_every_row_has_stopped(prompts):
+    # p(EOS) ~ 0.8 per step: every row stops within a few tokens and the loop ends before the budget
+    policy = eos_biased_policy(6.0)
     r = rollout(policy, prompts, max_new_tokens=40)
     T = r.completion_ids.shape[1]
     assert T < 40 and T == r.timing["steps"]
     assert not r.truncated.any()
     last = r.lengths - 1
     assert (r.completion_ids[torch.arange(len(last)), last] == EOS).all()
+
+
+def test_lean_decoder_drops_stopped_rows_and_keeps_the_samples(prompts):
+    # p(EOS) ~ 0.15 per step: rows stop at many different steps, so the lean decoder compacts its
+    # cache several times; the samples must still equal the generic decoder's
+    policy = eos_biased_policy(2.8)
+    a = rollout(policy, prompts, seed=4, fast=True, group_size=8, max_new_tokens=30)
+    b = rollout(policy, prompts, seed=4, fast=False, group_size=8, max_new_tokens=30)
+    assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.mask, b.mask)
+    assert 4 < int((a.lengths < 10).sum()) < 20
+    # decoder level: after compaction, the logits of the rows still computed equal the generic ones
+    ids, mask = left_pad([policy.encode_prompt(p) for p in prompts * 4], PAD)
+    fast, generic = FastLlamaDecoder(policy.model, ids, mask, 8), GenericDecoder(policy.model, ids, mask, 8)
+    active = torch.ones(12, dtype=torch.bool)
+    with torch.no_grad():
+        fast.prefill(), generic.prefill()
+        for step in range(6):
+            tokens = torch.full((12,), 40 + step)
+            active[step * 2 : step * 2 + 2] = False  # two more rows stop at each step
+            lf, lg = fast.step(tokens, active), generic.step(tokens, active)
+            computed = torch.zeros(12, dtype=torch.bool)
+            computed[fast.rows if fast.rows is not None else slice(None)] = True
+            assert torch.allclose(lf[computed], lg[computed], atol=1e-5)
+            assert (lf[~computed] == 0).all() and not (active & ~computed).any()
+    assert fast.rows is not None and fast.rows.tolist() == list(range(10, 12))
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
