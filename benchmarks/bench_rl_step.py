@@ -23,7 +23,8 @@ The work of one step, identical on both sides:
   ``algo.ppo_epochs=1, algo.minibatches=1``; TRL ``per_device_train_batch_size=64,
   num_generations=8, gradient_accumulation_steps=1, num_iterations=1``, so ``steps_per_generation``
   = 1 and one generation batch of 64 per optimizer step), AdamW with the same lr, betas, eps and no
-  weight decay, a constant schedule, gradient norm clipped at 1.0, float32, CPU.
+  weight decay, a constant schedule, gradient norm clipped at 1.0, float32, CPU, no gradient
+  checkpointing (TRL turns it on by default; it recomputes the forward in the backward).
 
 Timing. Both trainers live in one process and alternate step by step: TRL's own training loop runs,
 and a ``TrainerCallback`` runs one ablate step at every ``on_step_end``. A TRL step is the wall time
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import datetime
 import io
 import os
@@ -91,6 +93,8 @@ class StepTimes:
     rollout_s: list[float] = field(default_factory=list)
     update_s: list[float] = field(default_factory=list)
     tokens: list[float] = field(default_factory=list)
+    sample_s: list[float] = field(default_factory=list)  # ablate only: prefill + decode loop
+    logprob_s: list[float] = field(default_factory=list)  # ablate only: the behaviour log-prob forward
 
     def median(self, name: str, warmup: int) -> float:
         """Median of ``name`` over the steps after the first ``warmup`` (NaN when there are none)."""
@@ -141,6 +145,9 @@ def ablate_step(trainer: Trainer, step: int, times: StepTimes) -> None:
     times.rollout_s.append(metrics["perf/rollout_s"] + metrics["perf/reward_s"])
     times.update_s.append(metrics["perf/update_s"])
     times.tokens.append(float(batch.mask.sum()))
+    timing = getattr(trainer, "_rollout_timing", {})
+    times.sample_s.append(float(timing.get("generate_s", float("nan"))))
+    times.logprob_s.append(float(timing.get("logprob_s", float("nan"))))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -181,15 +188,19 @@ def build_trl(s: Settings, trainer: Trainer, out_dir: str, callbacks: list[Any],
             trl_times.tokens.append(float(out["completion_mask"].sum()))
             return out
 
+    # TRL turns activation (gradient) checkpointing on by default: an extra forward inside the backward,
+    # which ablate does not do. transformers 5 renamed the option; the old name warns.
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    no_checkpointing = {"activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing": False}
     args = GRPOConfig(
         output_dir=out_dir,
+        **no_checkpointing,
         use_cpu=True,
         bf16=False,
         fp16=False,
         report_to=[],
         save_strategy="no",
         eval_strategy="no",
-        logging_steps=1,
         disable_tqdm=True,
         seed=s.seed,
         max_steps=s.steps + s.warmup,
@@ -216,6 +227,8 @@ def build_trl(s: Settings, trainer: Trainer, out_dir: str, callbacks: list[Any],
         dataloader_num_workers=0,
         log_completions=False,
     )
+    if args.gradient_checkpointing or getattr(args, "activation_checkpointing", False):
+        raise RuntimeError("could not turn TRL's activation checkpointing off: the comparison would not be fair")
     return TimedGRPOTrainer(
         model=policy.model,
         reward_funcs=final_answer,
@@ -301,6 +314,8 @@ def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
         "ablate_rollout_s": ours.median("rollout_s", w),
         "ablate_update_s": ours.median("update_s", w),
         "ablate_tokens": ours.median("tokens", w),
+        "ablate_sample_s": ours.median("sample_s", w),
+        "ablate_logprob_s": ours.median("logprob_s", w),
         "trl_step_s": theirs.median("step_s", w) if version else None,
         "trl_rollout_s": theirs.median("rollout_s", w) if version else None,
         "trl_update_s": theirs.median("update_s", w) if version else None,
@@ -323,18 +338,54 @@ def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
     }
 
 
-def profile_ablate(s: Settings, steps: int, top: int = 30) -> str:
-    """cProfile of ``steps`` ablate steps after one warm-up step: the ``top`` functions by cumulative time."""
-    trainer = Trainer(ablate_config(s))  # sets torch's thread count to s.threads
-    ablate_step(trainer, 1, StepTimes())
-    prof = cProfile.Profile()
-    prof.enable()
-    for step in range(2, steps + 2):
-        trainer.step(step)
-    prof.disable()
-    buf = io.StringIO()
-    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
-    return buf.getvalue()
+#: torch operators by kind, for :func:`profile_ablate`'s shares of ablate's step time.
+GEMM_OPS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"})
+
+
+def _op_kind(name: str) -> str:
+    if name in GEMM_OPS:
+        return "matrix multiplies"
+    if "scaled_dot_product" in name or "flash_attention" in name:
+        return "attention kernels"
+    if name.startswith("aten::"):
+        return "other tensor ops"
+    return "other"
+
+
+def profile_ablate(s: Settings, steps: int, top: int = 25) -> dict[str, Any]:
+    """Where ablate's step time goes: ``steps`` profiled steps after one warm-up step.
+
+    Returns:
+        ``{"op_shares": {kind: fraction of self CPU time of torch operators}, "cprofile": text}``: the
+        shares come from ``torch.profiler`` (matrix multiplies, attention kernels, other tensor ops;
+        Python time outside operators is not in them), the text is a ``cProfile`` of ``steps`` more
+        steps, the ``top`` functions by cumulative time.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    previous_threads = torch.get_num_threads()
+    try:
+        trainer = Trainer(ablate_config(s))  # sets torch's thread count to s.threads
+        ablate_step(trainer, 1, StepTimes())
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for step in range(2, steps + 2):
+                trainer.step(step)
+        totals: dict[str, float] = {}
+        for event in prof.key_averages():
+            kind = _op_kind(event.key)
+            totals[kind] = totals.get(kind, 0.0) + event.self_cpu_time_total
+        ops_total = sum(v for k, v in totals.items() if k != "other") or 1.0
+        shares = {k: v / ops_total for k, v in sorted(totals.items(), key=lambda kv: -kv[1]) if k != "other"}
+        cprof = cProfile.Profile()
+        cprof.enable()
+        for step in range(steps + 2, 2 * steps + 2):
+            trainer.step(step)
+        cprof.disable()
+        buf = io.StringIO()
+        pstats.Stats(cprof, stream=buf).sort_stats("cumulative").print_stats(top)
+        return {"op_shares": shares, "cprofile": buf.getvalue()}
+    finally:
+        torch.set_num_threads(previous_threads)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -363,31 +414,64 @@ def markdown_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def breakdown(result: dict[str, Any]) -> str:
+    """Where ablate's median step goes (phases, and torch operator kinds when profiled), as markdown."""
+    m = result["summary"]
+    step = m["ablate_step_s"]
+    other_rollout = m["ablate_rollout_s"] - m["ablate_sample_s"] - m["ablate_logprob_s"]
+    rest = step - m["ablate_rollout_s"] - m["ablate_update_s"]
+    parts = [
+        ("sampling (prefill + decode loop)", m["ablate_sample_s"]),
+        ("behaviour log-prob forward (`old_logp`)", m["ablate_logprob_s"]),
+        ("texts, grading, rewards, advantages", other_rollout),
+        ("update (forward + backward + AdamW)", m["ablate_update_s"]),
+        ("metrics and the rest", rest),
+    ]
+    lines = ["| ablate phase | median s | share of the step |", "|---|---|---|"]
+    lines += [f"| {name} | {sec:.3f} | {sec / step:.0%} |" for name, sec in parts]
+    text = "\n".join(lines)
+    prof = result.get("profile")
+    if prof:
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in prof["op_shares"].items())
+        text += f"\n\nTorch operator time of {prof['steps']} profiled ablate steps (`--profile`): {shares}."
+    return text
+
+
 def results_section(result: dict[str, Any]) -> str:
     """The ``RL step vs TRL GRPOTrainer`` section of benchmarks/RESULTS.md."""
     s, v, m = result["settings"], result["versions"], result["summary"]
     verdict = ""
     if m["ratio"] is not None:
         ok = "meets" if m["ratio"] >= 2.0 else "does NOT meet"
-        verdict = f"ablate's step is **{m['ratio']:.2f}x** faster than TRL's: this {ok} the goal of 2x.\n\n"
+        word = "faster" if m["ratio"] >= 1.0 else "slower"
+        times = m["ratio"] if m["ratio"] >= 1.0 else 1.0 / m["ratio"]
+        verdict = (f"TRL / ablate = **{m['ratio']:.2f}**: ablate's step is {times:.2f}x {word} than TRL's; this "
+                   f"{ok} the goal of 2x.\n\n")
     n = s["steps"]
+    flags = f"--steps {n} --warmup {s['warmup']} --threads {s['threads']}"
+    if result.get("profile"):
+        flags += f" --profile {result['profile']['steps']}"
     return (
         "## RL step vs TRL GRPOTrainer\n\n"
-        f"Measured {result['date']} with `benchmarks/bench_rl_step.py --steps {n} --warmup {s['warmup']} "
-        f"--threads {s['threads']}` on {result['machine']}; torch {v['torch']}, transformers "
-        f"{v['transformers']}, trl {v['trl'] or 'not installed'}; torch threads {result['threads']}. "
-        f"Load average before / after: {result['load_avg_before'][0]} / {result['load_avg_after'][0]} "
-        "(the 2 cores are shared with other work).\n\n"
+        f"Measured {result['date']} with `benchmarks/bench_rl_step.py {flags} --write` on {result['machine']}; "
+        f"torch {v['torch']}, transformers {v['transformers']}, trl {v['trl'] or 'not installed'}; torch threads "
+        f"{result['threads']}. Load average (1 min) before / after: {result['load_avg_before'][0]} / "
+        f"{result['load_avg_after'][0]} (the 2 cores are shared with other work, so absolute times vary; the "
+        "ratio is the figure to compare).\n\n"
         f"One RL step = {s['prompts']} prompts x G = {s['group_size']} = {s['prompts'] * s['group_size']} "
-        f"completions of at most {s['max_new_tokens']} tokens of `{s['model']}` (same random init on both sides, "
-        f"no warm start) on `{s['task']}`, final-answer reward, GRPO advantages, token PPO-clip 0.2, "
-        "per-sequence loss aggregation, no KL, one AdamW step (lr "
-        f"{s['lr']:g}), float32 CPU. Medians over {n} steps after {s['warmup']} warm-up steps; both trainers in "
-        "one process, alternating step by step. A TRL step is one whole iteration of its training loop; its "
-        "update part is that minus `_generate_and_score_completions`. ablate's rollout part includes its "
-        "behaviour log-prob forward (TRL skips it when on-policy).\n\n"
+        f"completions of at most {s['max_new_tokens']} tokens of `{s['model']}` (the same random init on both "
+        f"sides, no warm start) on `{s['task']}`, final-answer reward, GRPO advantages, token PPO-clip 0.2, "
+        "per-sequence loss aggregation (ablate `seq-mean-token-mean`, TRL `loss_type=grpo`), no KL and no "
+        f"reference model, one AdamW step (lr {s['lr']:g}) on the whole batch, float32, CPU, no gradient "
+        f"checkpointing. Medians over {n} steps after {s['warmup']} warm-up steps; both trainers in one process, "
+        "alternating step by step. A TRL step is one whole iteration of its training loop; its rollout part is "
+        "`_generate_and_score_completions` (generation, decoding, reward, advantages), its update part the rest. "
+        "ablate's rollout part includes its behaviour log-prob forward, which TRL skips when on-policy. "
+        "Generated tokens differ a little: ablate stops a row at EOS or pad, TRL at EOS only; both pad every "
+        "row to the longest (here always 32), so the tensor shapes, and the work, are the same.\n\n"
         f"{markdown_table(result)}\n\n"
         f"{verdict}"
+        f"{breakdown(result)}\n\n"
         f"Checks: prompt token ids identical: {result['checks'].get('same_prompt_ids', 'n/a')}; "
         f"identical initial weights: {result['checks'].get('same_init', 'n/a')}.\n"
     )
@@ -419,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=d.threads, help="torch threads, the same for both")
     ap.add_argument("--train-size", type=int, default=d.train_size, help="problems in the train pool")
     ap.add_argument("--no-trl", action="store_true", help="time ablate only")
-    ap.add_argument("--profile", type=int, default=0, metavar="N", help="also print a cProfile of N ablate steps")
+    ap.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N ablate steps (operator shares, cProfile)")
     ap.add_argument("--json", action="store_true", help="also print the per-step times as JSON")
     ap.add_argument("--write", type=Path, nargs="?", const=ROOT / "benchmarks" / "RESULTS.md", default=None,
                     help="update this benchmark's section of RESULTS.md (default benchmarks/RESULTS.md)")
@@ -429,6 +513,8 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.lr, steps=args.steps, warmup=args.warmup, threads=args.threads, train_size=args.train_size,
     )
     result = run(s, use_trl=not args.no_trl)
+    if args.profile:
+        result["profile"] = {"steps": args.profile, **profile_ablate(s, args.profile)}
     if not args.no_trl and result["versions"]["trl"] is None:
         print("TRL is not installed (pip install -e '.[bench]'): timed ablate only.", file=sys.stderr)
     print(markdown_table(result))
@@ -437,12 +523,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         import json
 
-        print(json.dumps(result, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k != "profile"}, indent=1))
     if args.write is not None:
         write_section(args.write, results_section(result))
         print(f"wrote the section to {args.write}")
     if args.profile:
-        print(profile_ablate(s, args.profile))
+        print(breakdown(result))
+        print(result["profile"]["cprofile"])
     return 0
 
 

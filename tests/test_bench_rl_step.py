@@ -35,7 +35,7 @@ def test_ablate_side_runs_one_step_and_trl_is_skipped_when_not_installed(bench, 
     assert bench.trl_version() is None
     results = tmp_path / "RESULTS.md"
     results.write_text("# Benchmarks\n\n<!-- BEGIN other -->\nkeep me\n<!-- END other -->\n")
-    assert bench.main([*TINY, "--write", str(results)]) == 0
+    assert bench.main([*TINY, "--profile", "1", "--write", str(results)]) == 0
     out = capsys.readouterr()
     assert "TRL is not installed" in out.err
     assert "| ablate `Trainer.step` |" in out.out and "| TRL `GRPOTrainer` | not run" in out.out
@@ -43,6 +43,7 @@ def test_ablate_side_runs_one_step_and_trl_is_skipped_when_not_installed(bench, 
     assert "<!-- BEGIN other -->\nkeep me\n<!-- END other -->" in text  # the other section is untouched
     assert text.count(bench.BEGIN) == 1 and text.count(bench.END) == 1
     assert "## RL step vs TRL GRPOTrainer" in text and "trl not installed" in text
+    assert "| update (forward + backward + AdamW) |" in text and "matrix multiplies" in text
 
 
 def test_run_times_the_requested_steps_of_the_tiny_shape(bench):
