@@ -747,10 +747,11 @@ class OptimConfig(_Section):
     """``optim``: the AdamW optimizer of the RL phase."""
 
     lr: float = Field(
-        1e-4,
+        2e-5,
         gt=0.0,
-        description=_d("""AdamW learning rate of the RL phase: ~1e-4 to 1e-3 for tiny zoo models, ~1e-6 to
-        1e-5 for pretrained checkpoints."""),
+        description=_d("""AdamW learning rate of the RL phase. 2e-5 suits the tiny zoo models (measured: on the
+        default warm start, 1e-4 destroys greedy accuracy within ten steps while 2e-5 raises it); ~1e-6
+        to 1e-5 for pretrained checkpoints."""),
     )
     betas: tuple[float, float] = Field(
         (0.9, 0.999),

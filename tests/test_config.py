@@ -143,7 +143,7 @@ def test_derived_values():
     assert cfg.kl_estimator == "k3"
     assert build("kl.placement=reward", "reward.components=[final_answer, kl]").kl_estimator == "k1"
     assert build("kl.placement=loss", "kl.estimator=k2").kl_estimator == "k2"
-    assert cfg.critic_lr == cfg.optim.lr == 1e-4
+    assert cfg.critic_lr == cfg.optim.lr == 2e-5
     assert build("critic.lr=0.01").critic_lr == 0.01
 
 
