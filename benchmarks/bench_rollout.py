@@ -67,12 +67,16 @@ END = "<!-- END rollouts-and-logprobs -->"
 # ---------------------------------------------------------------------------------------------------
 # rollouts
 # ---------------------------------------------------------------------------------------------------
+def _completion_mask(new: torch.Tensor, stop_ids: list[int]) -> torch.Tensor:
+    """[B, T] long: 1 up to and including each row's first stop id (everywhere when none)."""
+    is_stop = torch.isin(new, torch.tensor(stop_ids)).long()
+    stops_before = is_stop.cumsum(1) - is_stop  # stop tokens strictly before each position
+    return (stops_before == 0).long()
+
+
 def _generated_tokens(new: torch.Tensor, stop_ids: list[int]) -> int:
     """Tokens per row up to and including the first stop id (all of them when none), summed."""
-    is_stop = torch.isin(new, torch.tensor(stop_ids))
-    T = new.shape[1]
-    first = torch.where(is_stop.any(1), is_stop.float().argmax(1) + 1, torch.full((new.shape[0],), T))
-    return int(first.sum())
+    return int(_completion_mask(new, stop_ids).sum())
 
 
 def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
@@ -86,38 +90,43 @@ def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
     B = ids.shape[0]
     stop_ids = sorted({policy.eos_token_id, policy.pad_token_id})
 
-    def ours(fast: bool, compile: bool = False, seed: int = 0) -> tuple[float, int, int]:
+    def ours(fast: bool, compile: bool = False, seed: int = 0) -> tuple[int, int]:
         gen = torch.Generator().manual_seed(seed)
-        t0 = time.perf_counter()
         out, mask, steps = sample_completions(
             model, ids, pmask, max_new_tokens=N, stop_ids=stop_ids, pad_id=policy.pad_token_id,
             generator=gen, fast=fast, compile=compile,
         )
-        return time.perf_counter() - t0, steps, int(mask.sum())
+        return steps, int(mask.sum())
 
-    def full(seed: int = 0) -> tuple[float, int, int]:
+    def full(seed: int = 0) -> tuple[int, int]:
         gen = torch.Generator().manual_seed(seed)
-        t0 = time.perf_counter()
         r = generate_rollouts(policy, prompts, group_size=G, max_new_tokens=N, generator=gen)
-        return time.perf_counter() - t0, int(r.timing["steps"]), int(r.timing["tokens"])
+        return int(r.timing["steps"]), int(r.timing["tokens"])
 
-    def hf(seed: int = 0) -> tuple[float, int, int]:
+    def hf(seed: int = 0, with_logp: bool = False) -> tuple[int, int]:
         torch.manual_seed(seed)
-        t0 = time.perf_counter()
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids, attention_mask=pmask, do_sample=True, top_k=0, top_p=1.0, temperature=1.0,
                 max_new_tokens=N, eos_token_id=policy.eos_token_id, pad_token_id=policy.pad_token_id,
             )
-        seconds = time.perf_counter() - t0
-        new = out[:, ids.shape[1]:]
-        return seconds, new.shape[1], _generated_tokens(new, stop_ids)
+            new = out[:, ids.shape[1]:]
+            mask = _completion_mask(new, stop_ids)
+            if with_logp:  # what a rollout needs on top of generate: the sampled tokens' log-probs
+                token_logprobs(model, out, torch.cat([pmask, mask], 1), num_prompt_tokens=ids.shape[1])
+        return new.shape[1], int(mask.sum())
+
+    def timed(fn, seed: int) -> tuple[float, float, int, int]:
+        w0, c0 = time.perf_counter(), time.process_time()
+        steps, generated = fn(seed)
+        return time.perf_counter() - w0, time.process_time() - c0, steps, generated
 
     variants = {
         "ours (lean KV-cache decoder), sampling": lambda s: ours(True, seed=s),
-        "ours, full rollout (+ old_logp forward + texts)": full,
         "ours (generic decoder: model.forward + HF cache)": lambda s: ours(False, seed=s),
         "transformers model.generate": hf,
+        "ours, full rollout (sampling + old_logp forward + texts)": full,
+        "model.generate + old_logp forward (token_logprobs)": lambda s: hf(s, with_logp=True),
     }
     extra: dict = {}
     if args.compile:
@@ -127,23 +136,26 @@ def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
         variants["ours (lean decoder, torch.compile), sampling"] = lambda s: ours(True, compile=True, seed=s)
     for fn in variants.values():  # warm-up: first-call costs (lazy imports, kernel selection)
         fn(0)
-    runs: dict[str, list[tuple[float, int, int]]] = {k: [] for k in variants}
+    runs: dict[str, list[tuple[float, float, int, int]]] = {k: [] for k in variants}
     for r in range(args.repeats):
         for name, fn in variants.items():
-            runs[name].append(fn(r + 1))
+            runs[name].append(timed(fn, r + 1))
     rows = []
     for name, rs in runs.items():
         rows.append({
             "variant": name,
-            "seconds": statistics.median(s for s, _, _ in rs),
-            "ms_per_step": statistics.median(1000 * s / st for s, st, _ in rs),
-            "tokens_per_s": statistics.median(B * st / s for s, st, _ in rs),
-            "generated_tokens_per_s": statistics.median(g / s for s, _, g in rs),
-            "steps": statistics.median(st for _, st, _ in rs),
+            "seconds": statistics.median(w for w, _, _, _ in rs),
+            "ms_per_step": statistics.median(1000 * w / st for w, _, st, _ in rs),
+            "cpu_ms_per_step": statistics.median(1000 * c / st for _, c, st, _ in rs),
+            "tokens_per_s": statistics.median(B * st / w for w, _, st, _ in rs),
+            "generated_tokens_per_s": statistics.median(g / w for w, _, _, g in rs),
+            "steps": statistics.median(st for _, _, st, _ in rs),
         })
     base = next(r for r in rows if r["variant"] == "transformers model.generate")
+    base_full = next(r for r in rows if r["variant"].startswith("model.generate + old_logp"))
     for r in rows:
-        r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+        ref = base_full if "old_logp" in r["variant"] else base
+        r["speedup"] = r["tokens_per_s"] / ref["tokens_per_s"]
     extra.update({"batch": B, "prompts": len(prompts), "group_size": G, "max_new_tokens": N,
                   "prompt_tokens": ids.shape[1], "model": args.model,
                   "params": sum(p.numel() for p in model.parameters())})
@@ -253,14 +265,17 @@ def markdown(args: argparse.Namespace, rollout_rows: list[dict], extra: dict, me
             f"({extra['prompts']} prompts x G={extra['group_size']}), {extra['prompt_tokens']} prompt tokens "
             f"(left-padded), {extra['max_new_tokens']} new tokens, temperature 1, top-p 1, EOS stops a row",
             "",
-            f"Medians of {args.repeats} interleaved runs after one warm-up each. tokens/s = batch x decode steps / s; "
-            "generated = tokens up to each row's EOS.",
+            f"Medians of {args.repeats} interleaved runs after one warm-up each. ms / step = wall time / decode "
+            "steps; CPU ms / step = process CPU time / steps (with one thread: time on a core, which other "
+            "processes on the machine inflate less); tokens/s = batch x decode steps / wall s; generated = "
+            "tokens up to each row's EOS; vs generate = tokens/s ratio to `model.generate` (rows that include "
+            "the old_logp forward: to `model.generate` + that forward).",
             "",
-            "| variant | ms / step | tokens/s | generated tokens/s | vs generate |",
-            "|---|---:|---:|---:|---:|",
+            "| variant | ms / step | CPU ms / step | tokens/s | generated tokens/s | vs generate (same work) |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for r in rollout_rows:
-            lines.append(f"| {r['variant']} | {r['ms_per_step']:.2f} | {r['tokens_per_s']:,.0f} | "
+            lines.append(f"| {r['variant']} | {r['ms_per_step']:.2f} | {r['cpu_ms_per_step']:.2f} | {r['tokens_per_s']:,.0f} | "
                          f"{r['generated_tokens_per_s']:,.0f} | {r['speedup']:.2f}x |")
         if "compile_first_call_s" in extra:
             lines += ["", f"torch.compile: the first call (compilation included) took "

@@ -5,26 +5,37 @@ Both answer the same two calls, so :mod:`ablate.models.rollout` samples through 
 
 - ``prefill() -> logits [B, V]``: run the left-padded prompts [B, P] and return the float32 logits of
   the next token (predicted at the last prompt position);
-- ``step(tokens [B]) -> logits [B, V]``: append one token per row and return the next logits.
+- ``step(tokens [B], active [B] | None) -> logits [B, V]``: append one token per row and return the
+  next logits (rows not ``active`` any more may be skipped; their logits are then 0).
 
 :class:`GenericDecoder` calls the model's own ``forward`` with a transformers cache, attention mask and
-position ids; it works for every architecture (GPT-2, Llama, Qwen2, ...). At the zoo's sizes its cost
-is almost all per-step Python overhead inside transformers (mask construction, cache bookkeeping,
-output dataclasses), not arithmetic.
+position ids; it works for every architecture (GPT-2, Llama, Qwen2, ...). At the zoo's sizes a large
+part of its cost is per-step overhead inside transformers (mask construction, cache concatenation,
+output dataclasses) rather than arithmetic.
 
-:class:`FastLlamaDecoder` runs the same modules itself (the model's own ``embed_tokens``, RMSNorms,
-projections, MLPs and rotary tables — so the weights and most of the math are literally the model's)
-over a KV cache preallocated at [B, kv_heads, P + max_new_tokens, head_dim], with the attention
-written as one ``scaled_dot_product_attention`` per layer. It supports ``LlamaForCausalLM``,
+:class:`FastLlamaDecoder` runs the model's own weights and modules (``embed_tokens``, RMSNorms,
+projections, MLP activation, rotary tables) itself over a KV cache preallocated at
+[B, kv_heads, P + max_new_tokens, head_dim]: per layer and step one matmul for q/k/v and one for
+gate/up (weights concatenated once per rollout), the rotary embedding on q and k together, a write
+into the cache slot, attention as two batched matmuls over the filled slots, and the output and down
+projections. Rows that have stopped are dropped from the computation (the cache is compacted when a
+quarter of the rows still computed have stopped). It supports ``LlamaForCausalLM``,
 ``Qwen2ForCausalLM`` and ``MistralForCausalLM`` without sliding-window attention and with a static
 rotary embedding; :func:`fast_decoder_unsupported_reason` says why any other model falls back to the
-generic decoder. Its logits equal the generic decoder's to float rounding (the tests check the logits
-within 1e-5 and that the sampled tokens are identical for the same generator; a token could only
-differ if a uniform draw fell within ~1e-7 of a boundary of the cumulative distribution).
+generic decoder.
 
-With ``compile=True`` the decode step runs over the full static cache length (a boolean mask hides the
-empty slots, so shapes never change) through ``torch.compile``; compile time is paid once per process
-and model shape, which is why it is off by default (see benchmarks/RESULTS.md).
+Same samples: the lean decoder uses the same operations as transformers where the order of floating
+point operations matters (the concatenated matmuls give bitwise the products of the separate ones;
+the rotary form is exact), but its attention kernel is not transformers' SDPA kernel, so logits agree
+to float rounding (~1e-7), not bitwise. The tests check the logits within 1e-5 and that the sampled
+tokens are identical for the same generator (with and without compaction); a token could only differ
+if a uniform draw fell within ~1e-7 of a boundary of the cumulative distribution. The behaviour
+log-probs of a rollout never depend on the decoder: they come from one full forward afterwards.
+
+With ``compile=True`` the decode step runs through ``torch.compile`` over the full static cache length
+(the additive mask hides the empty slots, so shapes never change; no row compaction). Compilation
+costs seconds to a minute per new shape (batch, prompt width, max_new_tokens), cached on disk by
+inductor, which is why it is off by default (see benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -238,6 +249,10 @@ class FastLlamaDecoder:
         probe = torch.zeros(1, 1, self.head_dim, dtype=dtype, device=device)
         cos, sin = base.rotary_emb(probe, positions)
         self.cos, self.sin = cos[0], sin[0]  # (S, D)
+        half = self.head_dim // 2
+        self.rot_perm = torch.cat([torch.arange(half, self.head_dim), torch.arange(half)]).to(device)
+        sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(device=device, dtype=dtype)
+        self.sin_signed = self.sin * sign  # rotate_half(x) * sin == x[perm] * (sign * sin), exactly
         # additive attention bias per cache slot: 0 where a key may be attended, -inf elsewhere
         self.bias = torch.full((B, S), float("-inf"), dtype=dtype, device=device)
         self.bias[:, :P].masked_fill_(prompt_mask.bool(), 0.0)
@@ -284,20 +299,20 @@ class FastLlamaDecoder:
         return self.lm_head(self.norm(h[:, -1])).float()  # (B, V)
 
     # ---- decode steps: concatenated weights, batched-matmul attention ----------------------------
-    def _attend_step(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, end: int) -> torch.Tensor:
+    def _attend_step(self, q: torch.Tensor, kc: torch.Tensor, vc: torch.Tensor, end: int, bias: torch.Tensor
+                     ) -> torch.Tensor:
         """One new query per row over cache slots ``[:end]``: q [B, Hq, D] -> [B, Hq * D].
 
         Two batched matmuls over (row, kv-head) pairs, with the query heads of a kv group stacked as
         rows (no copy of K/V for grouped-query attention): on CPU faster than
         ``scaled_dot_product_attention`` for a single query, and the same math (softmax of the scaled
-        dot products, -inf on masked slots).
+        dot products, -inf on masked slots). ``bias`` [B * Hkv, rep, end] is the additive mask.
         """
         B, D = q.shape[0], self.head_dim
         G = B * self.n_kv
         qg = q.reshape(G, self.rep, D)  # (B*Hkv, rep, D)
         keys = kc.view(G, self.S, D)[:, :end]  # (B*Hkv, end, D)
         values = vc.view(G, self.S, D)[:, :end]
-        bias = self.bias[:, None, None, :end].expand(B, self.n_kv, self.rep, end).reshape(G, self.rep, end)
         scores = torch.baddbmm(bias, qg, keys.transpose(1, 2), alpha=self.scaling)  # (G, rep, end)
         probs = torch.softmax(scores, dim=-1)
         return torch.bmm(probs, values).view(B, self.n_heads * D)
@@ -305,12 +320,16 @@ class FastLlamaDecoder:
     def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, slot: int | torch.Tensor, end: int
                      ) -> torch.Tensor:
         B, D, Hq, Hkv = tokens.shape[0], self.head_dim, self.n_heads, self.n_kv
+        # rotary: x * cos + x[perm] * (sign * sin), the same values as transformers' rotate_half form
+        # (multiplying by -1 is exact) in four operations instead of seven
         cos = self.cos[pos].unsqueeze(1)  # (B, 1, D)
-        sin = self.sin[pos].unsqueeze(1)
+        sin = self.sin_signed[pos].unsqueeze(1)
+        bias = self.bias[:, None, None, :end].expand(B, Hkv, self.rep, end).reshape(B * Hkv, self.rep, end)
         h = self.embed(tokens)  # (B, H)
         for w, kc, vc in zip(self.weights, self.k_cache, self.v_cache):
             qkv = F.linear(_rms_norm(h, w.norm1), w.w_qkv, w.b_qkv).view(B, Hq + 2 * Hkv, D)
-            qk = _rotate(qkv[:, : Hq + Hkv], cos, sin)  # (B, Hq + Hkv, D)
+            qk = qkv[:, : Hq + Hkv]
+            qk = qk * cos + qk.index_select(-1, self.rot_perm) * sin  # (B, Hq + Hkv, D)
             q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]
             if isinstance(slot, int):
                 kc[:, :, slot] = k
@@ -318,7 +337,7 @@ class FastLlamaDecoder:
             else:
                 kc.index_copy_(2, slot, k.unsqueeze(2))
                 vc.index_copy_(2, slot, v.unsqueeze(2))
-            h = h + F.linear(self._attend_step(q, kc, vc, end), w.w_o, w.b_o)
+            h = h + F.linear(self._attend_step(q, kc, vc, end, bias), w.w_o, w.b_o)
             gu = F.linear(_rms_norm(h, w.norm2), w.w_gu, w.b_gu)
             h = h + F.linear(w.act(gu[:, : w.inter]) * gu[:, w.inter :], w.w_down, w.b_down)
         return self.lm_head(_rms_norm(h, self.norm)).float()  # (B, V)
