@@ -28,6 +28,9 @@ COMMANDS: dict[str, str] = {
     "models": "ablate.commands.models",
     "warmstart": "ablate.commands.warmstart",
     "train": "ablate.commands.train",
+    "run": "ablate.commands.run",
+    "worker": "ablate.commands.worker",
+    "status": "ablate.commands.status",
 }
 
 EPILOG = """\

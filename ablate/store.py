@@ -219,15 +219,21 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
         lock = _FlockJournalLock(str(path) + ".lock") if BaseJournalFileLock is not None else None
         return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
     url = postgres_url_with_driver(storage)
-    try:
-        return RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, skip_table_creation=not create)
-    except ImportError:
-        raise StoreError(
-            f"--storage {redact(url)}: no PostgreSQL driver is installed; pip install psycopg2-binary "
-            "(or 'psycopg[binary]')"
-        ) from None
-    except Exception as exc:  # sqlalchemy.exc.OperationalError and friends: the message says why
-        raise StoreError(f"--storage {redact(url)}: cannot connect: {str(exc).splitlines()[0]}") from None
+    for attempt in range(5):
+        try:
+            return RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, skip_table_creation=not create)
+        except ImportError:
+            raise StoreError(
+                f"--storage {redact(url)}: no PostgreSQL driver is installed; pip install psycopg2-binary "
+                "(or 'psycopg[binary]')"
+            ) from None
+        except Exception as exc:  # sqlalchemy.exc.OperationalError and friends: the message says why
+            # Workers that start together on an empty database race to create Optuna's tables (a
+            # unique-constraint error for all but one): the tables exist on the next try.
+            if attempt == 4 or "already exists" not in str(exc) and "duplicate key" not in str(exc):
+                raise StoreError(f"--storage {redact(url)}: cannot connect: {str(exc).splitlines()[0]}") from None
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def postgres_url_with_driver(url: str) -> str:

@@ -193,6 +193,9 @@ class TrialLogger:
     A flush happens every ``flush_every`` logged steps, after ``flush_seconds`` without one, and on
     :meth:`close`. Each flush also sets the run's tag ``ablate.logged_step`` (in the same request), so
     that a resumed trial skips the steps already logged (``skip_through``) and no step is logged twice.
+    With ``hold_logged_step`` (a trial that resumes from a checkpoint: the steps before it come only
+    with :meth:`backfill`) the tag is set only by :meth:`close`, so that it never claims steps that
+    were not sent.
 
     Attributes:
         requests: ``log_batch`` requests sent so far.
@@ -200,8 +203,9 @@ class TrialLogger:
     """
 
     def __init__(self, client: MlflowClient, run_id: str, *, skip_through: int = -1, flush_every: int = 10,
-                 flush_seconds: float = 30.0) -> None:
+                 flush_seconds: float = 30.0, hold_logged_step: bool = False) -> None:
         self.client = client
+        self.hold_logged_step = hold_logged_step
         self.run_id = run_id
         self.skip_through = skip_through
         self.flush_every = max(1, int(flush_every))
@@ -211,19 +215,28 @@ class TrialLogger:
         self._buffer: list[Metric] = []
         self._buffered_steps = 0
         self._buffered_through: int | None = None
+        self._seen: set[int] = set()
         self._last_flush = time.monotonic()
 
     def __call__(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffer ``metrics`` at ``step`` (skipped when ``step <= skip_through``); flush when due."""
         self.last_step = step
-        if step <= self.skip_through:
+        if step <= self.skip_through or step in self._seen:
             return
+        self._seen.add(step)
         ts = int(time.time() * 1000)
         self._buffer.extend(Metric(metric_name(k), float(v), ts, int(step)) for k, v in metrics.items())
         self._buffered_steps += 1
-        self._buffered_through = step
+        self._buffered_through = max(step, self._buffered_through if self._buffered_through is not None else step)
         if self._buffered_steps >= self.flush_every or time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
+
+    def backfill(self, history: Sequence[tuple[int, Mapping[str, float]]]) -> None:
+        """Buffer the steps of a full history that neither this logger nor the run saw: a trial resumed
+        from a checkpoint logs only the steps after it, and the steps before it that its killed
+        attempt had buffered but not sent would otherwise be missing."""
+        for step, metrics in history:
+            self(metrics, int(step))
 
     def flush(self) -> None:
         """Send every buffered metric (in requests of at most MLflow's batch size)."""
@@ -233,7 +246,7 @@ class TrialLogger:
         for i in range(0, len(self._buffer), chunk):
             part = self._buffer[i : i + chunk]
             last = i + chunk >= len(self._buffer)
-            tags = [RunTag(TAG_LOGGED_STEP, str(self._buffered_through))] if last else []
+            tags = [RunTag(TAG_LOGGED_STEP, str(self._buffered_through))] if last and not self.hold_logged_step else []
             self.client.log_batch(self.run_id, metrics=part, tags=tags)
             self.requests += 1
         self._buffer = []
@@ -241,8 +254,12 @@ class TrialLogger:
         self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        """Flush what is left."""
+        """Flush what is left (and set the ``ablate.logged_step`` tag if it was held)."""
         self.flush()
+        if self.hold_logged_step and self._buffered_through is not None:
+            self.client.set_tag(self.run_id, TAG_LOGGED_STEP, str(self._buffered_through))
+            self.requests += 1
+            self.hold_logged_step = False
 
 
 # ------------------------------------------------------------------------------------- the tracker
@@ -353,7 +370,7 @@ class Tracker:
 
     def start_trial(self, parent_id: str, *, study: str, key: str, arm: str, seed: int, budget: str,
                     levels: Mapping[str, str], flat_config: Mapping[str, Any], worker: str = "",
-                    flush_every: int = 10) -> TrialLogger:
+                    flush_every: int = 10, resuming: bool = False) -> TrialLogger:
         """Open the child run of a trial (found again when it exists, else created with its params and
         tags) and return its :class:`TrialLogger` (skipping the steps that run already logged)."""
         existing = self.find_trial_run(parent_id, key)
@@ -378,7 +395,7 @@ class Tracker:
                 self.client.delete_tag(run_id, TAG_ERROR)
         if not has_params:
             self._log_params(run_id, trial_params(flat_config, levels))
-        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every)
+        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every, hold_logged_step=resuming)
 
     def finish_trial(self, run_id: str, *, config_yaml: str, history: Sequence[tuple[int, Mapping[str, float]]],
                      samples: Sequence[Mapping[str, Any]], result: Mapping[str, Any], objective: float | None) -> None:

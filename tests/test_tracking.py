@@ -178,23 +178,27 @@ def test_large_steps_are_split_into_batches_within_mlflow_limits(tracker, study)
     assert len(run.data.metrics) == 1500 and run.data.metrics["m/1499"] == 1499.0
 
 
-def test_resumed_trial_reuses_its_run_and_skips_logged_steps(tracker, study):
+def test_resumed_trial_reuses_its_run_and_logs_every_step_once(tracker, study):
     parent = tracker.parent_run(study, "default")
     spec = study.expand("default")[0]
     first = start(tracker, parent, spec, flush_every=5)
-    for step in range(8):  # 0-4 flushed, 5-7 lost with the "killed" worker
+    for step in range(8):  # steps 0-4 are sent; 5-7 are still buffered when the worker is killed
         first({"loss/total": float(step)}, step)
     tracker.fail_trial(first.run_id, "stale: its worker died")
     assert tracker.run_status(first.run_id) == "FAILED"
-    second = start(tracker, parent, spec, flush_every=5)
+    # the retry resumes from the checkpoint of step 6: the trainer logs 7-9, its history holds 0-9
+    second = start(tracker, parent, spec, flush_every=5, resuming=True)
     assert second.run_id == first.run_id and second.skip_through == 4
-    for step in range(3, 10):  # the trainer resumed from its checkpoint at step 2
+    for step in range(7, 10):
         second({"loss/total": float(step)}, step)
-    second.close()
+    second.backfill([(s, {"loss/total": float(s)}) for s in range(10)])
     c = tracker.client
-    steps = sorted(m.step for m in c.get_metric_history(first.run_id, "loss/total"))
-    assert steps == list(range(10))  # no step twice
+    assert c.get_run(first.run_id).data.tags[TAG_LOGGED_STEP] == "4"  # held until the backfill is sent
+    second.close()
+    history = sorted((m.step, m.value) for m in c.get_metric_history(first.run_id, "loss/total"))
+    assert history == [(s, float(s)) for s in range(10)]  # every step, none twice
     run = c.get_run(first.run_id)
+    assert run.data.tags[TAG_LOGGED_STEP] == "9"
     assert run.info.status == "RUNNING" and "ablate.error" not in run.data.tags
     children = c.search_runs([run.info.experiment_id], filter_string="tags.`ablate.role` = 'trial'")
     assert len(children) == 1

@@ -1,0 +1,125 @@
+"""``ablate run FILE``: run a study to completion (resumable), log it to MLflow, build its report."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+HELP = "run a study: every trial, resumable, on N local workers, logged to MLflow"
+DESCRIPTION = """\
+Run every trial of a study at a budget, with N local worker processes, and log each trial to MLflow
+(one experiment per study, one parent run per study and budget, one child run per trial). The file is
+validated first: on any problem nothing is created and the exit code is 2.
+
+The study store (which trials exist, run, failed) is an Optuna journal file, runs/<study>/store.journal,
+unless --storage (or $ABLATE_STORAGE) names another file or a PostgreSQL URL shared with workers on
+other machines (`ablate worker`). Running the same command again resumes: completed trials are skipped,
+failed ones and those of killed workers run again, each from its last checkpoint (runs/<study>/trials/
+<key>/). The design is frozen when the study first runs; if the file later expands to other trials,
+the run is refused with the differences, unless it only adds trials and --extend is given.
+
+MLflow: --tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory
+(browse with `mlflow ui --backend-store-uri sqlite:///mlflow.db`).
+
+  ablate run studies/quickstart.yaml --budget smoke
+  ablate run studies/quickstart.yaml --workers 2
+  ablate run studies/x.yaml --storage postgresql://ablate:secret@db:5432/ablate --tracking-uri http://mlflow:5000
+
+Exit code: 0 when every trial is done, 1 when some failed (see `ablate status FILE`), 2 on bad input.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser)
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="local worker processes (default 1: in this process); CPU threads are split between them")
+    parser.add_argument("--extend", action="store_true",
+                        help="accept a design that adds arms or seeds to the frozen one (existing results are kept)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``ablate run`` and ``ablate worker`` share."""
+    parser.add_argument("file", metavar="FILE", help="study file (YAML)")
+    parser.add_argument("--budget", default="default", help="budget to run (default: default)")
+    parser.add_argument("--storage", metavar="URL",
+                        help="study store: a journal file path or postgresql://... (default: $ABLATE_STORAGE, "
+                             "else runs/<study>/store.journal)")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    parser.add_argument("--runs", default="runs", metavar="DIR",
+                        help="folder of run folders: checkpoints in DIR/<study>/trials/<key>/ (default: runs)")
+    parser.add_argument("--threads", type=int, default=0, metavar="N",
+                        help="torch threads per worker (default: the cores split between the local workers)")
+    # defaults (None here, so that --help does not import optuna): ablate.store.DEFAULT_*
+    parser.add_argument("--max-retries", type=int, metavar="N",
+                        help="automatic retries of a trial whose worker died, in a row (default 2)")
+    parser.add_argument("--heartbeat", type=float, metavar="S",
+                        help="seconds between heartbeats of a running trial (default 15)")
+    parser.add_argument("--grace", type=float, metavar="S",
+                        help="seconds without heartbeat after which a trial of another machine is retried (default 90)")
+
+
+def settings_from_args(args: argparse.Namespace, study) -> object:
+    """Validate the shared options and build the RunSettings (creates nothing)."""
+    from ablate.errors import AblateError
+    from ablate.runner import RunSettings
+    from ablate.store import (
+        DEFAULT_GRACE_PERIOD,
+        DEFAULT_HEARTBEAT_INTERVAL,
+        DEFAULT_MAX_RETRIES,
+        resolve_storage,
+    )
+    from ablate.tracking import resolve_tracking_uri
+
+    study.check_budget(args.budget)
+    for name, default in (("max_retries", DEFAULT_MAX_RETRIES), ("heartbeat", DEFAULT_HEARTBEAT_INTERVAL),
+                          ("grace", DEFAULT_GRACE_PERIOD)):
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    problems = []
+    if getattr(args, "workers", 1) < 1:
+        problems.append(f"--workers {args.workers}: must be at least 1")
+    if args.threads < 0:
+        problems.append(f"--threads {args.threads}: must be 0 (automatic) or more")
+    if args.max_retries < 0:
+        problems.append(f"--max-retries {args.max_retries}: must be 0 or more")
+    if args.heartbeat <= 0 or args.grace <= args.heartbeat:
+        problems.append(f"--heartbeat {args.heartbeat:g} / --grace {args.grace:g}: need 0 < heartbeat < grace")
+    if study.tune is not None:
+        problems.append(f"{study.path}: per-arm tuning ('tune:') is not supported by ablate run yet; "
+                        "remove the 'tune:' section to run the arms at their configured values")
+    if problems:
+        raise AblateError("; ".join(problems))
+    return RunSettings(
+        study_file=str(study.path), budget=args.budget, storage=resolve_storage(args.storage, study.name, args.runs),
+        tracking_uri=resolve_tracking_uri(args.tracking_uri), runs=args.runs, threads=args.threads,
+        heartbeat_interval=args.heartbeat, grace_period=args.grace, max_retries=args.max_retries,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, run the study, build the report; print where the results are."""
+    from ablate.runner import run_study
+    from ablate.study import load_study
+    from ablate.tracking import tracking_location
+
+    study = load_study(args.file)
+    settings = settings_from_args(args, study)
+    result = run_study(study, settings, workers=args.workers, extend=args.extend, progress=not args.no_progress)
+    c = result.counts
+    print(f"study {study.name} ({args.budget}): {c['done']} done, {c['failed']} failed, {c['running']} running, "
+          f"{c['pending']} pending, in {result.seconds:.0f} s")
+    if importlib.util.find_spec("ablate.report") is not None:
+        from ablate.report import build_report  # the report command's module, when it exists
+
+        path = build_report(study, budget=args.budget, tracking_uri=result.tracking_uri)
+        print(f"report: {path}")
+    print(f"results: MLflow {tracking_location(result.tracking_uri)}, experiment {study.name!r}")
+    print(f"store: {result.storage}")
+    if c["failed"]:
+        print(f"{c['failed']} trial(s) failed: see `ablate status {args.file} --budget {args.budget}`; run the same "
+              "command again to retry them", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,49 @@
+"""``ablate worker FILE``: one worker of a study, e.g. on another machine sharing the store."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "run trials of a study from a shared store (one worker, e.g. on another machine)"
+DESCRIPTION = """\
+Claim and run trials of a study until none is waiting or running: the same worker loop as
+`ablate run`, alone, for a second terminal or another machine. Point every worker at the same study
+store and tracking server:
+
+  ablate worker studies/x.yaml --storage postgresql://ablate:secret@db:5432/ablate \\
+                               --tracking-uri http://mlflow-host:5000
+
+The worker checks its study file against the design frozen in the store (and freezes it if it is the
+first), enqueues what must run, and never runs a trial that another worker has claimed. Checkpoints go
+to --runs (default runs/)/<study>/trials/<key>/ on this machine.
+
+Exit code: 0 when the study has nothing left to run, 1 if a trial this worker ran failed, 2 on bad input.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ablate.commands.run import add_common_arguments
+
+    add_common_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the worker loop until the study has nothing left to run."""
+    import sys
+
+    from ablate.commands.run import settings_from_args
+    from ablate.runner import Progress, run_worker
+    from ablate.store import describe_storage
+    from ablate.study import load_study
+
+    study = load_study(args.file)
+    settings = settings_from_args(args, study)
+    if settings.threads > 0:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+    display = Progress(study.n_trials, 0, {}, stream=sys.stderr, live=False, label=f"{study.name} {args.budget}")
+    print(f"worker for study {study.name} ({args.budget}); store: {describe_storage(settings.storage)}", file=sys.stderr)
+    stats = run_worker(settings, study=study, events=display.handle, prepare=True)
+    print(f"worker done: {len(stats.completed)} trial(s) completed, {len(stats.failed)} failed, {len(stats.lost)} lost")
+    return 1 if stats.failed else 0

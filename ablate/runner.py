@@ -1,0 +1,579 @@
+"""Running a study: the worker loop, a local pool of worker processes, and the progress display.
+
+``ablate run FILE`` = :func:`run_study`: check the design against the study store and enqueue what
+must run (:meth:`~ablate.store.StudyStore.prepare`), find or create the MLflow parent run, then run
+:func:`run_worker` in N local processes until no trial of the budget is waiting or running.
+``ablate worker FILE --storage URL`` = :func:`run_worker` alone, on any machine that reaches the
+store and the tracking server.
+
+The worker loop, in every worker::
+
+    repeat:
+        fail stale attempts of dead workers (their retries are enqueued)
+        claim the oldest waiting attempt (atomic: one worker gets it)
+            none waiting, none running anywhere -> done
+            none waiting, some running elsewhere -> wait (they may die and need a retry)
+        open its MLflow child run; heartbeat while it trains
+        train: ablate.train.run_trial(config, log, workdir=runs/<study>/trials/<key>/)
+            (resumes from the checkpoint a killed attempt left there)
+        success: artifacts + FINISHED in MLflow, then COMPLETE with the objective in the store
+        exception: the traceback on the attempt and the run (FAILED); the study goes on
+
+Local pool: ``workers`` processes started with multiprocessing's *spawn* (no forked torch state),
+each with ``max(1, cores // workers)`` torch threads. A worker process that dies is replaced (its
+trial is retried, see :mod:`ablate.store`), at most ``workers * (max_retries + 1)`` times. With
+``workers=1`` the loop runs in the calling process.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import queue as queue_module
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+from ablate.errors import AblateError
+from ablate.store import (
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MAX_RETRIES,
+    Attempt,
+    Heartbeat,
+    PrepareResult,
+    StaleAttempt,
+    StudyStore,
+    WorkerInfo,
+    summarize_objective,
+    trial_dir,
+)
+
+EventFn = Callable[[dict[str, Any]], None]
+
+#: Seconds an idle worker waits before looking for work again.
+POLL_SECONDS = 2.0
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a worker needs to run a study (picklable: it is sent to spawned processes).
+
+    Attributes:
+        study_file: the study file (each worker loads and validates it, importing its plugins).
+        budget: the budget to run.
+        storage: the resolved study store (journal file path or PostgreSQL URL).
+        tracking_uri: the resolved MLflow tracking URI.
+        runs: the folder of run folders (``runs/``): checkpoints go to ``<runs>/<study>/trials/<key>``.
+        threads: torch threads per trial (0: leave torch's default).
+        parent_run_id: the MLflow parent run (None: the worker finds or creates it).
+        heartbeat_interval, grace_period, max_retries: see :mod:`ablate.store`.
+        flush_every: logged steps between two MLflow ``log_batch`` requests.
+        poll_seconds: how long an idle worker waits before looking again.
+    """
+
+    study_file: str
+    budget: str
+    storage: str
+    tracking_uri: str
+    runs: str = "runs"
+    threads: int = 0
+    parent_run_id: str | None = None
+    heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
+    grace_period: float = DEFAULT_GRACE_PERIOD
+    max_retries: int = DEFAULT_MAX_RETRIES
+    flush_every: int = 10
+    poll_seconds: float = POLL_SECONDS
+
+    def open_store(self, study_name: str, direction: str = "maximize") -> StudyStore:
+        """The study store these settings name."""
+        return StudyStore(self.storage, study_name, direction=direction, heartbeat_interval=self.heartbeat_interval,
+                          grace_period=self.grace_period, max_retries=self.max_retries)
+
+
+@dataclass
+class WorkerStats:
+    """What one worker did: keys of the trials it completed, that failed, and that it lost (another
+    worker declared them stale while they ran)."""
+
+    completed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+
+def arm_overrides(study: Any, budget: str) -> dict[str, dict[str, Any]]:
+    """Arm name -> its merged overrides at ``budget`` (kept in the store to explain design changes)."""
+    return {a.name: study.overrides(a, budget) for a in study.arms}
+
+
+def prepare_store(study: Any, store: StudyStore, budget: str, *, extend: bool = False) -> PrepareResult:
+    """Freeze or check the design of ``budget`` and enqueue every trial that must run."""
+    return store.prepare(study.expand(budget), budget, arm_overrides=arm_overrides(study, budget), extend=extend)
+
+
+def parent_run_id(study: Any, store: StudyStore, tracker: Any, budget: str) -> str:
+    """The study's MLflow parent run at ``budget``, found or created under the store's lock."""
+    with store.lock():
+        return tracker.parent_run(study, budget, storage=store.description, design=store.frozen_design(budget))
+
+
+def record_stale(tracker: Any, stale: list[StaleAttempt]) -> None:
+    """Mark the MLflow runs of attempts failed as stale (a retry reopens them)."""
+    for s in stale:
+        if s.attempt.mlflow_run_id:
+            try:
+                note = " (a retry is enqueued)" if s.retried else ""
+                tracker.fail_trial(s.attempt.mlflow_run_id, f"stale: {s.reason}{note}")
+            except Exception:  # noqa: BLE001 - the run may live in another tracking store
+                pass
+
+
+def _emit(events: EventFn | None, **event: Any) -> None:
+    if events is not None:
+        try:
+            events(event)
+        except Exception:  # noqa: BLE001 - a display problem must not fail a trial
+            pass
+
+
+def run_worker(settings: RunSettings, *, index: int | None = None, study: Any = None,
+               events: EventFn | None = None, prepare: bool = False) -> WorkerStats:
+    """The worker loop: claim and run trials of the study until none is waiting or running.
+
+    Args:
+        settings: the study, budget, store, tracking URI and knobs.
+        index: this worker's number in a local pool (part of its name).
+        study: the loaded Study (loaded from ``settings.study_file`` when None).
+        events: called with progress events (dicts with ``kind``: ``start``, ``step``, ``end``).
+        prepare: check the design and enqueue what must run first (as ``ablate worker`` does).
+
+    Returns:
+        The keys this worker completed, failed and lost.
+    """
+    from ablate.study import load_study
+    from ablate.tracking import Tracker
+
+    if study is None:
+        study = load_study(settings.study_file)
+    budget = settings.budget
+    specs = {s.key: s for s in study.expand(budget)}
+    store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
+    tracker = Tracker(settings.tracking_uri)
+    if prepare:
+        prepare_store(study, store, budget)
+    parent = settings.parent_run_id or parent_run_id(study, store, tracker, budget)
+    worker = WorkerInfo.current(index)
+    stats = WorkerStats()
+    while True:
+        record_stale(tracker, store.fail_stale(budget))
+        attempt = store.claim(budget, worker, keys=specs.keys())
+        if attempt is None:
+            if not store.has_work(budget):
+                tracker.finish_parent(parent, failed=store.counts(budget)["failed"] > 0)
+                return stats
+            time.sleep(settings.poll_seconds)
+            continue
+        state = run_attempt(study, specs[attempt.key], attempt, store, tracker, parent, settings, worker, events)
+        {"complete": stats.completed, "failed": stats.failed, "lost": stats.lost}[state].append(attempt.key)
+
+
+def run_attempt(study: Any, spec: Any, attempt: Attempt, store: StudyStore, tracker: Any, parent: str,
+                settings: RunSettings, worker: WorkerInfo, events: EventFn | None = None) -> str:
+    """Run one claimed attempt: MLflow child run, heartbeat, training, then complete or fail it.
+
+    Returns:
+        ``complete``, ``failed``, or ``lost`` (it finished, but another worker had failed it as
+        stale meanwhile; its retry resumes from the final checkpoint).
+
+    Raises:
+        KeyboardInterrupt: after recording the attempt as failed ("interrupted") and its run KILLED.
+    """
+    from ablate.train import CHECKPOINT_FILE, run_trial
+
+    config = spec.config
+    if settings.threads > 0:
+        config = config.with_overrides({"threads": settings.threads})
+    steps = config.train.steps
+    workdir = trial_dir(study.name, spec.key, settings.runs)
+    common = {"worker": worker.name, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "steps": steps}
+    t0 = time.time()
+    logger = None
+    try:
+        logger = tracker.start_trial(
+            parent, study=study.name, key=spec.key, arm=spec.arm, seed=spec.seed, budget=spec.budget,
+            levels=spec.levels, flat_config=config.to_flat_dict(), worker=worker.name,
+            flush_every=settings.flush_every, resuming=(workdir / CHECKPOINT_FILE).exists(),
+        )
+        store.set_run_id(attempt, logger.run_id)
+        _emit(events, kind="start", attempt=attempt.number, retry=attempt.retry, **common)
+        with Heartbeat(store, attempt, steps=steps) as hb:
+
+            def log(metrics: dict[str, float], step: int) -> None:
+                logger(metrics, step)
+                hb.step = step
+                _emit(events, kind="step", step=step, **common)
+
+            result = run_trial(config, log, workdir=workdir)
+            logger.backfill(result.history)  # steps before a resume that a killed attempt never sent
+            logger.close()
+        obj = study.objective
+        value = summarize_objective(result.history, obj.metric, obj.summary, obj.last_n)
+        record = {
+            "steps": result.steps, "seconds": round(result.seconds, 3), "resumed_from": result.resumed_from,
+            "worker": worker.name, "mlflow_run_id": logger.run_id,
+        }
+        final = {k: v for k, v in result.final.items()}
+        warm = {k: v for k, v in result.warmstart.items() if k != "history"}
+        tracker.finish_trial(
+            logger.run_id, config_yaml=config.to_yaml(), history=result.history, samples=result.samples,
+            result={**record, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
+                    "levels": spec.levels, "objective": value, "objective_metric": obj.metric, "final": final,
+                    "warmstart": warm},
+            objective=value,
+        )
+        ok = store.complete(attempt, value, record)
+        state = "complete" if ok and not hb.lost else "lost"
+        _emit(events, kind="end", state=state, seconds=time.time() - t0, objective=value,
+              metric=obj.metric, **common)
+        return state
+    except KeyboardInterrupt:
+        _record_failure(store, tracker, attempt, logger, "interrupted (KeyboardInterrupt)", status="KILLED")
+        _emit(events, kind="end", state="failed", seconds=time.time() - t0, error="interrupted", **common)
+        raise
+    except Exception as exc:  # noqa: BLE001 - any error of one trial is recorded; the study goes on
+        text = traceback.format_exc()
+        _record_failure(store, tracker, attempt, logger, text)
+        _emit(events, kind="end", state="failed", seconds=time.time() - t0,
+              error=f"{type(exc).__name__}: {exc}".splitlines()[0], **common)
+        return "failed"
+
+
+def _record_failure(store: StudyStore, tracker: Any, attempt: Attempt, logger: Any, text: str,
+                    status: str = "FAILED") -> None:
+    if logger is not None:
+        try:
+            logger.close()
+        except Exception:  # noqa: BLE001 - the tracking store may be what failed
+            pass
+    store.fail(attempt, text)
+    if logger is not None:
+        try:
+            tracker.fail_trial(logger.run_id, text, status=status)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+# ---------------------------------------------------------------------------------------- display
+
+
+def format_seconds(seconds: float) -> str:
+    """``75`` -> ``1m15s``; ``3725`` -> ``1h02m``; ``9`` -> ``9s``."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class Progress:
+    """The progress display of ``ablate run``: trials done / running / failed / pending, each running
+    trial's step, and an ETA.
+
+    On a terminal one status line is redrawn in place; otherwise (a log file, a pipe) a status line
+    is printed every ``interval`` seconds. Finished and failed trials are always printed on their own
+    line. ETA = the steps left (over every unfinished trial) / the steps per second observed so far.
+    """
+
+    def __init__(self, total: int, steps_per_trial: int, counts: dict[str, int], *, stream: TextIO | None = None,
+                 live: bool | None = None, interval: float = 30.0, label: str = "") -> None:
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty() if live is None else live
+        self.interval = interval
+        self.total = total
+        self.steps_per_trial = steps_per_trial
+        self.counts = dict(counts)
+        self.label = label
+        self.running: dict[str, dict[str, Any]] = {}
+        self.steps_done = 0
+        self._last_step: dict[str, int] = {}
+        self._t_first: float | None = None
+        self._last_print = time.monotonic()
+        self._width = 0
+
+    def handle(self, event: dict[str, Any]) -> None:
+        """Update from one worker event."""
+        kind, key = event.get("kind"), event.get("key", "")
+        if kind == "start":
+            self.running[key] = dict(event, step=None)
+        elif kind == "step":
+            step = int(event["step"])
+            prev = self._last_step.get(key)
+            if prev is not None and step > prev:
+                self.steps_done += step - prev
+                if self._t_first is None:
+                    self._t_first = time.monotonic()
+            self._last_step[key] = step
+            self.running.setdefault(key, dict(event))["step"] = step
+        elif kind == "end":
+            self.running.pop(key, None)
+            self._last_step.pop(key, None)
+            who = f"{event.get('arm')} seed={event.get('seed')}"
+            took = format_seconds(float(event.get("seconds", 0.0)))
+            if event.get("state") == "failed":
+                self.line(f"FAILED {who} after {took}: {event.get('error', '')}")
+            else:
+                obj = event.get("objective")
+                score = f", {event.get('metric')} = {obj:.4g}" if isinstance(obj, float) else ""
+                self.line(f"done   {who} in {took}{score}")
+
+    def set_counts(self, counts: dict[str, int]) -> None:
+        """Counts from the store (they include other machines' workers)."""
+        self.counts = dict(counts)
+
+    def eta(self) -> float | None:
+        """Seconds left, or None before the rate is known."""
+        if self._t_first is None or self.steps_done <= 0:
+            return None
+        rate = self.steps_done / max(time.monotonic() - self._t_first, 1e-6)
+        running_left = sum(max(0, self.steps_per_trial - int(r.get("step") or 0)) for r in self.running.values())
+        queued = max(0, self.counts.get("pending", 0)) * self.steps_per_trial
+        return (running_left + queued) / rate
+
+    def status_line(self) -> str:
+        """The one-line summary."""
+        c = self.counts
+        parts = [f"{c.get('done', 0)}/{self.total} done, {c.get('running', 0)} running, "
+                 f"{c.get('failed', 0)} failed, {c.get('pending', 0)} pending"]
+        for r in list(self.running.values())[:4]:
+            step = r.get("step")
+            parts.append(f"{r.get('arm')} s{r.get('seed')} " + ("starting" if step is None else f"{step}/{r.get('steps')}"))
+        eta = self.eta()
+        parts.append("ETA " + ("?" if eta is None or not math.isfinite(eta) else format_seconds(eta)))
+        return (f"[{self.label}] " if self.label else "") + " | ".join(parts)
+
+    def line(self, text: str) -> None:
+        """Print a line (above the live status line)."""
+        if self.live:
+            self.stream.write("\r\x1b[K")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+        if self.live:
+            self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        """Redraw the status line (live), or print it when ``interval`` has passed (not live)."""
+        now = time.monotonic()
+        if self.live:
+            self.stream.write("\r\x1b[K" + self.status_line()[: _terminal_width() - 1])
+            self.stream.flush()
+        elif force or now - self._last_print >= self.interval:
+            self.stream.write(self.status_line() + "\n")
+            self.stream.flush()
+            self._last_print = now
+
+    def close(self) -> None:
+        """End the live line."""
+        if self.live:
+            self.stream.write("\r\x1b[K" + self.status_line()[: _terminal_width() - 1] + "\n")
+            self.stream.flush()
+
+
+def _terminal_width() -> int:
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 160
+
+
+# ------------------------------------------------------------------------------------------- pool
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(workers: int, cores: int | None = None) -> int:
+    """Torch threads for each of ``workers`` local workers: ``max(1, cores // workers)``."""
+    return max(1, (cores if cores is not None else cpu_cores()) // max(1, workers))
+
+
+def _process_main(settings: RunSettings, index: int, events: Any) -> None:
+    """Entry point of a spawned worker process."""
+    threads = settings.threads
+    if threads > 0:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+        import torch
+
+        torch.set_num_threads(threads)
+    try:
+        run_worker(settings, index=index, events=events.put)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+@dataclass
+class StudyRun:
+    """The outcome of :func:`run_study`.
+
+    Attributes:
+        counts: ``{done, running, failed, pending}`` at the end.
+        prepared: what the store held and enqueued at the start.
+        parent_run_id: the MLflow parent run.
+        tracking_uri: where the runs are.
+        storage: the study store's description.
+        seconds: wall time.
+    """
+
+    counts: dict[str, int]
+    prepared: PrepareResult
+    parent_run_id: str
+    tracking_uri: str
+    storage: str
+    seconds: float
+
+    @property
+    def complete(self) -> bool:
+        """Every trial is done."""
+        return self.counts.get("done", 0) == sum(self.counts.values())
+
+
+def run_study(study: Any, settings: RunSettings, *, workers: int = 1, extend: bool = False,
+              progress: bool = True, stream: TextIO | None = None, live: bool | None = None) -> StudyRun:
+    """Run a study to completion with ``workers`` local worker processes.
+
+    Args:
+        study: the loaded Study (its file is ``settings.study_file``).
+        settings: budget, store, tracking and knobs (``threads`` 0 = split the cores between workers).
+        extend: add the trials of a design that grew (see :meth:`StudyStore.prepare`).
+        progress: show the progress display on ``stream`` (stderr by default).
+
+    Raises:
+        DesignChangedError: the design differs from the one frozen in the store.
+    """
+    from ablate.tracking import Tracker
+
+    stream = stream or sys.stderr
+    t0 = time.time()
+    if study.tune is not None:
+        raise AblateError(
+            f"study {study.name!r} ({study.path}): per-arm tuning ('tune:') is not supported by ablate run yet; "
+            "remove the 'tune:' section to run the arms at their configured values"
+        )
+    budget = settings.budget
+    specs = study.expand(budget)
+    store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
+    prepared = prepare_store(study, store, budget, extend=extend)
+    tracker = Tracker(settings.tracking_uri)
+    parent = parent_run_id(study, store, tracker, budget)
+    record_stale(tracker, prepared.stale)
+    if settings.threads == 0 and workers > 1:
+        settings = replace(settings, threads=threads_per_worker(workers))
+    settings = replace(settings, parent_run_id=parent)
+
+    counts = store.counts(budget)
+    msg = (f"study {study.name}, budget {budget}: {prepared.total} trials; {counts['done']} already done, "
+           f"{counts['pending']} to run")
+    if counts["running"]:
+        msg += f", {counts['running']} running on other workers"
+    if prepared.stale:
+        msg += f" ({len(prepared.stale)} of them left by dead workers: they resume from their checkpoints)"
+    if prepared.extended is not None:
+        msg += f" (extended by {len(prepared.extended.added)} trials)"
+    print(msg, file=stream)
+    print(f"  store: {store.description}\n  tracking: {tracker.location}", file=stream)
+    display = Progress(prepared.total, specs[0].config.train.steps if specs else 0, counts,
+                       stream=stream, live=live, label=f"{study.name} {budget}") if progress else None
+    handle = display.handle if display is not None else None
+
+    if workers <= 1:
+        run_worker(settings, study=study, events=handle)
+    else:
+        _run_pool(settings, workers, store, display)
+    counts = store.counts(budget)
+    if display is not None:
+        display.set_counts(counts)
+        display.close()
+    if not store.has_work(budget):
+        tracker.finish_parent(parent, failed=counts["failed"] > 0)
+    return StudyRun(counts, prepared, parent, tracker.uri, store.description, time.time() - t0)
+
+
+def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: Progress | None) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    events = ctx.Queue()
+    procs: dict[int, Any] = {}
+
+    def start(i: int) -> None:
+        p = ctx.Process(target=_process_main, args=(settings, i, events), name=f"ablate-worker-{i}", daemon=False)
+        p.start()
+        procs[i] = p
+
+    for i in range(workers):
+        start(i)
+    restarts_left = workers * (settings.max_retries + 1)
+    last_poll = 0.0
+    try:
+        while procs:
+            try:
+                event = events.get(timeout=0.5)
+                if display is not None:
+                    display.handle(event)
+                continue
+            except queue_module.Empty:
+                pass
+            for i, p in list(procs.items()):
+                if p.is_alive():
+                    continue
+                p.join()
+                del procs[i]
+                if p.exitcode != 0 and store.has_work(settings.budget) and restarts_left > 0:
+                    restarts_left -= 1
+                    if display is not None:
+                        display.line(f"worker {i} exited with code {p.exitcode}; starting a new one")
+                    start(i)
+            if display is not None and time.monotonic() - last_poll > 2.0:
+                last_poll = time.monotonic()
+                try:
+                    display.set_counts(store.counts(settings.budget))
+                except Exception:  # noqa: BLE001 - the display is best effort
+                    pass
+                display.refresh()
+        while True:  # events sent just before the workers exited
+            try:
+                event = events.get_nowait()
+            except queue_module.Empty:
+                break
+            if display is not None:
+                display.handle(event)
+    except KeyboardInterrupt:
+        deadline = time.monotonic() + 30
+        for p in procs.values():
+            p.join(timeout=max(0.1, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+        raise
+    finally:
+        events.close()
+
+
+__all__ = [
+    "Progress",
+    "RunSettings",
+    "StudyRun",
+    "WorkerStats",
+    "run_attempt",
+    "run_study",
+    "run_worker",
+    "threads_per_worker",
+    "format_seconds",
+]

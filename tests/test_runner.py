@@ -1,0 +1,371 @@
+"""``ablate run`` / ``worker`` / ``status`` end to end with real tiny trials: resume after SIGKILL,
+concurrent workers on a journal file and on PostgreSQL, logging to a real MLflow server, design
+changes, failures, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import servers
+import yaml
+from mlflow import MlflowClient
+
+from ablate.cli import main
+from ablate.runner import Progress, format_seconds, threads_per_worker
+from ablate.store import STORE_FILE, StudyStore
+from ablate.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: A trial that takes well under a second: the 0.2M-parameter model, 1-digit sums, no warm start.
+TINY = {
+    "model.name": "micro-llama", "task.difficulty": 1, "warmstart.enabled": False,
+    "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 16,
+    "algo.minibatches": 1, "train.steps": 2, "eval.n_problems": 4,
+}
+LOSS_NORM = {"sequence": {"loss.aggregation": "seq-mean-token-mean"}, "token": {"loss.aggregation": "token-mean"}}
+
+
+def write_study(folder: Path, name: str, levels: dict | None = None, seeds: int = 2, base: dict | None = None,
+                **extra) -> Path:
+    doc = {"name": name, "base": {**TINY, **(base or {})},
+           "factors": {"loss_norm": {"levels": levels if levels is not None else LOSS_NORM}},
+           "seeds": seeds, "objective": {"metric": "eval/accuracy", "mode": "max"}, **extra}
+    path = Path(folder) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working directory with an empty (migrated) mlflow.db, and no storage/tracking overrides.
+
+    In-process runs pass ``--threads 1`` (tiny models run fastest on one thread, and the machine is
+    shared); torch's thread count is restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    servers.fresh_mlflow_db(tmp_path)
+    yield tmp_path
+    torch.set_num_threads(threads)
+
+
+def run(*argv: str) -> int:
+    """``ablate run ARGV --threads 1`` in this process."""
+    return main(["run", *argv, "--threads", "1"])
+
+
+@pytest.fixture(scope="module")
+def mlflow_uri(tmp_path_factory):
+    with servers.mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def pg():
+    with servers.postgres_server() as server:
+        yield server
+
+
+def sub_env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE")}
+    env.update(ABLATE_CACHE=str(tmp_path / "cache"), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return env
+
+
+def attempts_by_key(storage: str, study: str, budget: str = "default") -> dict[str, list]:
+    out: dict[str, list] = {}
+    for a in StudyStore(storage, study, create=False).attempts(budget):
+        out.setdefault(a.key, []).append(a)
+    return out
+
+
+def mlflow_runs(uri: str, study: str) -> tuple[object, list]:
+    """(the parent run, the child runs) of a study's experiment; asserts there is one parent."""
+    c = MlflowClient(uri)
+    exp = c.get_experiment_by_name(study)
+    runs = c.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("ablate.role") == "study"]
+    children = [r for r in runs if r.data.tags.get("ablate.role") == "trial"]
+    assert len(parents) == 1 and len(runs) == len(parents) + len(children)
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
+    return parents[0], children
+
+
+def check_complete_once(storage: str, study_file: Path, uri: str) -> None:
+    """Every trial of the study has exactly one attempt, complete, and one finished MLflow child with
+    its params, tags and metric history."""
+    study = load_study(study_file)
+    specs = {s.key: s for s in study.expand("default")}
+    by_key = attempts_by_key(storage, study.name)
+    assert set(by_key) == set(specs)
+    assert all([a.state for a in v] == ["complete"] for v in by_key.values()), by_key
+    parent, children = mlflow_runs(uri, study.name)
+    assert parent.info.status == "FINISHED"
+    assert sorted(r.data.tags["ablate.trial_key"] for r in children) == sorted(specs)
+    c = MlflowClient(uri)
+    for r in children:
+        spec = specs[r.data.tags["ablate.trial_key"]]
+        assert r.info.status == "FINISHED"
+        assert r.data.tags["ablate.arm"] == spec.arm and r.data.tags["ablate.seed"] == str(spec.seed)
+        assert r.data.params["level.loss_norm"] == spec.levels["loss_norm"]
+        assert r.data.params["loss.aggregation"] == spec.config.loss.aggregation
+        steps = sorted(m.step for m in c.get_metric_history(r.info.run_id, "eval/accuracy"))
+        assert steps == [0, 2]  # the start policy and the last step
+        assert sorted(m.step for m in c.get_metric_history(r.info.run_id, "loss/total")) == [1, 2]
+        (attempt,) = by_key[spec.key]
+        assert attempt.mlflow_run_id == r.info.run_id
+        assert float(r.data.tags["ablate.objective"]) == attempt.value == r.data.metrics["eval/accuracy"]
+
+
+# ------------------------------------------------------------------------------------------ pure parts
+
+
+def test_threads_split_and_time_format():
+    assert threads_per_worker(2, cores=2) == 1 and threads_per_worker(3, cores=2) == 1
+    assert threads_per_worker(2, cores=16) == 8 and threads_per_worker(1, cores=4) == 4
+    assert [format_seconds(s) for s in (9, 75, 3725)] == ["9s", "1m15s", "1h02m"]
+
+
+def test_progress_counts_steps_and_estimates_time_left(capsys):
+    p = Progress(4, 10, {"done": 1, "running": 1, "failed": 0, "pending": 2}, live=False, label="q default")
+    p.handle({"kind": "start", "key": "k1", "arm": "a=x", "seed": 0, "steps": 10})
+    p.handle({"kind": "step", "key": "k1", "step": 0, "arm": "a=x", "seed": 0, "steps": 10})
+    assert p.eta() is None  # no step has advanced yet
+    p.handle({"kind": "step", "key": "k1", "step": 4, "arm": "a=x", "seed": 0, "steps": 10})
+    assert p.steps_done == 4
+    p._t_first -= 2.0  # 4 steps took 2 s: 2 steps/s; left: 6 of k1 + 2 pending x 10 = 26 steps
+    assert p.eta() == pytest.approx(13.0, rel=0.05)
+    line = p.status_line()
+    assert line.startswith("[q default] 1/4 done, 1 running, 0 failed, 2 pending | a=x s0 4/10 | ETA 1")
+    p.handle({"kind": "end", "key": "k1", "arm": "a=x", "seed": 0, "state": "failed", "seconds": 3.0,
+              "error": "RuntimeError: boom"})
+    assert capsys.readouterr().err == "FAILED a=x seed=0 after 3s: RuntimeError: boom\n"
+
+
+# --------------------------------------------------------------------------------------- in process
+
+
+def test_run_logs_every_trial_once_and_a_rerun_runs_nothing(workdir, capsys):
+    study = write_study(workdir, "quad")
+    assert run(str(study), "--no-progress") == 0
+    out = capsys.readouterr()
+    assert "4 trials; 0 already done, 4 to run" in out.err
+    assert f"store: {workdir / 'runs' / 'quad' / STORE_FILE}" in out.out
+    assert f"mlflow ui --backend-store-uri sqlite:///{workdir / 'mlflow.db'}" in out.out
+    storage = str(workdir / "runs" / "quad" / STORE_FILE)
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    check_complete_once(storage, study, uri)
+    # a child's files: the resolved config, the whole history in one table, samples with rewards
+    _, children = mlflow_runs(uri, "quad")
+    c = MlflowClient(uri)
+    run_id = children[0].info.run_id
+    assert {a.path for a in c.list_artifacts(run_id)} == {"config.yaml", "history.csv", "samples.json", "result.json"}
+    history = Path(c.download_artifacts(run_id, "history.csv")).read_text().splitlines()
+    assert history[0].startswith("step,") and [row.split(",")[0] for row in history[1:]] == ["0", "1", "2"]
+    samples = json.loads(Path(c.download_artifacts(run_id, "samples.json")).read_text())
+    assert samples and {"prompt", "completion", "correct", "reward/final_answer"} <= set(samples[0])
+
+    assert run(str(study), "--no-progress") == 0  # resume of a complete study: nothing runs
+    assert "4 trials; 4 already done, 0 to run" in capsys.readouterr().err
+    assert sum(len(v) for v in attempts_by_key(storage, "quad").values()) == 4
+    assert len(mlflow_runs(uri, "quad")[1]) == 4
+
+    assert main(["status", str(study)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["arm", "done", "running", "failed", "pending"]
+    assert lines[2].split() == ["loss_norm=sequence", "2", "0", "0", "0"]
+    assert lines[4].split() == ["total", "4", "0", "0", "0"]
+
+
+def write_jsonl(path: Path, n: int = 100) -> None:
+    r = random.Random(0)
+    with open(path, "w") as f:
+        for _ in range(n):
+            a, b = r.randint(0, 9), r.randint(0, 9)
+            f.write(json.dumps({"question": f"{a}+{b}=", "steps": [f"{a}+{b}={a + b}"], "answer": str(a + b)}) + "\n")
+
+
+def test_failed_trial_is_recorded_the_study_goes_on_and_a_rerun_retries_it(workdir, capsys):
+    data = workdir / "sums.jsonl"  # not there yet: the 'file' arm fails when its task is built
+    levels = {"builtin": {}, "file": {"task.name": "jsonl", "task.options": {"path": str(data)}, "task.difficulty": None}}
+    study = write_study(workdir, "flaky", levels=levels, seeds=1)
+    assert run(str(study)) == 1  # the display is not live on a captured stream: one line per trial
+    out = capsys.readouterr()
+    assert "1 trial(s) failed: see `ablate status" in out.err
+    assert "FAILED loss_norm=file seed=0" in out.err and "not found" in out.err
+    storage = str(workdir / "runs" / "flaky" / STORE_FILE)
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    by_arm = {v[0].arm: v for v in attempts_by_key(storage, "flaky").values()}
+    assert [a.state for a in by_arm["loss_norm=builtin"]] == ["complete"]
+    (failed,) = by_arm["loss_norm=file"]
+    assert failed.state == "failed" and "Traceback" in failed.error and "sums.jsonl' not found" in failed.error
+    parent, children = mlflow_runs(uri, "flaky")
+    assert parent.info.status == "FAILED"
+    child = {r.data.tags["ablate.arm"]: r for r in children}["loss_norm=file"]
+    assert child.info.status == "FAILED" and "sums.jsonl' not found" in child.data.tags["ablate.error"]
+
+    assert main(["status", str(study)]) == 0
+    text = capsys.readouterr().out
+    assert "failed:\n  loss_norm=file seed=0 (key " in text and "1 attempt(s)): ablate.errors.AblateError: task 'jsonl'" in text
+
+    write_jsonl(data)
+    assert run(str(study), "--no-progress") == 0
+    assert "2 trials; 1 already done, 1 to run" in capsys.readouterr().err
+    by_arm = {v[0].arm: v for v in attempts_by_key(storage, "flaky").values()}
+    assert [a.state for a in by_arm["loss_norm=builtin"]] == ["complete"]  # not run again
+    assert [a.state for a in by_arm["loss_norm=file"]] == ["failed", "complete"]
+    parent, children = mlflow_runs(uri, "flaky")
+    assert parent.info.status == "FINISHED" and len(children) == 2  # the retry reused its child run
+    child = {r.data.tags["ablate.arm"]: r for r in children}["loss_norm=file"]
+    assert child.info.status == "FINISHED" and "ablate.error" not in child.data.tags
+
+
+def test_design_change_is_refused_and_extend_adds_the_new_arm(workdir, capsys):
+    study = write_study(workdir, "grow", levels={"sequence": LOSS_NORM["sequence"]}, seeds=1)
+    assert run(str(study), "--no-progress") == 0
+    storage = str(workdir / "runs" / "grow" / STORE_FILE)
+    (first,) = [a for v in attempts_by_key(storage, "grow").values() for a in v]
+    capsys.readouterr()
+
+    write_study(workdir, "grow", levels=LOSS_NORM, seeds=1)
+    assert run(str(study), "--no-progress") == 2
+    err = capsys.readouterr().err
+    assert "differs from the one frozen in the store" in err
+    assert "added arms (1): loss_norm=token" in err and "run again with --extend" in err
+    assert sum(len(v) for v in attempts_by_key(storage, "grow").values()) == 1  # nothing enqueued
+
+    assert run(str(study), "--no-progress", "--extend") == 0
+    assert "2 trials; 1 already done, 1 to run (extended by 1 trials)" in capsys.readouterr().err
+    by_arm = {v[0].arm: v for v in attempts_by_key(storage, "grow").values()}
+    assert by_arm["loss_norm=sequence"] == [first]  # kept as it was
+    assert [a.state for a in by_arm["loss_norm=token"]] == ["complete"]
+    assert len(mlflow_runs(f"sqlite:///{workdir / 'mlflow.db'}", "grow")[1]) == 2
+
+    changed = {"sequence": {**LOSS_NORM["sequence"], "loss.clip_high": 0.3}, "token": LOSS_NORM["token"]}
+    write_study(workdir, "grow", levels=changed, seeds=1)
+    assert run(str(study), "--no-progress", "--extend") == 2
+    err = capsys.readouterr().err
+    assert "changed arm loss_norm=sequence (seeds 0): loss.clip_high (default) -> 0.3" in err
+    assert "--extend only adds trials" in err
+
+
+BAD_RUNS = {
+    "invalid study file": (["{study_bad}"], "unknown top-level key 'factorz'"),
+    "unknown budget": (["{study}", "--budget", "huge"], "unknown budget 'huge'"),
+    "sqlite store": (["{study}", "--storage", "sqlite:///store.db"], "SQLite cannot claim trials atomically"),
+    "unknown scheme": (["{study}", "--storage", "redis://h/0"], "unsupported scheme 'redis'"),
+    "no workers": (["{study}", "--workers", "0"], "--workers 0: must be at least 1"),
+    "tuning": (["{study_tune}"], "per-arm tuning ('tune:') is not supported by ablate run yet"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_RUNS))
+def test_bad_input_exits_2_and_creates_nothing(case, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    files = {
+        "study": write_study(tmp_path, "fine"),
+        "study_bad": tmp_path / "bad.yaml",
+        "study_tune": write_study(tmp_path, "tuned", tune={"params": {"optim.lr": {"low": 1e-5, "high": 1e-3, "log": True}},
+                                                           "trials": 2}),
+    }
+    files["study_bad"].write_text(files["study"].read_text().replace("factors:", "factorz:"))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    argv, message = BAD_RUNS[case]
+    assert main(["run", *(a.format(**files) for a in argv)]) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no runs/, no mlflow.db, no mlruns/
+
+
+def test_status_of_a_study_never_run_creates_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    study = write_study(tmp_path, "fresh")
+    assert main(["status", str(study), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["totals"] == {"done": 0, "running": 0, "failed": 0, "pending": 4} and data["store"] is None
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------------------------- subprocesses
+
+
+def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
+    base = {"train.steps": 6, "train.checkpoint_every": 1, "eval.every": 3}
+    study_file = write_study(workdir, "killed", levels={"token": LOSS_NORM["token"]}, seeds=3, base=base)
+    keys = [s.key for s in load_study(study_file).expand("default")]  # seeds 0, 1, 2
+    storage = str(workdir / "runs" / "killed" / STORE_FILE)
+    log = open(workdir / "first.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(study_file), "--no-progress"], cwd=workdir,
+                            env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    ckpt = workdir / "runs" / "killed" / "trials" / keys[1] / "trainer.pt"
+    deadline = time.monotonic() + 180
+    while not ckpt.exists():  # the second trial has checkpointed at least one step: kill now
+        assert proc.poll() is None, (workdir / "first.log").read_text()
+        assert time.monotonic() < deadline, "the second trial never started"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    log.close()
+    before = attempts_by_key(storage, "killed")
+    assert [a.state for a in before[keys[0]]] == ["complete"]
+    assert [a.state for a in before[keys[1]]] == ["running"]  # killed mid-trial
+    assert keys[2] not in before or [a.state for a in before[keys[2]]] == ["waiting"]
+
+    assert run(str(study_file), "--no-progress") == 0  # same command again
+    assert "3 trials; 1 already done, 2 to run (1 of them left by dead workers" in capsys.readouterr().err
+    after = attempts_by_key(storage, "killed")
+    assert after[keys[0]] == before[keys[0]]  # the completed trial did not run again
+    stale, resumed = after[keys[1]]
+    assert stale.state == "failed" and stale.error.startswith("stale: its worker") and str(proc.pid) in stale.error
+    assert resumed.state == "complete" and resumed.result["resumed_from"] >= 1  # from its checkpoint
+    assert [a.state for a in after[keys[2]]] == ["complete"] and after[keys[2]][0].claim["pid"] == os.getpid()
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    parent, children = mlflow_runs(uri, "killed")
+    assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)
+    child = {r.data.tags["ablate.trial_key"]: r for r in children}[keys[1]]
+    c = MlflowClient(uri)
+    assert sorted(m.step for m in c.get_metric_history(child.info.run_id, "loss/total")) == list(range(1, 7))
+    assert sorted(m.step for m in c.get_metric_history(child.info.run_id, "eval/accuracy")) == [0, 3, 6]
+
+
+def test_three_local_workers_on_a_journal_log_to_an_mlflow_server(workdir, mlflow_uri):
+    levels = {**LOSS_NORM, "prompt": {"loss.aggregation": "prompt-mean"}}
+    study = write_study(workdir, "pool", levels=levels, seeds=2)
+    proc = subprocess.run([sys.executable, "-m", "ablate", "run", str(study), "--workers", "3", "--no-progress",
+                           "--tracking-uri", mlflow_uri], cwd=workdir, env=sub_env(workdir), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "6 trials; 0 already done, 6 to run" in proc.stderr
+    storage = str(workdir / "runs" / "pool" / STORE_FILE)
+    check_complete_once(storage, study, mlflow_uri)
+    workers = {a.claim["name"] for v in attempts_by_key(storage, "pool").values() for a in v}
+    assert all(name.rsplit("/", 1)[-1] in ("0", "1", "2") for name in workers)  # pool workers /0 /1 /2
+
+
+def test_three_workers_on_postgresql_log_to_an_mlflow_server(workdir, mlflow_uri, pg):
+    storage = pg.create_database("pool_pg")
+    levels = {**LOSS_NORM, "prompt": {"loss.aggregation": "prompt-mean"}}
+    study = write_study(workdir, "poolpg", levels=levels, seeds=2)
+    cmd = [sys.executable, "-m", "ablate", "worker", str(study), "--storage", storage, "--tracking-uri", mlflow_uri]
+    procs = [subprocess.Popen(cmd, cwd=workdir, env=sub_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(3)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
+    check_complete_once(storage, study, mlflow_uri)  # three workers enqueued once, each trial ran once
+    done = sum(int(o.split("worker done: ")[1].split()[0]) for o in outputs)
+    assert done == 6
