@@ -247,18 +247,38 @@ def machine() -> str:
         pass
     import transformers
 
-    return (f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+    return (f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}), "
             f"transformers {transformers.__version__}, Python {platform.python_version()}")
 
 
 def markdown(args: argparse.Namespace, rollout_rows: list[dict], extra: dict, memory_rows: list[dict]) -> str:
+    load = extra.get("loadavg")
     lines = [
         "## Rollouts and log-probs",
         "",
         f"Measured {datetime.date.today().isoformat()} on {machine()}, by "
-        f"`python benchmarks/bench_rollout.py {' '.join(sys.argv[1:])}`.",
+        f"`python benchmarks/bench_rollout.py {' '.join(sys.argv[1:])}`."
+        + (f" The machine is shared: its 1-minute load average was {load[0]:.1f} at the start and "
+           f"{load[1]:.1f} at the end of the run (2 cores), so absolute times are noisy; the ratios come "
+           "from interleaved runs in one process." if load else ""),
         "",
     ]
+    goals = []
+    if rollout_rows:
+        lean = next(r for r in rollout_rows if r["variant"].startswith("ours (lean KV-cache"))
+        goals.append(f"- rollouts >= 2x `generate` tokens/s: lean decoder {lean['speedup']:.2f}x "
+                     f"({'met' if lean['speedup'] >= 2 else 'not met'} in this run)")
+        comp = next((r for r in rollout_rows if "torch.compile" in r["variant"]), None)
+        if comp is not None:
+            goals[-1] += f"; with torch.compile {comp['speedup']:.2f}x"
+    if memory_rows:
+        by = {(r["variant"], r["mode"]): r["peak_delta_mb"] for r in memory_rows}
+        ratios = {m: by[("ours", m)] / by[("naive", m)] for m in ("no_grad", "grad")}
+        met = all(v <= 0.25 for v in ratios.values())
+        goals.append(f"- log-prob peak memory <= 1/4 of naive: {ratios['no_grad']:.2f} without gradients, "
+                     f"{ratios['grad']:.2f} with forward + backward ({'met' if met else 'not met'})")
+    if goals:
+        lines += ["Goals of issue 3:", "", *goals, ""]
     if rollout_rows:
         lines += [
             f"### Rollout throughput: `{extra['model']}` ({extra['params']:,} parameters), batch {extra['batch']} "
@@ -341,8 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_child:
         memory_child(args)
         return 0
+    load_start = os.getloadavg()[0]
     rollout_rows, extra = bench_rollouts(args) if not args.skip_rollouts else ([], {})
     memory_rows = bench_memory(args) if not args.skip_memory else []
+    extra["loadavg"] = (load_start, os.getloadavg()[0])
     report = markdown(args, rollout_rows, extra, memory_rows)
     print(report)
     if args.write_results:

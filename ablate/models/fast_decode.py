@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ablate.errors import AblateError
 from ablate.models.logprobs import position_ids_from_mask
 
 #: ``type(model).__name__`` of the causal LMs the lean decoder reimplements, with their layer classes.
@@ -395,7 +396,7 @@ def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.
         model: a Hugging Face causal LM in eval mode.
         prompt_ids: [B, P] left-padded prompts; prompt_mask: [B, P].
         max_new_tokens: the most steps that will be taken.
-        fast: None picks the lean decoder when the model supports it; True requires it (ValueError
+        fast: None picks the lean decoder when the model supports it; True requires it (AblateError
             with the reason otherwise); False always uses the generic decoder.
         compile: compile the lean decoder's step (ignored by the generic decoder).
     """
@@ -405,5 +406,6 @@ def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.
     if reason is None:
         return FastLlamaDecoder(model, prompt_ids, prompt_mask, max_new_tokens, compile=compile)
     if fast:
-        raise ValueError(f"fast decoding requested but unsupported: {reason}")
+        raise AblateError(f"fast=True: the lean decoder cannot run this model ({reason}); "
+                          "use fast=None (fall back automatically) or fast=False")
     return GenericDecoder(model, prompt_ids, prompt_mask, max_new_tokens)

@@ -253,8 +253,8 @@ def generate_rollouts(
         A :class:`Rollout` with B = len(prompts) * group_size rows.
 
     Raises:
-        AblateError: invalid arguments, or prompt plus ``max_new_tokens`` longer than the model's
-            position limit.
+        AblateError: invalid arguments, prompt plus ``max_new_tokens`` longer than the model's
+            position limit, or ``fast=True`` for an architecture the lean decoder does not support.
     """
     _check_args(prompts, group_size, max_new_tokens, temperature, top_p)
     model = policy.model

@@ -188,7 +188,7 @@ def test_gpt2_falls_back_to_the_generic_decoder(prompts):
     assert "GPT2LMHeadModel" in fast_decoder_unsupported_reason(policy.model)
     r = rollout(policy, prompts, max_new_tokens=12)
     assert r.timing["fast"] == 0.0 and r.completion_ids.shape == (12, 12)
-    with pytest.raises(ValueError, match="GPT2LMHeadModel"):
+    with pytest.raises(AblateError, match="fast=True.*GPT2LMHeadModel"):
         rollout(policy, prompts, fast=True)
 
 
