@@ -53,7 +53,8 @@ class Rollout:
         prompt_mask: [B, P] long, 1 on prompt tokens.
         completion_ids: [B, T] long, right-padded with the pad id after the first EOS.
         mask: [B, T] float32, 1.0 on generated tokens (the EOS token included), 0.0 on padding.
-        old_logp: [B, T] float32, behaviour log-prob of each sampled token (0.0 on padding).
+        old_logp: [B, T] float32, behaviour log-prob of each sampled token (0.0 on padding); None
+            when the rollout was made with ``compute_old_logp=False``.
         group_ids: [B] long, index into ``prompts`` of the prompt each row answers.
         truncated: [B] bool, no EOS within ``max_new_tokens``.
         prompts: the prompt strings, in group order.
@@ -72,7 +73,7 @@ class Rollout:
     prompt_mask: torch.Tensor
     completion_ids: torch.Tensor
     mask: torch.Tensor
-    old_logp: torch.Tensor
+    old_logp: torch.Tensor | None
     group_ids: torch.Tensor
     truncated: torch.Tensor
     prompts: list[str]
@@ -234,6 +235,7 @@ def generate_rollouts(
     generator: torch.Generator | None = None,
     fast: bool | None = None,
     compile: bool = False,
+    compute_old_logp: bool = True,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt and return the :class:`Rollout` tensors.
 
@@ -248,6 +250,9 @@ def generate_rollouts(
         fast: None: the lean KV-cache decoder when the architecture supports it, else the generic
             transformers-cache decoder; False: always generic; True: require the lean one.
         compile: ``torch.compile`` the lean decoder's step (pays compile time once; off by default).
+        compute_old_logp: run the behaviour log-prob forward (default). A trainer whose update is
+            on-policy (one epoch, one minibatch) may skip it and use ``logp.detach()`` of its own
+            forward instead (the ratio is then 1 by construction); ``old_logp`` is None then.
 
     Returns:
         A :class:`Rollout` with B = len(prompts) * group_size rows.
@@ -284,14 +289,16 @@ def generate_rollouts(
             temperature=temperature, top_p=top_p, generator=generator, fast=fast, compile=compile,
         )
         t1 = time.perf_counter()
-        with torch.no_grad():
-            old_logp = token_logprobs(
-                model,
-                torch.cat([prompt_ids, completion_ids], dim=1),
-                torch.cat([prompt_mask, mask.long()], dim=1),
-                num_prompt_tokens=prompt_ids.shape[1],
-                temperature=logp_temperature,
-            )
+        old_logp = None
+        if compute_old_logp:
+            with torch.no_grad():
+                old_logp = token_logprobs(
+                    model,
+                    torch.cat([prompt_ids, completion_ids], dim=1),
+                    torch.cat([prompt_mask, mask.long()], dim=1),
+                    num_prompt_tokens=prompt_ids.shape[1],
+                    temperature=logp_temperature,
+                )
         t2 = time.perf_counter()
     finally:
         model.train(was_training)

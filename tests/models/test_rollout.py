@@ -152,6 +152,12 @@ def test_old_logp_equals_the_training_forward(tiny, prompts, temperature):
     assert (r.old_logp[r.mask == 0] == 0).all() and (r.old_logp[r.mask > 0] < 0).all()
 
 
+def test_rollout_without_the_behaviour_forward(tiny, prompts):
+    a = rollout(tiny, prompts, seed=2)
+    b = rollout(tiny, prompts, seed=2, compute_old_logp=False)
+    assert b.old_logp is None and torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
+
+
 def test_same_seed_same_rollout_other_seed_differs(tiny, prompts):
     a, b, c = rollout(tiny, prompts, seed=7), rollout(tiny, prompts, seed=7), rollout(tiny, prompts, seed=8)
     assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.old_logp, b.old_logp)
