@@ -14,11 +14,11 @@ part of its cost is per-step overhead inside transformers (mask construction, ca
 output dataclasses) rather than arithmetic.
 
 :class:`FastLlamaDecoder` runs the model's own weights and modules (``embed_tokens``, RMSNorms,
-projections, MLP activation, rotary tables) itself over a KV cache preallocated at
-[B, kv_heads, P + max_new_tokens, head_dim]: per layer and step one matmul for q/k/v and one for
+projections, MLP activation, rotary tables) itself over a KV cache preallocated slot-major at
+[P + max_new_tokens, B * kv_heads, head_dim]: per layer and step one matmul for q/k/v and one for
 gate/up (weights concatenated once per rollout), the rotary embedding on q and k together, a write
-into the cache slot, attention as two batched matmuls over the filled slots, and the output and down
-projections. Rows that have stopped are dropped from the computation (the cache is compacted when a
+into the cache slot, attention as elementwise products and sums streaming over the contiguous block
+of filled slots, and the output and down projections. Rows that have stopped are dropped from the computation (the cache is compacted when a
 quarter of the rows still computed have stopped). It supports ``LlamaForCausalLM``,
 ``Qwen2ForCausalLM`` and ``MistralForCausalLM`` without sliding-window attention and with a static
 rotary embedding; :func:`fast_decoder_unsupported_reason` says why any other model falls back to the
@@ -208,8 +208,8 @@ class FastLlamaDecoder:
     The prompt (prefill) runs through the layers' own modules. Each decode step then takes, per layer,
     one matmul for q/k/v and one for gate/up (the weights concatenated once per rollout; the products
     are bitwise those of the separate projections), the rotary embedding on q and k together, a write
-    into the cache slot, two batched matmuls for attention over the filled slots, and the output and
-    down projections — a few dozen tensor operations per layer, without transformers' per-call
+    into the slot-major cache, attention streamed over the filled slots, and the output and down
+    projections — a few dozen tensor operations per layer, without transformers' per-call
     bookkeeping.
 
     Args:
@@ -241,7 +241,9 @@ class FastLlamaDecoder:
         self.B, self.P, self.S = B, P, S
         device = prompt_ids.device
         dtype = self.embed.weight.dtype
-        self.k_cache = [torch.zeros(B, self.n_kv, S, self.head_dim, dtype=dtype, device=device)
+        # slot-major cache [S, B * Hkv, D]: the filled slots [:end] are one contiguous block, which
+        # the decode-step attention streams through (faster on CPU than per-(row, head) matmuls)
+        self.k_cache = [torch.zeros(S, B * self.n_kv, self.head_dim, dtype=dtype, device=device)
                         for _ in self.layers]
         self.v_cache = [torch.zeros_like(k) for k in self.k_cache]
         # cos/sin of every position, from the model's own rotary module (elementwise in the position,
@@ -254,9 +256,9 @@ class FastLlamaDecoder:
         self.rot_perm = torch.cat([torch.arange(half, self.head_dim), torch.arange(half)]).to(device)
         sign = torch.cat([-torch.ones(half), torch.ones(half)]).to(device=device, dtype=dtype)
         self.sin_signed = self.sin * sign  # rotate_half(x) * sin == x[perm] * (sign * sin), exactly
-        # additive attention bias per cache slot: 0 where a key may be attended, -inf elsewhere
-        self.bias = torch.full((B, S), float("-inf"), dtype=dtype, device=device)
-        self.bias[:, :P].masked_fill_(prompt_mask.bool(), 0.0)
+        # additive attention bias per cache slot and row [S, B]: 0 where a key may be attended, else -inf
+        self.bias = torch.full((S, B), float("-inf"), dtype=dtype, device=device)
+        self.bias[:P].masked_fill_(prompt_mask.bool().t(), 0.0)
         self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
         self.next_pos = prompt_mask.long().sum(-1)  # (B,) rotary position of the next token
         self.slot = P  # cache slot of the next token (the same for every row)
@@ -292,8 +294,8 @@ class FastLlamaDecoder:
             k = attn.k_proj(x).view(B, P, -1, D).transpose(1, 2)  # (B, Hkv, P, D)
             v = attn.v_proj(x).view(B, P, -1, D).transpose(1, 2)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            kc[:, :, :P] = k
-            vc[:, :, :P] = v
+            kc[:P] = k.permute(2, 0, 1, 3).reshape(P, -1, D)  # (P, B * Hkv, D)
+            vc[:P] = v.permute(2, 0, 1, 3).reshape(P, -1, D)
             o = self._attend_prefill(q, k, v, mask).transpose(1, 2).reshape(B, P, -1)
             h = h + attn.o_proj(o)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
@@ -304,19 +306,16 @@ class FastLlamaDecoder:
                      ) -> torch.Tensor:
         """One new query per row over cache slots ``[:end]``: q [B, Hq, D] -> [B, Hq * D].
 
-        Two batched matmuls over (row, kv-head) pairs, with the query heads of a kv group stacked as
-        rows (no copy of K/V for grouped-query attention): on CPU faster than
-        ``scaled_dot_product_attention`` for a single query, and the same math (softmax of the scaled
-        dot products, -inf on masked slots). ``bias`` [B * Hkv, rep, end] is the additive mask.
+        Softmax of the scaled dot products (``bias`` [end, B * Hkv, rep]: 0 or -inf) times the values,
+        written as elementwise products and sums over the slot-major cache, which streams through one
+        contiguous block per layer; the query heads of a kv group share their K/V without a copy.
         """
-        B, D = q.shape[0], self.head_dim
-        G = B * self.n_kv
-        qg = q.reshape(G, self.rep, D)  # (B*Hkv, rep, D)
-        keys = kc.view(G, self.S, D)[:, :end]  # (B*Hkv, end, D)
-        values = vc.view(G, self.S, D)[:, :end]
-        scores = torch.baddbmm(bias, qg, keys.transpose(1, 2), alpha=self.scaling)  # (G, rep, end)
-        probs = torch.softmax(scores, dim=-1)
-        return torch.bmm(probs, values).view(B, self.n_heads * D)
+        B, D, rep = q.shape[0], self.head_dim, self.rep
+        qg = q.reshape(1, B * self.n_kv, rep, D)
+        keys, values = kc[:end].unsqueeze(2), vc[:end].unsqueeze(2)  # (end, B*Hkv, 1, D)
+        scores = (keys * qg).sum(-1).mul_(self.scaling).add_(bias)  # (end, B*Hkv, rep)
+        probs = torch.softmax(scores, dim=0)
+        return (probs.unsqueeze(-1) * values).sum(0).view(B, self.n_heads * D)
 
     def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, slot: int | torch.Tensor, end: int
                      ) -> torch.Tensor:
@@ -325,7 +324,7 @@ class FastLlamaDecoder:
         # (multiplying by -1 is exact) in four operations instead of seven
         cos = self.cos[pos].unsqueeze(1)  # (B, 1, D)
         sin = self.sin_signed[pos].unsqueeze(1)
-        bias = self.bias[:, None, None, :end].expand(B, Hkv, self.rep, end).reshape(B * Hkv, self.rep, end)
+        bias = self.bias[:end, :, None, None].expand(end, B, Hkv, self.rep).reshape(end, B * Hkv, self.rep)
         h = self.embed(tokens)  # (B, H)
         for w, kc, vc in zip(self.weights, self.k_cache, self.v_cache):
             qkv = F.linear(_rms_norm(h, w.norm1), w.w_qkv, w.b_qkv).view(B, Hq + 2 * Hkv, D)
@@ -333,11 +332,11 @@ class FastLlamaDecoder:
             qk = qk * cos + qk.index_select(-1, self.rot_perm) * sin  # (B, Hq + Hkv, D)
             q, k, v = qk[:, :Hq], qk[:, Hq:], qkv[:, Hq + Hkv :]
             if isinstance(slot, int):
-                kc[:, :, slot] = k
-                vc[:, :, slot] = v
+                kc[slot].view(B, Hkv, D).copy_(k)
+                vc[slot].view(B, Hkv, D).copy_(v)
             else:
-                kc.index_copy_(2, slot, k.unsqueeze(2))
-                vc.index_copy_(2, slot, v.unsqueeze(2))
+                kc.index_copy_(0, slot, k.reshape(1, B * Hkv, D))
+                vc.index_copy_(0, slot, v.reshape(1, B * Hkv, D))
             h = h + F.linear(self._attend_step(q, kc, vc, end, bias), w.w_o, w.b_o)
             gu = F.linear(_rms_norm(h, w.norm2), w.w_gu, w.b_gu)
             h = h + F.linear(w.act(gu[:, : w.inter]) * gu[:, w.inter :], w.w_down, w.b_down)
@@ -349,9 +348,11 @@ class FastLlamaDecoder:
 
     def _compact(self, keep: torch.Tensor) -> None:
         """Drop the rows not in ``keep`` (indices into the current rows) from the cache and state."""
-        self.k_cache = [k.index_select(0, keep) for k in self.k_cache]
-        self.v_cache = [v.index_select(0, keep) for v in self.v_cache]
-        self.bias = self.bias.index_select(0, keep)
+        heads = torch.arange(self.n_kv, device=keep.device)
+        keep_g = (keep.unsqueeze(1) * self.n_kv + heads).reshape(-1)  # cache columns b * Hkv + h
+        self.k_cache = [k.index_select(1, keep_g) for k in self.k_cache]
+        self.v_cache = [v.index_select(1, keep_g) for v in self.v_cache]
+        self.bias = self.bias.index_select(1, keep)
         self.next_pos = self.next_pos.index_select(0, keep)
         rows = self.rows if self.rows is not None else torch.arange(self.B, device=keep.device)
         self.rows = rows.index_select(0, keep)
@@ -372,7 +373,7 @@ class FastLlamaDecoder:
             n_active = int(current.sum())
             if 0 < n_active <= 0.75 * current.shape[0]:
                 self._compact(current.nonzero().squeeze(1))
-        self.bias[:, slot] = 0.0
+        self.bias[slot] = 0.0
         pos = self.next_pos
         self.next_pos = pos + 1
         self.slot = slot + 1
