@@ -137,7 +137,8 @@ def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0,
     """
     if temperature == 0.0:
         return logits.argmax(-1)
-    probs = torch.softmax(logits.float() / temperature, dim=-1)  # (B, V)
+    logits = logits.float()
+    probs = torch.softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)  # (B, V)
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
         mass_before = sorted_probs.cumsum(-1) - sorted_probs
