@@ -476,11 +476,12 @@ def run_study(study: Any, settings: RunSettings, *, workers: int = 1, extend: bo
     tracker = Tracker(settings.tracking_uri)
     parent = parent_run_id(study, store, tracker, budget)
     record_stale(tracker, prepared.stale)
+    counts = store.counts(budget)
+    workers = max(1, min(workers, counts["pending"] + counts["running"]))  # no idle processes to start
     if settings.threads == 0 and workers > 1:
         settings = replace(settings, threads=threads_per_worker(workers))
     settings = replace(settings, parent_run_id=parent)
 
-    counts = store.counts(budget)
     msg = (f"study {study.name}, budget {budget}: {prepared.total} trials; {counts['done']} already done, "
            f"{counts['pending']} to run")
     if counts["running"]:

@@ -369,3 +369,28 @@ def test_three_workers_on_postgresql_log_to_an_mlflow_server(workdir, mlflow_uri
     check_complete_once(storage, study, mlflow_uri)  # three workers enqueued once, each trial ran once
     done = sum(int(o.split("worker done: ")[1].split()[0]) for o in outputs)
     assert done == 6
+
+
+# ----------------------------------------------------------------------------------------- quickstart
+
+
+def test_quickstart_study_is_valid_and_every_key_is_commented():
+    path = ROOT / "studies" / "quickstart.yaml"
+    study = load_study(path)
+    assert study.n_trials == 8 and len(study.arms) == 4 and study.seeds == (0, 1)
+    assert set(study.budgets) == {"smoke", "default", "full"}
+    configs = {a.name: study.config(a, "default") for a in study.arms}
+    gspo = configs["loss_norm=token,ratio=sequence"]
+    assert (gspo.loss.aggregation, gspo.loss.ratio_level, gspo.loss.clip_low, gspo.loss.clip_high) == (
+        "token-mean", "sequence", 3e-4, 4e-4)
+    assert configs["loss_norm=sequence,ratio=token"].loss.aggregation == "seq-mean-token-mean"
+    assert study.config(study.arms[0], "smoke").train.steps == 2
+    assert (study.objective.metric, study.objective.mode) == ("eval/accuracy", "max")
+    in_block = False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.lstrip().startswith("#") or not line.strip():
+            continue
+        if in_block and line.startswith("  ") and ":" not in line.split("#")[0]:
+            continue  # a line of the folded description
+        in_block = line.rstrip().endswith(">-") or ">-  " in line
+        assert "#" in line, f"studies/quickstart.yaml:{number}: key without a comment: {line.strip()}"

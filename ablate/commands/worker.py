@@ -31,7 +31,9 @@ def run(args: argparse.Namespace) -> int:
     """Run the worker loop until the study has nothing left to run."""
     import sys
 
-    from ablate.commands.run import settings_from_args
+    from ablate.commands.run import prepare_environment, settings_from_args
+
+    prepare_environment()
     from ablate.runner import Progress, run_worker
     from ablate.store import describe_storage
     from ablate.study import load_study
