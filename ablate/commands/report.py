@@ -1,0 +1,85 @@
+"""``ablate report FILE|NAME``: write a study's report (statistics, figures, HTML and Markdown)."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Any
+
+HELP = "write a study's report: findings with CIs, seaborn figures, index.html and README.md"
+DESCRIPTION = """\
+Read a study's trials from MLflow and write its report into reports/<study>/ (or --out DIR):
+index.html (one self-contained page that opens offline), README.md (the same findings in Markdown),
+results.csv (one row per trial), tidy.csv.gz (every trial x step x metric) and every figure as PNG and
+SVG. The report is also logged as artifacts (report/) of the study's parent MLflow run.
+
+The study is a study file, or a study's name: studies/NAME.yaml, else the study file stored with the
+study's parent run in MLflow. A study that is still running or partly failed gives a report of what has
+finished, with the missing trials listed. `ablate run` writes the report itself when the study ends.
+
+  ablate report studies/quickstart.yaml
+  ablate report quickstart --budget smoke --out /tmp/quickstart-report
+  ablate report quickstart --tracking-uri http://mlflow:5000
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("study", metavar="FILE|NAME", help="study file (YAML) or study name")
+    parser.add_argument("--budget", default="default", help="budget whose trials to report (default: default)")
+    parser.add_argument("--out", metavar="DIR", help="report folder (default: reports/<study>/)")
+    parser.add_argument("--tracking-uri", metavar="URI",
+                        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    parser.add_argument("--no-log", action="store_true", help="do not log the report to the study's MLflow run")
+
+
+def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str) -> Any:
+    """The Study that ``arg`` names: a file, ``studies/<arg>.yaml``, or the study file stored with the
+    parent run of the MLflow experiment ``arg`` (copied into ``workdir``).
+
+    Raises:
+        AblateError: none of them exists (the message lists where it looked).
+    """
+    from ablate.errors import AblateError
+    from ablate.study import load_study
+
+    path = Path(arg)
+    if path.is_file():
+        return load_study(path)
+    local = Path("studies") / f"{arg}.yaml"
+    if local.is_file():
+        return load_study(local)
+    from ablate.tracking import Tracker, read_run_file, study_runs
+
+    tracker = Tracker(tracking_uri)
+    looked = [f"no file {arg!r}", f"no {local}"]
+    if "/" not in arg and not arg.endswith((".yaml", ".yml")):
+        parent, _ = study_runs(tracker, arg, budget)
+        if parent is not None:
+            stored = parent.tags.get("ablate.study_file")
+            if stored and Path(stored).is_file():
+                return load_study(stored)
+            text = read_run_file(tracker, parent.run_id, "study.yaml")
+            if text is not None:
+                copy = Path(workdir) / f"{arg}.yaml"
+                copy.write_text(text, encoding="utf-8")
+                return load_study(copy)
+            looked.append(f"the parent run of {arg!r} at budget {budget!r} has no study.yaml")
+        else:
+            looked.append(f"no study {arg!r} with budget {budget!r} in MLflow {tracker.uri}")
+    raise AblateError(f"cannot find the study {arg!r}: " + "; ".join(looked)
+                      + "; pass the study file's path (and --tracking-uri / --budget where it ran)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the study, build the report, print where it is."""
+    from ablate.report import build_report
+
+    with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
+        study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
+        study.check_budget(args.budget)
+        index = build_report(study, budget=args.budget, tracking_uri=args.tracking_uri, out_dir=args.out,
+                             log_artifacts=not args.no_log)
+    print(f"report: {index}")
+    print(f"markdown: {index.parent / 'README.md'}")
+    return 0

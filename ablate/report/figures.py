@@ -1,0 +1,344 @@
+"""The report's figures, drawn with seaborn on matplotlib's Agg canvas (no display, no pyplot state).
+
+Each function draws one figure that says one thing and returns it (a ``matplotlib.figure.Figure``),
+or None when the results hold no data for it (e.g. no ``policy/kl_ref`` logged). Every band or
+error bar is a 95% bootstrap CI over **seeds**: the data are first reduced to one value per seed
+(per level and step: the mean over the arms with that level), then resampled with
+:func:`ablate.analysis.bootstrap_ci`, the same (expanded percentile) interval as the report's tables.
+
+Common arguments:
+    table: the tidy results table (:mod:`ablate.results`).
+    factors: factor name -> its column in ``table`` / ``per_trial``.
+    levels: factor name -> level order.
+    n_boot: bootstrap resamples per interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from ablate.analysis import bootstrap_ci, seed_level_means
+
+#: Width of a figure in inches (at :data:`DPI`: 1100 pixels, the width of the report's column).
+WIDTH = 11.0
+DPI = 100
+#: Metrics of the diagnostics figure: (metric names summed, label, unit).
+DIAGNOSTICS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("policy/entropy",), "entropy", "nats"),
+    (("policy/clip_frac_low", "policy/clip_frac_high"), "clipped (low + high)", "fraction"),
+    (("optim/grad_norm",), "grad norm", "L2 norm"),
+)
+LENGTH_METRICS = (("response/length_correct", "correct completions"), ("response/length_incorrect",
+                                                                       "incorrect completions"))
+KL_METRIC, REWARD_METRIC = "policy/kl_ref", "reward/total"
+
+
+@contextmanager
+def theme() -> Iterator[None]:
+    """seaborn's ``whitegrid`` style and ``notebook`` context, for the figures drawn inside only."""
+    rc = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.85)}
+    with matplotlib.rc_context(rc):
+        yield
+
+
+def ci_errorbar(n_boot: int) -> Callable[[pd.Series], tuple[float, float]]:
+    """A seaborn ``errorbar=`` function: the 95% bootstrap CI over the values given (one per seed)."""
+    def interval(values: pd.Series) -> tuple[float, float]:
+        return bootstrap_ci(values.to_numpy(float), n_boot=n_boot)
+    return interval
+
+
+def label(metric: str, unit: str | None) -> str:
+    """An axis label: ``metric (unit)``."""
+    return f"{metric} ({unit})" if unit else metric
+
+
+def _grid(n_panels: int, per_row: int = 3, height: float = 3.4, sharey: bool = True) -> tuple[Figure, np.ndarray]:
+    cols = min(per_row, max(1, n_panels))
+    rows = math.ceil(max(1, n_panels) / cols)
+    fig = Figure(figsize=(WIDTH, height * rows), dpi=DPI, layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharey=sharey, squeeze=False)).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _per_seed_curves(table: pd.DataFrame, metrics: Sequence[str], column: str) -> pd.DataFrame:
+    """Per (level, seed, step): the sum of ``metrics`` (each a mean over the arms with the level)."""
+    rows = table[table["metric"].isin(metrics)]
+    if rows.empty:
+        return pd.DataFrame(columns=["level", "seed", "step", "value"])
+    g = rows.groupby([column, "seed", "step", "metric"], sort=False)["value"].mean().reset_index()
+    g = g.groupby([column, "seed", "step"], sort=False)["value"].sum(min_count=len(metrics)).reset_index()
+    g = g.dropna(subset=["value"])
+    return g.rename(columns={column: "level"})
+
+
+def _order(levels: Mapping[str, Sequence[str]] | None, factor: str, present: Sequence[str]) -> list[str]:
+    base = list(levels[factor]) if levels is not None and factor in levels else sorted(set(present))
+    have = set(map(str, present))
+    return [str(lv) for lv in base if str(lv) in have]
+
+
+def learning_curves(table: pd.DataFrame, metric: str, factors: Mapping[str, str], *,
+                    levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None,
+                    n_boot: int = 1000) -> Figure | None:
+    """The objective over training, one panel per factor, one line per level (mean over seeds of the
+    per-seed mean over the arms with that level), with its 95% CI band over seeds."""
+    data = table[table["metric"] == metric]
+    if data.empty:
+        return None
+    with theme():
+        fig, axes = _grid(len(factors))
+        for ax, (factor, col) in zip(axes, factors.items()):
+            d = _per_seed_curves(data, [metric], col)
+            d["level"] = d["level"].astype(str)
+            sns.lineplot(d, x="step", y="value", hue="level", hue_order=_order(levels, factor, d["level"]),
+                         errorbar=ci_errorbar(n_boot), marker="o", markersize=3, ax=ax)
+            ax.set_title(f"factor: {factor}")
+            ax.set_xlabel("step (RL updates)")
+            ax.set_ylabel(label(metric, unit))
+            ax.legend(title=factor, fontsize="small")
+        fig.suptitle(f"Learning curves of {metric} by level (95% CI over seeds)")
+    return fig
+
+
+def final_by_level(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
+                   levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None,
+                   n_boot: int = 1000) -> Figure | None:
+    """The objective of each level (one value per seed: the mean over the arms with the level),
+    as points with 95% CIs over seeds, one panel per factor."""
+    if per_trial.empty:
+        return None
+    with theme():
+        fig, axes = _grid(len(factors), per_row=4)
+        for ax, (factor, col) in zip(axes, factors.items()):
+            d = seed_level_means(per_trial, col).dropna(subset=["value"])
+            d["level"] = d["level"].astype(str)
+            sns.pointplot(d, x="level", y="value", order=_order(levels, factor, d["level"]),
+                          errorbar=ci_errorbar(n_boot), capsize=0.15, linestyle="none", ax=ax)
+            sns.stripplot(d, x="level", y="value", order=_order(levels, factor, d["level"]), color="0.55",
+                          size=3, alpha=0.6, ax=ax, jitter=0.08)
+            ax.set_title(f"factor: {factor}")
+            ax.set_xlabel(f"level of {factor}")
+            ax.set_ylabel(label(metric, unit))
+        fig.suptitle(f"Objective ({metric}) per level: mean and 95% CI over seeds; grey dots: seeds")
+    return fig
+
+
+def interaction_plots(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
+                      levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None,
+                      n_boot: int = 1000) -> Figure | None:
+    """One panel per pair of factors: the objective against the levels of the first, one line per
+    level of the second (cell means over seeds, 95% CI). Parallel lines: no interaction."""
+    pairs = list(itertools.combinations(factors, 2))
+    if not pairs or per_trial.empty:
+        return None
+    with theme():
+        fig, axes = _grid(len(pairs), per_row=3, sharey=False)
+        for ax, (a, b) in zip(axes, pairs):
+            ca, cb = factors[a], factors[b]
+            d = per_trial.groupby([ca, cb, "seed"], sort=False)["objective"].mean().reset_index().dropna()
+            d[ca], d[cb] = d[ca].astype(str), d[cb].astype(str)
+            sns.pointplot(d, x=ca, y="objective", hue=cb, order=_order(levels, a, d[ca]),
+                          hue_order=_order(levels, b, d[cb]), errorbar=ci_errorbar(n_boot), dodge=0.15,
+                          capsize=0.1, ax=ax)
+            ax.set_title(f"{a} × {b}")
+            ax.set_xlabel(f"level of {a}")
+            ax.set_ylabel(label(metric, unit))
+            ax.legend(title=b, fontsize="small")
+        fig.suptitle("Interactions: cell means with 95% CI over seeds (non-parallel lines = interaction)")
+    return fig
+
+
+def arm_heatmap(arm_means: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
+                unit: str | None = None) -> Figure | None:
+    """Mean objective of every arm as a heatmap: rows are the combinations of all factors but the
+    last, columns the levels of the last factor; missing arms are blank."""
+    if arm_means.empty:
+        return None
+    cols = list(factors.values())
+    names = list(factors)
+    d = arm_means.copy()
+    for c in cols:
+        d[c] = d[c].astype(str)
+    col_factor = cols[-1]
+    if len(cols) > 1:
+        d["_row"] = d[cols[:-1]].agg(" / ".join, axis=1)
+        row_title = " / ".join(names[:-1])
+    else:
+        d["_row"] = "all arms"
+        row_title = ""
+    grid = d.pivot_table(index="_row", columns=col_factor, values="mean", aggfunc="mean", sort=False)
+    with theme():
+        fig = Figure(figsize=(min(WIDTH, 2.5 + 1.6 * grid.shape[1]), 1.2 + 0.45 * grid.shape[0]), dpi=DPI,
+                     layout="constrained")
+        ax = fig.subplots()
+        sns.heatmap(grid, annot=True, fmt=".3g", cmap="viridis", cbar_kws={"label": label(metric, unit)}, ax=ax)
+        ax.set_xlabel(f"level of {names[-1]}")
+        ax.set_ylabel(row_title)
+        ax.set_title(f"Mean {metric} per arm (over seeds)")
+    return fig
+
+
+def response_length(table: pd.DataFrame, factors: Mapping[str, str], *,
+                    levels: Mapping[str, Sequence[str]] | None = None, n_boot: int = 1000) -> Figure | None:
+    """Mean completion length over training, correct and incorrect completions apart (columns), one
+    row per factor, one line per level: the length bias that Dr. GRPO (Liu et al. 2025) attributes
+    to per-sequence loss normalization shows as incorrect completions growing longer."""
+    have = [m for m, _ in LENGTH_METRICS if (table["metric"] == m).any()]
+    if not have:
+        return None
+    with theme():
+        fig = Figure(figsize=(WIDTH, 3.2 * len(factors)), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(factors), len(LENGTH_METRICS), squeeze=False, sharey=True)
+        for r, (factor, col) in enumerate(factors.items()):
+            for c, (metric, title) in enumerate(LENGTH_METRICS):
+                ax = axes[r, c]
+                d = _per_seed_curves(table, [metric], col)
+                if d.empty:
+                    ax.set_visible(False)
+                    continue
+                d["level"] = d["level"].astype(str)
+                sns.lineplot(d, x="step", y="value", hue="level", hue_order=_order(levels, factor, d["level"]),
+                             errorbar=ci_errorbar(n_boot), ax=ax)
+                ax.set_title(f"{title} — {factor}")
+                ax.set_xlabel("step (RL updates)")
+                ax.set_ylabel("mean length (tokens)")
+                ax.legend(title=factor, fontsize="small")
+        fig.suptitle("Response length of correct vs incorrect completions (95% CI over seeds)")
+    return fig
+
+
+def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
+    """Indices of the points not dominated when low ``x`` and high ``y`` are better, by rising x."""
+    pts = sorted(range(len(x)), key=lambda i: (x[i], -y[i]))
+    front, best = [], -math.inf
+    for i in pts:
+        if y[i] > best:
+            front.append(i)
+            best = y[i]
+    return front
+
+
+def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_title: str = "arm",
+                 n_boot: int = 1000) -> Figure | None:
+    """Each arm's final reward against its final KL to the reference policy (means over seeds with
+    95% CIs on both axes); the line joins the arms no other arm beats on both (the Pareto front).
+
+    Args:
+        finals: per trial ``arm, seed, kl, reward`` (final values, see
+            :func:`ablate.analysis.final_values`).
+        arm_labels: arm -> its short label (the level names).
+    """
+    d = finals.dropna(subset=["kl", "reward"])
+    if d.empty:
+        return None
+    rows = []
+    for arm, g in d.groupby("arm", sort=False):
+        kx, ry = g.groupby("seed")["kl"].mean(), g.groupby("seed")["reward"].mean()
+        rows.append({"arm": arm_labels.get(arm, arm), "kl": kx.mean(), "reward": ry.mean(),
+                     "kl_ci": bootstrap_ci(kx, n_boot=n_boot), "reward_ci": bootstrap_ci(ry, n_boot=n_boot)})
+    m = pd.DataFrame(rows)
+    with theme():
+        fig = Figure(figsize=(WIDTH * 0.75, 5.0), dpi=DPI, layout="constrained")
+        ax = fig.subplots()
+        palette = dict(zip(m["arm"], sns.color_palette("tab10" if len(m) <= 10 else "husl", len(m))))
+        pts = d.assign(arm=d["arm"].map(lambda a: arm_labels.get(a, a)))
+        sns.scatterplot(pts, x="kl", y="reward", hue="arm", palette=palette, alpha=0.3, s=18, legend=False, ax=ax)
+        for _, r in m.iterrows():
+            xerr = np.array([[r["kl"] - r["kl_ci"][0]], [r["kl_ci"][1] - r["kl"]]])
+            yerr = np.array([[r["reward"] - r["reward_ci"][0]], [r["reward_ci"][1] - r["reward"]]])
+            ax.errorbar(r["kl"], r["reward"], xerr=np.nan_to_num(xerr), yerr=np.nan_to_num(yerr), fmt="o",
+                        color=palette[r["arm"]], capsize=3, label=r["arm"], markersize=7)
+        front = pareto_front(m["kl"].tolist(), m["reward"].tolist())
+        ax.plot(m["kl"].iloc[front], m["reward"].iloc[front], "--", color="0.3", lw=1, label="Pareto front")
+        ax.set_xlabel("KL(policy ‖ reference) at the end of training (nats per completion)")
+        ax.set_ylabel("total reward at the end of training (reward)")
+        ax.set_title("Reward against KL to the reference: up and left is better")
+        ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def diagnostics(table: pd.DataFrame, factors: Mapping[str, str], *,
+                levels: Mapping[str, Sequence[str]] | None = None, n_boot: int = 1000) -> Figure | None:
+    """Training health over steps: policy entropy, clipped fraction and gradient norm (rows) per
+    factor (columns), one line per level, 95% CI bands over seeds."""
+    present = [(ms, name, unit) for ms, name, unit in DIAGNOSTICS if all((table["metric"] == m).any() for m in ms)]
+    if not present:
+        return None
+    with theme():
+        fig = Figure(figsize=(WIDTH, 2.9 * len(present)), dpi=DPI, layout="constrained")
+        axes = fig.subplots(len(present), len(factors), squeeze=False, sharex=True)
+        for r, (metrics, name, unit) in enumerate(present):
+            for c, (factor, col) in enumerate(factors.items()):
+                ax = axes[r, c]
+                d = _per_seed_curves(table, metrics, col)
+                d["level"] = d["level"].astype(str)
+                sns.lineplot(d, x="step", y="value", hue="level", hue_order=_order(levels, factor, d["level"]),
+                             errorbar=ci_errorbar(n_boot), ax=ax, legend=(r == 0))
+                ax.set_xlabel("step (RL updates)")
+                ax.set_ylabel(f"{name} ({unit})" if c == 0 else "")
+                if r == 0:
+                    ax.set_title(f"factor: {factor}")
+                    ax.legend(title=factor, fontsize="small")
+        fig.suptitle("Diagnostics: entropy, clipping and gradient norm (95% CI over seeds)")
+    return fig
+
+
+def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Mapping[str, str], *, metric: str,
+                       unit: str | None = None, legend_title: str = "arm", n_boot: int = 1000) -> Figure | None:
+    """The objective against generated tokens per arm (mean over seeds at each step, at the mean
+    token count, with 95% CIs) and each arm's fitted saturating curve (dashed; none where the fit
+    failed); log-scaled compute axis."""
+    from ablate.analysis import saturating_curve
+
+    if points.empty:
+        return None
+    with theme():
+        fig = Figure(figsize=(WIDTH * 0.8, 5.0), dpi=DPI, layout="constrained")
+        ax = fig.subplots()
+        arms = list(dict.fromkeys(points["arm"]))
+        palette = dict(zip(arms, sns.color_palette("tab10" if len(arms) <= 10 else "husl", len(arms))))
+        fit_by_arm = {r["arm"]: r for _, r in fits.iterrows()} if not fits.empty else {}
+        cmax = float(points["tokens"].max())
+        for arm in arms:
+            g = points[(points["arm"] == arm) & (points["tokens"] > 0)]
+            if g.empty:
+                continue
+            per_step = g.groupby("step").agg(tokens=("tokens", "mean"), value=("value", "mean")).reset_index()
+            cis = np.array([bootstrap_ci(g.loc[g["step"] == s, "value"], n_boot=n_boot) for s in per_step["step"]])
+            name = arm_labels.get(arm, arm)
+            ax.plot(per_step["tokens"], per_step["value"], "o", color=palette[arm], markersize=4, label=name)
+            ax.fill_between(per_step["tokens"], cis[:, 0], cis[:, 1], color=palette[arm], alpha=0.15, lw=0)
+            fit = fit_by_arm.get(arm)
+            if fit is not None and bool(fit["ok"]):
+                grid = np.geomspace(max(float(g["tokens"].min()) / 2, 1.0), cmax * 3, 200)
+                ax.plot(grid, saturating_curve(grid, fit["r0"], fit["a"], fit["b"], fit["c_mid"]), "--",
+                        color=palette[arm], lw=1.2)
+        ax.set_xscale("log")
+        ax.set_xlabel("generated training tokens (tokens, log scale)")
+        ax.set_ylabel(label(metric, unit))
+        ax.set_title("Compute efficiency: dots = mean over seeds (95% CI band), dashed = saturating fit")
+        ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+    return fig
+
+
+def save(fig: Figure, folder: Path, name: str, formats: Sequence[str] = ("png", "svg")) -> dict[str, Path]:
+    """Write ``fig`` as ``folder/name.<format>`` for each format; returns format -> path."""
+    out = {}
+    for fmt in formats:
+        path = Path(folder) / f"{name}.{fmt}"
+        fig.savefig(path, format=fmt, dpi=DPI, metadata={"Date": None} if fmt == "svg" else None)
+        out[fmt] = path
+    return out

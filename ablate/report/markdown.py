@@ -1,0 +1,97 @@
+"""The report as Markdown (``README.md``), so that the findings read on a code host.
+
+The same findings, tables and configuration as the HTML page; figures are the PNG files beside it.
+User-provided strings are escaped (:func:`md`): markup characters are shown, never interpreted, and
+a ``|`` cannot break a table.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ablate.report.build import ReportData, Table
+
+_SPECIAL = re.compile(r"([\\`*_\[\]|#])")
+
+
+def md(text: object) -> str:
+    """``text`` for Markdown: ``< > &`` as HTML entities, Markdown's markup characters backslash-escaped,
+    newlines as spaces."""
+    return _SPECIAL.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
+
+
+def fence(text: str, lang: str = "") -> str:
+    """``text`` in a fenced code block long enough not to be closed by backticks inside it."""
+    ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+
+
+def frame_md(frame: pd.DataFrame) -> str:
+    """A DataFrame of strings as a Markdown table."""
+    lines = ["| " + " | ".join(md(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines.extend("| " + " | ".join(md(v) for v in row) + " |" for row in frame.itertuples(index=False))
+    return "\n".join(lines)
+
+
+def table_md(table: Table) -> str:
+    """A report table with its title and caption."""
+    parts = [f"### {md(table.title)}", ""]
+    if table.caption:
+        parts += [md(table.caption), ""]
+    parts.append(frame_md(table.frame))
+    return "\n".join(parts)
+
+
+def render_markdown(data: ReportData) -> str:
+    """The whole README.md."""
+    c = data.counts
+    out = [f"# Ablation study {md(data.study)}", ""]
+    if data.description:
+        out += [md(data.description), ""]
+    out += [
+        f"Budget **{md(data.budget)}** · objective: {md(data.objective)} · trials: {c.get('done', 0)} done, "
+        f"{c.get('failed', 0)} failed, {c.get('running', 0)} running, {c.get('not started', 0)} not started · "
+        f"generated {md(data.generated)}. The full page with embedded figures: [index.html](index.html).",
+        "", "## Findings", "",
+    ]
+    out += [f"> {md(n)}\n" for n in data.notes]
+    out += ["### Each level against the baseline level", ""] + [f"- {md(s)}" for s in data.findings] + [""]
+    if data.interaction_findings:
+        out += ["### Interactions", ""] + [f"- {md(s)}" for s in data.interaction_findings] + [""]
+    if data.compute_findings:
+        out += ["### Compute efficiency", ""] + [f"- {md(s)}" for s in data.compute_findings] + [""]
+    if data.figures:
+        out += ["## Figures", ""]
+    for fig in data.figures:
+        png = fig.files.get("png")
+        if png is not None:
+            out += [f"![{md(fig.title)}]({png.name})", "", f"*{md(fig.title)}.* {md(fig.caption)}", ""]
+    if data.tables:
+        out += ["## Tables", ""]
+        for t in data.tables:
+            out += [table_md(t), ""]
+    if data.missing is not None:
+        out += ["## Missing trials", "", table_md(data.missing), ""]
+    if data.samples:
+        out += ["## Sample completions", ""]
+        for title, frame in data.samples:
+            out += [f"### {md(title)}", "", frame_md(frame), ""]
+    if data.design is not None:
+        out += ["## Design", "", table_md(data.design), ""]
+    if data.alias_lines:
+        out += ["### Alias structure", "", fence("\n".join(data.alias_lines)), ""]
+    out += ["## Configuration", ""]
+    if data.study_yaml:
+        out += ["### Study file", "", fence(data.study_yaml, "yaml"), ""]
+    if data.baseline_config:
+        out += ["### Resolved configuration of the baseline arm", "", fence(data.baseline_config, "yaml"), ""]
+    if data.versions:
+        out += ["### Versions", ""] + [f"- {md(k)}: {md(v)}" for k, v in data.versions.items()] + [""]
+    if data.files:
+        out += ["### Files", "", ", ".join(f"[{md(f)}]({f})" for f in data.files), ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,195 @@
+"""Results read back from a real MLflow SQLite store written through ablate.tracking: the tidy table
+from history.csv artifacts, trial states of a partial study, the download cache, the report logged
+to the parent run, and `ablate report` finding a study by file or by name."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import servers
+from mlflow import MlflowClient
+
+from ablate.cli import main
+from ablate.commands.report import resolve_study
+from ablate.errors import AblateError
+from ablate.report import build_report
+from ablate.results import count_states, history_frame, level_column, load_results
+from ablate.study import load_study
+from ablate.tracking import Tracker, history_csv
+
+STUDY = """\
+name: res
+description: Results test study.
+factors:
+  loss_norm:
+    levels:
+      sequence: {loss.aggregation: seq-mean-token-mean}
+      token: {loss.aggregation: token-mean}
+  step: {path: loss.clip_high, values: [0.2, 0.28]}   # a factor named like a column of the table
+seeds: 2
+objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 1}
+"""
+
+
+def history(offset: float) -> list[tuple[int, dict[str, float]]]:
+    """Step 0: the start eval; step 1: a training step (a NaN logged); step 2: training + eval, and a
+    step 3 without compute/tokens (carried forward)."""
+    return [
+        (0, {"eval/accuracy": 0.25 + offset, "compute/tokens": 0.0}),
+        (1, {"reward/total": 0.5, "response/length_correct": math.nan, "compute/tokens": 100.0}),
+        (2, {"eval/accuracy": 0.5 + offset, "eval/pass@4": 0.75, "compute/tokens": 210.0}),
+        (3, {"reward/total": 0.75}),
+    ]
+
+
+def test_history_frame_is_long_finite_and_carries_tokens():
+    long = history_frame(history_csv(history(0.0)))
+    rows = [tuple(r) for r in long[["step", "tokens", "metric", "value"]].itertuples(index=False)]
+    assert rows == [
+        (0, 0.0, "compute/tokens", 0.0), (0, 0.0, "eval/accuracy", 0.25),
+        (1, 100.0, "compute/tokens", 100.0), (1, 100.0, "reward/total", 0.5),
+        (2, 210.0, "compute/tokens", 210.0), (2, 210.0, "eval/accuracy", 0.5), (2, 210.0, "eval/pass_at_4", 0.75),
+        (3, 210.0, "reward/total", 0.75),
+    ]
+    with pytest.raises(ValueError, match="step"):
+        history_frame("a,b\n1,2\n")
+
+
+def test_level_column_avoids_the_table_columns():
+    assert level_column("loss_norm") == "loss_norm"
+    assert level_column("step") == "level.step" and level_column("seed") == "level.seed"
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A study file and an MLflow store holding a partial run of it: 5 trials done, 1 failed, 1 still
+    running, 1 never started."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "res.yaml"
+    path.write_text(STUDY)
+    study = load_study(path)
+    uri = servers.fresh_mlflow_db(tmp_path)
+    tracker = Tracker(uri)
+    parent = tracker.parent_run(study, "default", storage="test", design={"arms": len(study.arms)})
+    specs = study.expand("default")
+    assert len(specs) == 8
+    runs = {}
+    for i, spec in enumerate(specs[:7]):
+        logger = tracker.start_trial(parent, study=study.name, key=spec.key, arm=spec.arm, seed=spec.seed,
+                                     budget="default", levels=spec.levels, flat_config=spec.config.to_flat_dict())
+        h = history(0.01 * i)
+        for step, metrics in h[: 2 if i == 6 else None]:
+            logger(metrics, step)
+        logger.close()
+        runs[spec.key] = logger.run_id
+        if i < 5:
+            tracker.finish_trial(logger.run_id, config_yaml=spec.config.to_yaml(), history=h,
+                                 samples=[{"prompt": "2+2=", "completion": f"<b>{i}</b>", "correct": i % 2 == 0,
+                                           "reward/final_answer": float(i % 2 == 0)}],
+                                 result={"key": spec.key}, objective=h[2][1]["eval/accuracy"])
+        elif i == 5:
+            tracker.fail_trial(logger.run_id, "Traceback (most recent call last):\n  ...\nNonFiniteError: NaN loss at step 2")
+    return {"study": study, "uri": uri, "specs": specs, "runs": runs, "parent": parent, "tmp": tmp_path}
+
+
+def test_load_results_of_a_partial_study(store):
+    study, specs = store["study"], store["specs"]
+    res = load_results(study, "default", tracking_uri=store["uri"])
+    assert res.factors == ["loss_norm", "step"] and res.level_columns == ["loss_norm", "level.step"]
+    assert count_states(res.trials) == {"done": 5, "failed": 1, "running": 1, "not started": 1}
+    by_key = res.trials.set_index("key")
+    assert by_key.loc[specs[5].key, "error"] == "NonFiniteError: NaN loss at step 2"
+    assert by_key.loc[specs[7].key, "run_id"] == "" and by_key.loc[specs[0].key, "run_id"] == store["runs"][specs[0].key]
+    assert list(res.missing["key"]) == [s.key for s in specs[5:]]
+    # the table holds the finished trials only, every logged finite value once, with ids and levels
+    assert set(res.table["key"]) == {s.key for s in specs[:5]}
+    assert len(res.table) == 5 * 8
+    one = res.table[res.table["key"] == specs[3].key].reset_index(drop=True)
+    assert set(one["arm"]) == {specs[3].arm} and set(one["seed"]) == {specs[3].seed} and set(one["study"]) == {"res"}
+    assert set(one["loss_norm"]) == {specs[3].levels["loss_norm"]} and set(one["level.step"]) == {specs[3].levels["step"]}
+    acc = one[one["metric"] == "eval/accuracy"]
+    assert acc[["step", "tokens", "value"]].values.tolist() == [[0, 0.0, pytest.approx(0.28)], [2, 210.0, pytest.approx(0.53)]]
+    assert res.samples[specs[4].key] == [{"prompt": "2+2=", "completion": "<b>4</b>", "correct": True,
+                                          "reward/final_answer": 1.0}]
+    assert set(res.samples) == {s.key for s in specs[:5]}
+    assert res.parent["ablate.study"] == "res" and "ablate.version.python" in res.parent
+    assert res.metrics == ["compute/tokens", "eval/accuracy", "eval/pass_at_4", "reward/total"]
+
+
+def test_cached_histories_survive_a_lost_artifact_store(store):
+    study, tmp = store["study"], store["tmp"]
+    first = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
+    assert len(list((tmp / "cache").glob("*.history.csv"))) == 5
+    shutil.rmtree(tmp / "mlruns")  # the artifacts of every run are gone; the cache still has them
+    cached = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
+    pd.testing.assert_frame_equal(first.table, cached.table)
+    fresh = load_results(study, tracking_uri=store["uri"])
+    assert count_states(fresh.trials)["done"] == 0
+    assert set(fresh.trials["error"]) >= {"finished, but its history.csv artifact is missing"}
+
+
+def test_results_of_a_study_that_never_ran(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "res.yaml").write_text(STUDY)
+    study = load_study(tmp_path / "res.yaml")
+    uri = servers.fresh_mlflow_db(tmp_path)
+    res = load_results(study, tracking_uri=uri)
+    assert count_states(res.trials)["not started"] == 8 and res.table.empty and res.parent == {}
+    with pytest.raises(AblateError, match="no runs at budget 'default'.*ablate run"):
+        build_report(study, tracking_uri=uri, out_dir=tmp_path / "r")
+    with pytest.raises(AblateError, match="budget"):
+        load_results(study, "nope", tracking_uri=uri)
+
+
+FAST = {"n_boot": 200, "fit_boot": 10, "figure_boot": 50, "formats": ("png",)}
+
+
+def test_build_report_logs_the_report_to_the_parent_run(store):
+    out = store["tmp"] / "report"
+    index = build_report(store["study"], tracking_uri=store["uri"], out_dir=out, **FAST)
+    assert index == out / "index.html" and index.exists() and (out / "README.md").exists()
+    assert (out / ".cache").is_dir()
+    text = index.read_text()
+    assert "Missing trials" in text and "NonFiniteError: NaN loss at step 2" in text
+    assert "&lt;b&gt;0&lt;/b&gt;" in text and "<b>0</b>" not in text  # a sample completion, escaped
+    client = MlflowClient(tracking_uri=store["uri"])
+    files = {a.path for a in client.list_artifacts(store["parent"], "report")}
+    assert {"report/index.html", "report/README.md", "report/results.csv", "report/learning_curves.png"} <= files
+    assert not any(".cache" in f for f in files)
+    summary = pd.read_csv(out / "results.csv")
+    assert len(summary) == 8 and summary["state"].value_counts()["done"] == 5
+    done = summary[summary["state"] == "done"]
+    assert done["objective"].tolist() == pytest.approx([0.5 + 0.01 * i for i in range(5)])
+
+
+def test_report_command(store, capsys):
+    tmp, uri = store["tmp"], store["uri"]
+    assert main(["report", str(tmp / "res.yaml"), "--tracking-uri", uri, "--out", str(tmp / "a"), "--no-log"]) == 0
+    assert f"report: {tmp / 'a' / 'index.html'}" in capsys.readouterr().out
+    assert (tmp / "a" / "index.html").exists() and (tmp / "a" / "learning_curves.svg").exists()
+    assert main(["report", "nosuch", "--tracking-uri", uri]) == 2
+    err = capsys.readouterr().err
+    assert "cannot find the study 'nosuch'" in err and "no study 'nosuch' with budget 'default' in MLflow" in err
+
+
+def test_a_study_is_found_by_name(store, tmp_path):
+    tmp, uri = store["tmp"], store["uri"]
+    work = tmp_path / "work"
+    work.mkdir()
+    # the study file recorded with the parent run (ablate.study_file)
+    assert resolve_study("res", "default", uri, str(work)).path == tmp / "res.yaml"
+    # studies/<name>.yaml in the working directory
+    (tmp / "studies").mkdir()
+    shutil.copy(tmp / "res.yaml", tmp / "studies" / "res.yaml")
+    assert resolve_study("res", "default", uri, str(work)).path == Path("studies/res.yaml")
+    # neither: the copy of the study file stored in MLflow
+    (tmp / "res.yaml").unlink()
+    shutil.rmtree(tmp / "studies")
+    study = resolve_study("res", "default", uri, str(work))
+    assert study.path == work / "res.yaml" and study.name == "res" and len(study.arms) == 4
+    with pytest.raises(AblateError, match="no study 'res' with budget 'full'"):
+        resolve_study("res", "full", uri, str(work))
