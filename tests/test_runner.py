@@ -325,6 +325,12 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     assert [a.state for a in before[keys[0]]] == ["complete"]
     assert [a.state for a in before[keys[1]]] == ["running"]  # killed mid-trial
     assert keys[2] not in before or [a.state for a in before[keys[2]]] == ["waiting"]
+    assert main(["status", str(study_file)]) == 0
+    status = capsys.readouterr().out
+    assert [line.split() for line in status.splitlines()[2:4]] == [
+        ["loss_norm=token", "1", "1", "0", "1"], ["total", "1", "1", "0", "1"]]
+    assert f"running:\n  loss_norm=token seed=1 (key {keys[1]}) on " in status
+    assert status.rstrip().endswith(f"STALE: its worker {before[keys[1]][0].claim['name']} died (process {proc.pid} is gone)")
 
     assert run(str(study_file), "--no-progress") == 0  # same command again
     assert "3 trials; 1 already done, 2 to run (1 of them left by dead workers" in capsys.readouterr().err

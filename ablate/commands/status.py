@@ -102,7 +102,7 @@ def render(data: dict[str, Any], verbose: bool = False) -> str:
     if data["running"]:
         out.append("running:")
         for r in data["running"]:
-            step = "starting" if r["step"] is None else f"step {r['step']}/{r['steps']}"
+            step = "no step reported yet" if r["step"] is None else f"step {r['step']}/{r['steps']}"
             age = "" if r["heartbeat_age_s"] is None else f", last heartbeat {r['heartbeat_age_s']:.0f} s ago"
             stale = f" STALE: {r['stale']}" if r["stale"] else ""
             out.append(f"  {r['arm']} seed={r['seed']} (key {r['key']}) on {r['worker']}: {step}{age}{stale}")
