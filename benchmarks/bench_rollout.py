@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_rollout.py                       # defaults of the issue
-    .venv/bin/python benchmarks/bench_rollout.py --threads 1 --compile  # also time torch.compile
+    .venv/bin/python benchmarks/bench_rollout.py                      # defaults of the issue, 1 and 2 threads
+    .venv/bin/python benchmarks/bench_rollout.py --threads 1 --compile # also time torch.compile
     .venv/bin/python benchmarks/bench_rollout.py --write-results benchmarks/RESULTS.md
 
 1. Rollouts. One zoo model (default ``tiny-llama``, seed 0), 8 addition prompts x G = 8 = 64 rows,
@@ -177,7 +177,8 @@ def memory_child(args: argparse.Namespace) -> None:
     """Runs in a subprocess: one variant, prints a JSON line with its peak memory and time."""
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(args.threads or torch.get_num_threads())
+    if args.threads:
+        torch.set_num_threads(args.threads)
     config = load_policy(args.model).model.config
     config.vocab_size = args.vocab
     torch.manual_seed(0)
@@ -247,30 +248,49 @@ def machine() -> str:
         pass
     import transformers
 
-    return (f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__} (intra-op threads: {torch.get_num_threads()}), "
-            f"transformers {transformers.__version__}, Python {platform.python_version()}")
+    return (f"{cpu}, {os.cpu_count()} CPU cores, torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"Python {platform.python_version()}")
 
 
-def markdown(args: argparse.Namespace, rollout_rows: list[dict], extra: dict, memory_rows: list[dict]) -> str:
-    load = extra.get("loadavg")
+def rollout_table(args: argparse.Namespace, threads: int, rows: list[dict], extra: dict) -> list[str]:
+    lines = [
+        f"### Rollout throughput, {threads} intra-op thread{'s' if threads > 1 else ''}: `{extra['model']}` "
+        f"({extra['params']:,} parameters), batch {extra['batch']} ({extra['prompts']} prompts x "
+        f"G={extra['group_size']}), {extra['prompt_tokens']} prompt tokens (left-padded), "
+        f"{extra['max_new_tokens']} new tokens, temperature 1, top-p 1, EOS stops a row",
+        "",
+        "| variant | ms / step | CPU ms / step | tokens/s | generated tokens/s | vs generate (same work) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r['variant']} | {r['ms_per_step']:.2f} | {r['cpu_ms_per_step']:.2f} | "
+                     f"{r['tokens_per_s']:,.0f} | {r['generated_tokens_per_s']:,.0f} | {r['speedup']:.2f}x |")
+    if "compile_first_call_s" in extra:
+        lines += ["", f"torch.compile: the first call (compilation included) took {extra['compile_first_call_s']:.1f} s "
+                      "(inductor caches compiled graphs on disk; a new shape compiles again)."]
+    return lines + [""]
+
+
+def markdown(args: argparse.Namespace, rollouts: list[tuple[int, list[dict], dict]], memory_rows: list[dict],
+             load: tuple[float, float]) -> str:
     lines = [
         "## Rollouts and log-probs",
         "",
         f"Measured {datetime.date.today().isoformat()} on {machine()}, by "
-        f"`python benchmarks/bench_rollout.py {' '.join(sys.argv[1:])}`."
-        + (f" The machine is shared: its 1-minute load average was {load[0]:.1f} at the start and "
-           f"{load[1]:.1f} at the end of the run (2 cores), so absolute times are noisy; the ratios come "
-           "from interleaved runs in one process." if load else ""),
+        f"`python benchmarks/bench_rollout.py {' '.join(sys.argv[1:])}`. The machine is shared: its "
+        f"1-minute load average was {load[0]:.1f} at the start and {load[1]:.1f} at the end of the run "
+        "(2 cores), so absolute times are noisy; ratios come from runs interleaved in one process.",
         "",
     ]
     goals = []
-    if rollout_rows:
-        lean = next(r for r in rollout_rows if r["variant"].startswith("ours (lean KV-cache"))
-        goals.append(f"- rollouts >= 2x `generate` tokens/s: lean decoder {lean['speedup']:.2f}x "
-                     f"({'met' if lean['speedup'] >= 2 else 'not met'} in this run)")
-        comp = next((r for r in rollout_rows if "torch.compile" in r["variant"]), None)
+    for threads, rows, _ in rollouts:
+        lean = next(r for r in rows if r["variant"].startswith("ours (lean KV-cache"))
+        line = (f"- rollouts >= 2x `generate` tokens/s, {threads} thread{'s' if threads > 1 else ''}: lean "
+                f"decoder {lean['speedup']:.2f}x ({'met' if lean['speedup'] >= 2 else 'not met'} in this run)")
+        comp = next((r for r in rows if "torch.compile" in r["variant"]), None)
         if comp is not None:
-            goals[-1] += f"; with torch.compile {comp['speedup']:.2f}x"
+            line += f"; with torch.compile {comp['speedup']:.2f}x"
+        goals.append(line)
     if memory_rows:
         by = {(r["variant"], r["mode"]): r["peak_delta_mb"] for r in memory_rows}
         ratios = {m: by[("ours", m)] / by[("naive", m)] for m in ("no_grad", "grad")}
@@ -279,35 +299,26 @@ def markdown(args: argparse.Namespace, rollout_rows: list[dict], extra: dict, me
                      f"{ratios['grad']:.2f} with forward + backward ({'met' if met else 'not met'})")
     if goals:
         lines += ["Goals of issue 3:", "", *goals, ""]
-    if rollout_rows:
+    if rollouts:
         lines += [
-            f"### Rollout throughput: `{extra['model']}` ({extra['params']:,} parameters), batch {extra['batch']} "
-            f"({extra['prompts']} prompts x G={extra['group_size']}), {extra['prompt_tokens']} prompt tokens "
-            f"(left-padded), {extra['max_new_tokens']} new tokens, temperature 1, top-p 1, EOS stops a row",
+            f"Rollout tables: medians of {args.repeats} interleaved runs after one warm-up each. ms / step = "
+            "wall time / decode steps; CPU ms / step = process CPU time / decode steps (other processes on "
+            "the machine inflate it less than wall time); tokens/s = batch x decode steps / wall s (a "
+            "stopped row is still carried by both implementations' tensors, except where the lean decoder "
+            "drops it); generated = tokens up to each row's EOS; vs generate = tokens/s ratio to "
+            "`model.generate` (rows that include the old_logp forward: to `model.generate` + that forward).",
             "",
-            f"Medians of {args.repeats} interleaved runs after one warm-up each. ms / step = wall time / decode "
-            "steps; CPU ms / step = process CPU time / steps (with one thread: time on a core, which other "
-            "processes on the machine inflate less); tokens/s = batch x decode steps / wall s; generated = "
-            "tokens up to each row's EOS; vs generate = tokens/s ratio to `model.generate` (rows that include "
-            "the old_logp forward: to `model.generate` + that forward).",
-            "",
-            "| variant | ms / step | CPU ms / step | tokens/s | generated tokens/s | vs generate (same work) |",
-            "|---|---:|---:|---:|---:|---:|",
         ]
-        for r in rollout_rows:
-            lines.append(f"| {r['variant']} | {r['ms_per_step']:.2f} | {r['cpu_ms_per_step']:.2f} | {r['tokens_per_s']:,.0f} | "
-                         f"{r['generated_tokens_per_s']:,.0f} | {r['speedup']:.2f}x |")
-        if "compile_first_call_s" in extra:
-            lines += ["", f"torch.compile: the first call (compilation included) took "
-                          f"{extra['compile_first_call_s']:.1f} s."]
-        lines.append("")
+        for threads, rows, extra in rollouts:
+            lines += rollout_table(args, threads, rows, extra)
     if memory_rows:
         lines += [
             f"### Log-prob peak memory: vocabulary {args.vocab:,}, batch {args.lp_batch}, {args.lp_prompt} prompt + "
             f"{args.lp_completion} completion tokens",
             "",
             "Peak resident memory added by the computation (fresh subprocess per row; "
-            f"{memory_rows[0]['method']}). For scale: one float32 [B, T, V] tensor is "
+            f"{memory_rows[0]['method']}; model and inputs excluded, the model's own activations included). "
+            f"For scale: one float32 [B, T, V] tensor is "
             f"{args.lp_batch * args.lp_completion * args.vocab * 4 / 2**20:,.0f} MiB.",
             "",
             "| computation | mode | peak MiB | seconds | ours / naive |",
@@ -345,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", default="1,2",
+                    help="comma-separated torch intra-op thread counts for the rollout tables (memory: the first)")
     ap.add_argument("--compile", action="store_true", help="also time the lean decoder under torch.compile")
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--lp-batch", type=int, default=16)
@@ -356,16 +368,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-results", type=Path, default=None, help="update this file's rollouts section")
     ap.add_argument("--memory-child", nargs=2, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    thread_counts = [int(t) for t in str(args.threads).split(",") if t.strip()]
+    args.threads = thread_counts[0] if thread_counts else 0
     if args.memory_child:
         memory_child(args)
         return 0
     load_start = os.getloadavg()[0]
-    rollout_rows, extra = bench_rollouts(args) if not args.skip_rollouts else ([], {})
+    rollouts = []
+    if not args.skip_rollouts:
+        for threads in thread_counts:
+            torch.set_num_threads(threads)
+            rows, extra = bench_rollouts(args)
+            rollouts.append((threads, rows, extra))
     memory_rows = bench_memory(args) if not args.skip_memory else []
-    extra["loadavg"] = (load_start, os.getloadavg()[0])
-    report = markdown(args, rollout_rows, extra, memory_rows)
+    report = markdown(args, rollouts, memory_rows, (load_start, os.getloadavg()[0]))
     print(report)
     if args.write_results:
         write_section(args.write_results, report)
