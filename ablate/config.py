@@ -452,6 +452,31 @@ class PRMRewardConfig(_Section):
         correct solution's step rewards sum to correct_reward (comparable to final_answer); false gives
         long solutions more total reward."""),
     )
+    learned_samples: int = Field(
+        2048,
+        ge=8,
+        strict=True,
+        description=_d("""source=learned: completions sampled from the start policy at temperature 1 on train
+        problems (4 per problem), whose steps the task's step checker labels to train the PRM; a fifth of
+        the problems is held out to measure it."""),
+    )
+    learned_steps: int = Field(
+        200,
+        ge=0,
+        strict=True,
+        description=_d("""source=learned: fine-tuning steps of the whole PRM (binary cross-entropy per step),
+        after its head was fitted as a linear probe on the frozen start policy; 0 = the probe alone."""),
+    )
+    learned_batch_size: int = Field(
+        64, ge=1, strict=True, description="source=learned: completions per optimizer step of the PRM classifier."
+    )
+    learned_lr: float = Field(
+        3e-4,
+        gt=0.0,
+        description=_d("""source=learned: AdamW learning rate of the PRM (its backbone starts from the start
+        policy's weights, its head from the linear probe). The trained PRM is cached beside the warm
+        starts, keyed by the start policy, the task, these settings and the warm-start seed."""),
+    )
 
 
 class FormatRewardConfig(_Section):

@@ -38,9 +38,11 @@ from torch import nn
 from ablate.config import TrialConfig, autocast_dtype, resolve_device
 from ablate.models import Policy, load_policy
 from ablate.models.evaluate import evaluate
-from ablate.models.logprobs import position_ids_from_mask, token_logprobs, token_logprobs_and_entropy
+from ablate.models.heads import BackboneHead
+from ablate.models.logprobs import token_logprobs, token_logprobs_and_entropy
 from ablate.models.rollout import generate_rollouts
 from ablate.rewards import RewardContext, compute_token_rewards, step_mask_from_grades
+from ablate.rewards.learned_prm import LearnedPRM, learned_prm_for_trial
 from ablate.rl import (
     aggregate_loss,
     compute_advantages,
@@ -193,28 +195,17 @@ def build_policy(config: TrialConfig, device: torch.device, *, progress: bool = 
     return load_policy(config.model.name, seed=config.seed, device=device), {}
 
 
-class Critic(nn.Module):
-    """A value function: a copy of the policy's backbone with a scalar head.
+class Critic(BackboneHead):
+    """A value function: a copy of the policy's backbone with a scalar head (:class:`BackboneHead`).
 
     ``values[b, t]`` is the value of the state in which completion token ``t`` is chosen (the hidden
     state at input position ``P + t - 1``, the one whose logits sample token ``t``), as GAE expects.
     """
 
-    def __init__(self, policy_model: nn.Module) -> None:
-        super().__init__()
-        self.backbone = copy.deepcopy(policy_model.base_model)
-        hidden = policy_model.config.hidden_size if hasattr(policy_model.config, "hidden_size") else policy_model.config.n_embd
-        self.head = nn.Linear(hidden, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_prompt_tokens: int) -> torch.Tensor:
         """[B, P + T] ids and mask → values [B, T] (float32; 0 where the completion mask is 0)."""
-        pos = position_ids_from_mask(attention_mask)
-        hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).last_hidden_state
-        p = num_prompt_tokens
-        values = self.head(hidden[:, p - 1 : -1]).squeeze(-1).float()  # (B, T)
-        return values * attention_mask[:, p:].to(values.dtype)
+        values = self.completion_outputs(input_ids, attention_mask, num_prompt_tokens, state_before=True)  # (B, T)
+        return values * attention_mask[:, num_prompt_tokens:].to(values.dtype)
 
 
 def _pad_cat(tensors: list[torch.Tensor], value: float, left: bool) -> torch.Tensor:
@@ -378,6 +369,12 @@ class Trainer:
         )
         self.policy, self.warmstart_report = build_policy(config, self.device, progress=progress)
         self.model = self.policy.model
+        self.prm: LearnedPRM | None = None  # the learned PRM (reward.prm.source=learned), trained on the start policy
+        self.prm_report: dict[str, Any] = {}
+        if "prm" in config.reward.components and config.reward.prm.source == "learned":
+            self.prm, self.prm_report = learned_prm_for_trial(
+                config, self.policy, self.task, self.warmstart_report, device=self.device, progress=progress
+            )
         self.ref_model: nn.Module | None = None
         if config.kl.placement != "none":
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -454,6 +451,12 @@ class Trainer:
                     self.ref_model, r.input_ids, r.attention_mask,
                     num_prompt_tokens=r.num_prompt_tokens, temperature=r.logp_temperature,
                 )
+        extra: dict[str, object] = {}
+        if self.prm is not None:
+            with self._autocast():
+                extra["prm_scores"] = self.prm.score(
+                    r.input_ids, r.attention_mask, r.num_prompt_tokens, grades, r.offsets, r.mask
+                )
         ctx = RewardContext(
             mask=r.mask,
             grades=grades,
@@ -462,6 +465,7 @@ class Trainer:
             logp=r.old_logp,
             ref_logp=ref_logp,
             generator=_generator(torch.device("cpu"), c.seed, "reward", step, round_),
+            extra=extra,
         )
         comps = {k: (w, dict(o, beta=self.beta) if k == "kl" else o) for k, (w, o) in self.components.items()}
         token_rewards, parts = compute_token_rewards(ctx, comps)

@@ -126,7 +126,12 @@ class WarmStartReport:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created with its folders) for the ``with`` block.
+
+    Cache builders (the warm start, the learned PRM) take it around "check, build, rename into place",
+    so that several processes asking for the same entry build it once.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -262,7 +267,7 @@ def warm_start(
 
     if (final / "report.json").exists():
         return load_cached()
-    with _file_lock(root / "warmstart" / f"{spec.key()}.lock"):
+    with file_lock(root / "warmstart" / f"{spec.key()}.lock"):
         if (final / "report.json").exists():  # built by another process while we waited
             return load_cached()
         policy, report = _train(spec, device, progress)
