@@ -294,13 +294,18 @@ def seeds_needed(differences: Any, *, alpha: float = ALPHA, power: float = POWER
         return math.inf
     if sd == 0:
         return 2.0
-    n = np.arange(2, max_n + 1)
-    crit = stats.t.ppf(1 - alpha / 2, n - 1)
-    nc = np.sqrt(n) * delta / sd
-    with np.errstate(all="ignore"):  # the lower tail is ~0 and scipy may return NaN for it
-        pw = stats.nct.sf(crit, n - 1, nc) + np.nan_to_num(stats.nct.cdf(-crit, n - 1, nc))
-    hit = np.flatnonzero(pw >= power)
-    return float(n[hit[0]]) if hit.size else math.inf
+    for lo, hi in ((2, 32), (33, 256), (257, max_n)):  # most effects resolve early: look there first
+        if lo > max_n:
+            break
+        n = np.arange(lo, min(hi, max_n) + 1)
+        crit = stats.t.ppf(1 - alpha / 2, n - 1)
+        nc = np.sqrt(n) * delta / sd
+        with np.errstate(all="ignore"):  # the lower tail is ~0 and scipy may return NaN for it
+            pw = stats.nct.sf(crit, n - 1, nc) + np.nan_to_num(stats.nct.cdf(-crit, n - 1, nc))
+        hit = np.flatnonzero(pw >= power)
+        if hit.size:
+            return float(n[hit[0]])
+    return math.inf
 
 
 # --------------------------------------------------------------------------------------- per arm
