@@ -227,13 +227,31 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
                 f"--storage {redact(url)}: no PostgreSQL driver is installed; pip install psycopg2-binary "
                 "(or 'psycopg[binary]')"
             ) from None
-        except Exception as exc:  # sqlalchemy.exc.OperationalError and friends: the message says why
+        except Exception as exc:  # sqlalchemy.exc.OperationalError and friends: the root cause says why
+            why = _root_message(exc)
+            if not create and "does not exist" in why and "relation" in why:
+                raise StoreNotFoundError(
+                    f"no study store in {redact(url)} (its tables do not exist): the study has not been run there"
+                ) from None
             # Workers that start together on an empty database race to create Optuna's tables (a
             # unique-constraint error for all but one): the tables exist on the next try.
-            if attempt == 4 or "already exists" not in str(exc) and "duplicate key" not in str(exc):
-                raise StoreError(f"--storage {redact(url)}: cannot connect: {str(exc).splitlines()[0]}") from None
+            if attempt == 4 or "already exists" not in why and "duplicate key" not in why:
+                raise StoreError(f"--storage {redact(url)}: cannot open the store: {why}") from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def _root_message(exc: BaseException) -> str:
+    """The first line of the innermost cause of ``exc`` (what the database driver said)."""
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            break
+        exc = nxt
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def postgres_url_with_driver(url: str) -> str:

@@ -303,3 +303,14 @@ def test_summarize_objective_hand_values():
     assert summarize_objective(HISTORY, "reward/total") is None
     with pytest.raises(ValueError, match="unknown objective summary"):
         summarize_objective(HISTORY, acc, "median")
+
+
+def test_postgresql_errors_name_the_cause(pg):
+    with pytest.raises(StoreNotFoundError, match="its tables do not exist"):
+        StudyStore(pg.create_database("empty_store"), "s", create=False)
+    with pytest.raises(StoreError, match='database "no_such_db" does not exist'):
+        StudyStore(pg.url("no_such_db"), "s")
+    url = pg.create_database("other_study")
+    StudyStore(url, "s")
+    with pytest.raises(StoreNotFoundError, match="study 'x' is not in the store"):
+        StudyStore(url, "x", create=False)
