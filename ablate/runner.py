@@ -20,7 +20,8 @@ The worker loop, in every worker::
         exception: the traceback on the attempt and the run (FAILED); the study goes on
 
 Local pool: ``workers`` processes started with multiprocessing's *spawn* (no forked torch state),
-each with ``max(1, cores // workers)`` torch threads. A worker process that dies is replaced (its
+each with ``max(1, cores // workers)`` torch threads; on a machine with several GPUs the workers take
+them round-robin (``CUDA_VISIBLE_DEVICES``), with one GPU they share it. A worker process that dies is replaced (its
 trial is retried, see :mod:`ablate.store`), at most ``workers * (max_retries + 1)`` times. With
 ``workers=1`` the loop runs in the calling process.
 """
@@ -406,8 +407,29 @@ def threads_per_worker(workers: int, cores: int | None = None) -> int:
     return max(1, (cores if cores is not None else cpu_cores()) // max(1, workers))
 
 
-def _process_main(settings: RunSettings, index: int, events: Any) -> None:
+def gpu_for_worker(index: int, gpus: int, visible: str | None) -> str | None:
+    """The ``CUDA_VISIBLE_DEVICES`` value of local worker ``index`` when the machine has ``gpus`` > 1
+    GPUs: the workers take them round-robin (from the user's ``CUDA_VISIBLE_DEVICES`` list, if set);
+    None (leave it) with one GPU or none."""
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(k) for k in range(gpus)]
+    if gpus <= 1 or len(ids) <= 1:
+        return None
+    return ids[index % len(ids)]
+
+
+def _cuda_devices() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001 - no usable CUDA: CPU workers
+        return 0
+
+
+def _process_main(settings: RunSettings, index: int, events: Any, gpu: str | None = None) -> None:
     """Entry point of a spawned worker process."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     threads = settings.threads
     if threads > 0:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -513,9 +535,12 @@ def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: P
     ctx = multiprocessing.get_context("spawn")
     events = ctx.Queue()
     procs: dict[int, Any] = {}
+    gpus = _cuda_devices()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
 
     def start(i: int) -> None:
-        p = ctx.Process(target=_process_main, args=(settings, i, events), name=f"ablate-worker-{i}", daemon=False)
+        gpu = gpu_for_worker(i, gpus, visible)
+        p = ctx.Process(target=_process_main, args=(settings, i, events, gpu), name=f"ablate-worker-{i}", daemon=False)
         p.start()
         procs[i] = p
 

@@ -19,7 +19,7 @@ import yaml
 from mlflow import MlflowClient
 
 from ablate.cli import main
-from ablate.runner import Progress, format_seconds, threads_per_worker
+from ablate.runner import Progress, format_seconds, gpu_for_worker, threads_per_worker
 from ablate.store import STORE_FILE, StudyStore
 from ablate.study import load_study
 
@@ -137,6 +137,9 @@ def test_threads_split_and_time_format():
     assert threads_per_worker(2, cores=2) == 1 and threads_per_worker(3, cores=2) == 1
     assert threads_per_worker(2, cores=16) == 8 and threads_per_worker(1, cores=4) == 4
     assert [format_seconds(s) for s in (9, 75, 3725)] == ["9s", "1m15s", "1h02m"]
+    assert [gpu_for_worker(i, 4, None) for i in range(5)] == ["0", "1", "2", "3", "0"]
+    assert [gpu_for_worker(i, 2, "5,7") for i in range(3)] == ["5", "7", "5"]
+    assert gpu_for_worker(0, 1, None) is None and gpu_for_worker(1, 0, None) is None
 
 
 def test_progress_counts_steps_and_estimates_time_left(capsys):
