@@ -194,6 +194,8 @@ def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode:
     diff = f"{signed(row['diff'] * scale.factor)}{unit}"
     n = int(row["n_seeds"])
     seeds = f"{n} seed{'s' if n != 1 else ''}"
+    if row["diff"] == 0 and row["ci_low"] == 0 and row["ci_high"] == 0:
+        return f"{head}: no detectable effect: {metric} was identical on all {seeds}."
     if not math.isfinite(row["ci_low"]):
         return (f"{head}: {diff} in {metric} from {seeds}: no interval can be computed from one seed; "
                 "run more seeds before reading anything into it.")
@@ -368,7 +370,15 @@ def analyse(study: Any, results: Results, *, n_boot: int = analysis.DEFAULT_N_BO
     # ---- statistics
     comparisons = analysis.compare_levels(per_trial, factors, baseline, levels=levels, mode=obj.mode,
                                           n_boot=n_boot, seed=seed) if not per_trial.empty else pd.DataFrame()
-    arms = analysis.arm_summary(per_trial, list(factors.values()), n_boot=n_boot, seed=seed)
+    arm_order = {a.name: i for i, a in enumerate(study.arms)}
+
+    def in_design_order(frame: pd.DataFrame) -> pd.DataFrame:
+        if frame.empty:
+            return frame
+        return frame.sort_values("arm", key=lambda s: s.map(arm_order).fillna(len(arm_order)),
+                                 kind="stable").reset_index(drop=True)
+
+    arms = in_design_order(analysis.arm_summary(per_trial, list(factors.values()), n_boot=n_boot, seed=seed))
     if per_trial.empty:
         data.findings.append("No trial has finished yet: there is nothing to compare.")
     for _, row in comparisons.iterrows():
@@ -377,7 +387,8 @@ def analyse(study: Any, results: Results, *, n_boot: int = analysis.DEFAULT_N_BO
     if aov is not None and len(factors) > 1:
         data.interaction_findings = interaction_sentences(aov)
     points = analysis.compute_points(table, obj.metric) if not table.empty else pd.DataFrame()
-    fits = analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed) if not points.empty else pd.DataFrame()
+    fits = in_design_order(analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed)) if not points.empty \
+        else pd.DataFrame()
     if not fits.empty:
         data.compute_findings = compute_sentences(fits, labels, scale)
 
@@ -485,9 +496,11 @@ def write_report(study: Any, results: Results, out_dir: str | Path, *, n_boot: i
     table = results.table
 
     # ---- figures
-    def add(name: str, title: str, caption: str, fig: Any) -> None:
+    def add(name: str, title: str, caption: str, fig: Any, needs: str = "") -> None:
         if fig is not None:
             data.figures.append(FigureRef(name, title, caption, figs.save(fig, out, name, formats)))
+        elif needs:
+            data.notes.append(f"no '{title}' figure: {needs}")
 
     if not table.empty:
         add("learning_curves", "Learning curves", f"{obj.metric} over training per factor; one line per level "
@@ -503,17 +516,22 @@ def write_report(study: Any, results: Results, out_dir: str | Path, *, n_boot: i
         add("response_length", "Response length", "Mean length of correct and of incorrect completions over "
             "training; a level whose incorrect completions grow longer shows the length bias of per-sequence "
             "normalization (Liu et al. 2025, Dr. GRPO).", figs.response_length(table, factors, levels=levels,
-                                                                              n_boot=figure_boot))
+                                                                              n_boot=figure_boot),
+            needs="the trials logged no response/length_correct or response/length_incorrect")
         kl = analysis.final_values(table, figs.KL_METRIC)
         rw = analysis.final_values(table, figs.REWARD_METRIC)
+        finals = None
         if not kl.empty and not rw.empty:
             finals = kl.rename(columns={"value": "kl"}).merge(rw[["key", "value"]].rename(columns={"value": "reward"}),
                                                              on="key")
-            add("reward_vs_kl", "Reward against KL", "Final total reward against final KL to the reference policy "
-                "(means of the last 10% of steps; 95% CIs over seeds); dashed: the Pareto front.",
-                figs.reward_vs_kl(finals, labels, legend_title=legend_title, n_boot=figure_boot))
+        add("reward_vs_kl", "Reward against KL", "Final total reward against final KL to the reference policy "
+            "(means of the last 10% of steps; 95% CIs over seeds); dashed: the Pareto front.",
+            figs.reward_vs_kl(finals, labels, legend_title=legend_title, n_boot=figure_boot) if finals is not None
+            else None, needs="the trials logged no " + " and no ".join(
+                m for m, f in ((figs.KL_METRIC, kl), (figs.REWARD_METRIC, rw)) if f.empty))
         add("diagnostics", "Diagnostics", "Policy entropy, clipped fraction of ratios and gradient norm over "
-            "training.", figs.diagnostics(table, factors, levels=levels, n_boot=figure_boot))
+            "training.", figs.diagnostics(table, factors, levels=levels, n_boot=figure_boot),
+            needs="the trials logged no policy/entropy, policy/clip_frac_* or optim/grad_norm")
         if not points.empty:
             add("compute_efficiency", "Compute efficiency", "The objective against generated training tokens per "
                 "arm with its saturating fit (dashed; none where the fit failed).",

@@ -300,7 +300,7 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
                        unit: str | None = None, legend_title: str = "arm", n_boot: int = 1000) -> Figure | None:
     """The objective against generated tokens per arm (mean over seeds at each step, at the mean
     token count, with 95% CIs) and each arm's fitted saturating curve (dashed; none where the fit
-    failed); log-scaled compute axis."""
+    failed); log-scaled compute axis. Arms in the order of ``arm_labels``."""
     from ablate.analysis import saturating_curve
 
     if points.empty:
@@ -308,7 +308,8 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
     with theme():
         fig = Figure(figsize=(WIDTH * 0.8, 5.0), dpi=DPI, layout="constrained")
         ax = fig.subplots()
-        arms = list(dict.fromkeys(points["arm"]))
+        present = set(points["arm"])
+        arms = [a for a in arm_labels if a in present] + [a for a in dict.fromkeys(points["arm"]) if a not in arm_labels]
         palette = dict(zip(arms, sns.color_palette("tab10" if len(arms) <= 10 else "husl", len(arms))))
         fit_by_arm = {r["arm"]: r for _, r in fits.iterrows()} if not fits.empty else {}
         cmax = float(points["tokens"].max())
