@@ -307,6 +307,7 @@ def test_status_of_a_study_never_run_creates_nothing(tmp_path, monkeypatch, caps
 # ------------------------------------------------------------------------------------- subprocesses
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     base = {"train.steps": 6, "train.checkpoint_every": 1, "eval.every": 3}
     study_file = write_study(workdir, "killed", levels={"token": LOSS_NORM["token"]}, seeds=3, base=base)
@@ -352,6 +353,7 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     assert sorted(m.step for m in c.get_metric_history(child.info.run_id, "eval/accuracy")) == [0, 3, 6]
 
 
+@pytest.mark.slow
 def test_three_local_workers_on_a_journal_log_to_an_mlflow_server(workdir, mlflow_uri):
     levels = {**LOSS_NORM, "prompt": {"loss.aggregation": "prompt-mean"}}
     study = write_study(workdir, "pool", levels=levels, seeds=2)
@@ -366,6 +368,7 @@ def test_three_local_workers_on_a_journal_log_to_an_mlflow_server(workdir, mlflo
     assert all(name.rsplit("/", 1)[-1] in ("0", "1", "2") for name in workers)  # pool workers /0 /1 /2
 
 
+@pytest.mark.slow
 def test_three_workers_on_postgresql_log_to_an_mlflow_server(workdir, mlflow_uri, pg):
     storage = pg.create_database("pool_pg")
     levels = {**LOSS_NORM, "prompt": {"loss.aggregation": "prompt-mean"}}

@@ -188,6 +188,7 @@ def _claim_all(url: str, out, n: int, barrier) -> None:
     out.put(got)
 
 
+@pytest.mark.slow
 def test_three_processes_claim_every_trial_exactly_once(url):
     many = [Spec(f"k{i:02d}", f"f={i}", 0) for i in range(24)]
     StudyStore(url, "race").prepare(many, "default", arm_overrides={})
