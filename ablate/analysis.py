@@ -409,7 +409,9 @@ class Comparison:
         prob_improvement: P(a seed of ``level`` beats a seed of ``baseline``), with its CI.
         hedges_g: standardized difference (level vs baseline per-seed values).
         seeds_needed: seeds for 80% power at the observed difference (inf: not resolvable).
-        detected: the CI excludes 0; improved: detected and in the objective's direction.
+        ci_excludes_zero: the CI excludes 0.
+        detected: the CI excludes 0 and the Holm-adjusted p is below ``alpha`` (both say the same);
+            improved: detected and in the objective's direction.
         method: ``matched`` or ``marginal`` (see :func:`paired_level_values`).
     """
 
@@ -430,13 +432,14 @@ class Comparison:
     pi_high: float
     hedges_g: float
     seeds_needed: float
+    ci_excludes_zero: bool
     detected: bool
     improved: bool
 
 
 def compare_levels(per_trial: pd.DataFrame, factors: Mapping[str, str], baseline: Mapping[str, str], *,
                    levels: Mapping[str, Sequence[str]] | None = None, mode: str = "max", value: str = "objective",
-                   n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
+                   alpha: float = ALPHA, n_boot: int = DEFAULT_N_BOOT, seed: int = 0) -> pd.DataFrame:
     """Every non-baseline level of every factor against the factor's baseline level.
 
     Args:
@@ -445,6 +448,7 @@ def compare_levels(per_trial: pd.DataFrame, factors: Mapping[str, str], baseline
         baseline: factor name -> baseline level.
         levels: factor name -> level order (default: as they appear).
         mode: ``max`` or ``min`` (which direction is an improvement).
+        alpha: the significance level a detected difference must also pass (after Holm).
         n_boot, seed: bootstrap resamples and generator seed.
 
     Returns:
@@ -475,18 +479,21 @@ def compare_levels(per_trial: pd.DataFrame, factors: Mapping[str, str], baseline
                 pi_lo, pi_hi = (float(q) for q in np.quantile(_poi_matrix(bx, by), [a / 2, 1 - a / 2]))
             else:
                 pi_lo = pi_hi = math.nan
-            detected = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
+            excludes = bool(np.isfinite(lo) and (lo > 0 or hi < 0))
             mean_d = float(d.mean())
             rows.append(asdict(Comparison(
                 factor=factor, level=lv, baseline=base, n_seeds=int(d.size), method=method,
                 level_mean=float(x.mean()), baseline_mean=float(y.mean()), diff=mean_d, ci_low=lo, ci_high=hi,
                 p=paired_p_value(d), p_holm=math.nan, prob_improvement=pi, pi_low=pi_lo, pi_high=pi_hi,
-                hedges_g=hedges_g(x, y), seeds_needed=seeds_needed(d), detected=detected,
-                improved=detected and (mean_d > 0 if mode == "max" else mean_d < 0),
+                hedges_g=hedges_g(x, y), seeds_needed=seeds_needed(d), ci_excludes_zero=excludes, detected=False,
+                improved=False,
             )))
     out = pd.DataFrame(rows, columns=[f.name for f in Comparison.__dataclass_fields__.values()])
     if not out.empty:
         out["p_holm"] = holm(out["p"].to_numpy(float))
+        out["detected"] = out["ci_excludes_zero"] & (out["p_holm"] < alpha)
+        better = out["diff"] > 0 if mode == "max" else out["diff"] < 0
+        out["improved"] = out["detected"] & better
     return out
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import html
 import itertools
+import math
 import re
 import shutil
 import subprocess
@@ -94,19 +95,29 @@ FAST = {"n_boot": 500, "fit_boot": 10}
 def test_sentence_format_hand_example():
     row = {"factor": "loss_norm", "level": "token-mean", "baseline": "seq-mean-token-mean", "n_seeds": 5,
            "diff": 0.031, "ci_low": 0.004, "ci_high": 0.059, "p_holm": 0.02, "prob_improvement": 0.84,
-           "hedges_g": 1.26, "detected": True, "improved": True, "seeds_needed": 4.0}
-    assert comparison_sentence(row, Scale(100.0, "points"), "eval/accuracy", "max") == (
+           "hedges_g": 1.26, "ci_excludes_zero": True, "detected": True, "improved": True, "seeds_needed": 4.0}
+    scale = Scale(100.0, "points")
+    assert comparison_sentence(row, scale, "eval/accuracy", "max") == (
         "loss_norm: token-mean vs seq-mean-token-mean: +3.1 points [0.4, 5.9] in eval/accuracy (better), "
         "p = 0.02 (Holm), P(improvement) = 0.84, Hedges' g = 1.3, 5 seeds.")
-    null = {**row, "diff": 0.004, "ci_low": -0.02, "ci_high": 0.03, "p_holm": 0.71, "detected": False,
-            "improved": False, "seeds_needed": 40.0}
-    assert comparison_sentence(null, Scale(100.0, "points"), "eval/accuracy", "max") == (
+    null = {**row, "diff": 0.004, "ci_low": -0.02, "ci_high": 0.03, "p_holm": 0.71, "ci_excludes_zero": False,
+            "detected": False, "improved": False, "seeds_needed": 40.0}
+    assert comparison_sentence(null, scale, "eval/accuracy", "max") == (
         "loss_norm: token-mean vs seq-mean-token-mean: no detectable effect (+0.4 points [-2, 3] in eval/accuracy, "
         "p = 0.71 (Holm), P(improvement) = 0.84, Hedges' g = 1.3, 5 seeds); about 40 seeds would resolve a "
         "difference of this size.")
-    worse = {**row, "diff": -0.031, "ci_low": -0.059, "ci_high": -0.004, "improved": False, "p_holm": 0.2}
-    assert "(worse)" in comparison_sentence(worse, Scale(100.0, "points"), "eval/accuracy", "max")
-    assert "not significant after Holm's correction" in comparison_sentence(worse, Scale(100, "points"), "m", "max")
+    worse = {**row, "diff": -0.031, "ci_low": -0.059, "ci_high": -0.004, "improved": False}
+    assert "+" not in comparison_sentence(worse, scale, "m", "max") and "(worse)" in comparison_sentence(
+        worse, scale, "m", "max")
+    unsure = {**worse, "p_holm": 0.2, "detected": False}
+    assert comparison_sentence(unsure, scale, "m", "max").startswith(
+        "loss_norm: token-mean vs seq-mean-token-mean: inconclusive: -3.1 points [-5.9, -0.4] in m; the interval "
+        "excludes 0 but the difference is not significant after Holm's correction (p = 0.2 (Holm)")
+    same = {**null, "diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
+    assert comparison_sentence(same, scale, "m", "max") == (
+        "loss_norm: token-mean vs seq-mean-token-mean: no detectable effect: m was identical on all 5 seeds.")
+    one = {**row, "n_seeds": 1, "ci_low": math.nan, "ci_high": math.nan}
+    assert "no interval can be computed from one seed" in comparison_sentence(one, scale, "m", "max")
 
 
 def test_units_come_from_the_metric_glossary():

@@ -188,7 +188,8 @@ def arm_label(levels: Mapping[str, str], factors: Sequence[str]) -> str:
 
 def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode: str) -> str:
     """One comparison as a sentence with its numbers, e.g. ``loss_norm: token vs sequence: +3.1
-    points [0.4, 5.9], p = 0.02 (Holm) ...``; "no detectable effect" when the CI covers zero."""
+    points [0.4, 5.9], p = 0.02 (Holm) ...``; "no detectable effect" when the CI covers zero;
+    "inconclusive" when the CI excludes zero but the Holm-corrected p does not agree."""
     head = f"{row['factor']}: {row['level']} vs {row['baseline']}"
     unit = f" {scale.unit}" if scale.unit else ""
     diff = f"{signed(row['diff'] * scale.factor)}{unit}"
@@ -204,8 +205,7 @@ def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode:
                   f"Hedges' g = {num(row['hedges_g'], 2)}, {seeds}")
     if row["detected"]:
         direction = "better" if row["improved"] else "worse"
-        caveat = "" if row["p_holm"] < ALPHA else "; not significant after Holm's correction"
-        return f"{head}: {diff} {ci} in {metric} ({direction}), {stats_text}{caveat}."
+        return f"{head}: {diff} {ci} in {metric} ({direction}), {stats_text}."
     need = row["seeds_needed"]
     if math.isfinite(need) and need > n:
         more = f"; about {int(need)} seeds would resolve a difference of this size"
@@ -213,6 +213,9 @@ def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode:
         more = f"; not resolvable with up to {analysis.MAX_SEEDS} seeds at this size"
     else:
         more = ""
+    if row["ci_excludes_zero"]:
+        return (f"{head}: inconclusive: {diff} {ci} in {metric}; the interval excludes 0 but the difference is not "
+                f"significant after Holm's correction ({stats_text}){more}.")
     return f"{head}: no detectable effect ({diff} {ci} in {metric}, {stats_text}){more}."
 
 
