@@ -15,8 +15,9 @@ Usage::
 Sampling: softmax of ``logits / temperature``, restricted to the nucleus of mass ``top_p`` (Holtzman
 et al., 2020, "The Curious Case of Neural Text Degeneration"), drawn by inverting the cumulative
 distribution with one uniform number per row from the given generator; ``temperature == 0`` is
-greedy (argmax). A row stops at its first EOS (or pad)
-token; later tokens are pad with mask 0, and the loop ends when every row has stopped.
+greedy (argmax). A row stops at its first EOS token (or pad token: :meth:`Policy.decode_with_offsets`
+ends a completion there too); later tokens are pad with mask 0, and the loop ends when every row has
+stopped.
 
 Behaviour log-probs: after sampling, one no-grad forward of :func:`token_logprobs` over the whole
 rollout at the sampling temperature (1.0 for greedy). So ``old_logp`` is the log-prob of the full
