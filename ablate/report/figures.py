@@ -185,6 +185,7 @@ def arm_heatmap(arm_means: pd.DataFrame, factors: Mapping[str, str], *, metric: 
                      layout="constrained")
         ax = fig.subplots()
         sns.heatmap(grid, annot=True, fmt=".3g", cmap="viridis", cbar_kws={"label": label(metric, unit)}, ax=ax)
+        ax.grid(False)
         ax.set_xlabel(f"level of {names[-1]}")
         ax.set_ylabel(row_title)
         ax.set_title(f"Mean {metric} per arm (over seeds)")
