@@ -620,14 +620,6 @@ def anova(per_trial: pd.DataFrame, factors: Mapping[str, str], *, levels: Mappin
     return pd.DataFrame(rows, columns=["term", "kind", "df", "sum_sq", "mean_sq", "F", "p", "aliases", "note"])
 
 
-def interaction_table(per_trial: pd.DataFrame, a: str, b: str, *, value: str = "objective") -> pd.DataFrame:
-    """Cell means of two factors (columns ``a``, ``b``): one value per seed first, then the mean over
-    seeds. Columns ``a, b, n_seeds, mean``; the data of an interaction plot."""
-    per_seed = per_trial.groupby([a, b, "seed"], sort=False)[value].mean().reset_index()
-    g = per_seed.groupby([a, b], sort=False)[value].agg(["count", "mean"]).reset_index()
-    return g.rename(columns={"count": "n_seeds"})
-
-
 # ------------------------------------------------------------------------------ compute efficiency
 
 

@@ -18,7 +18,7 @@ import datetime as _dt
 import functools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,7 @@ class Scale:
 
     @staticmethod
     def of(metric: str) -> Scale:
+        """The scale of a metric: ``Scale(100, "points")`` for a fraction, else its glossary unit."""
         unit = metric_unit(metric)
         if unit == "fraction":
             return Scale(100.0, "points")
@@ -499,27 +500,34 @@ def write_report(study: Any, results: Results, out_dir: str | Path, *, n_boot: i
     table = results.table
 
     # ---- figures
-    def add(name: str, title: str, caption: str, fig: Any, needs: str = "") -> None:
-        if fig is not None:
-            data.figures.append(FigureRef(name, title, caption, figs.save(fig, out, name, formats)))
-        elif needs:
+    def add(name: str, title: str, caption: str, draw: Callable[[], Any], needs: str = "") -> None:
+        """Draw and save one figure; a figure without data, or one that fails, becomes a note."""
+        try:
+            fig = draw()
+            if fig is not None:
+                data.figures.append(FigureRef(name, title, caption, figs.save(fig, out, name, formats)))
+        except Exception as exc:  # noqa: BLE001 - one figure must not cost the whole report
+            data.notes.append(f"the '{title}' figure could not be drawn: {type(exc).__name__}: {exc}")
+            return
+        if fig is None and needs:
             data.notes.append(f"no '{title}' figure: {needs}")
 
     if not table.empty:
         add("learning_curves", "Learning curves", f"{obj.metric} over training per factor; one line per level "
             "(mean over seeds of each seed's mean over the arms with that level), 95% CI band over seeds.",
-            figs.learning_curves(table, obj.metric, factors, levels=levels, unit=unit, n_boot=figure_boot))
+            lambda: figs.learning_curves(table, obj.metric, factors, levels=levels, unit=unit, n_boot=figure_boot))
         add("final_by_level", "Objective per level", "The trial objective per level with 95% CIs over seeds.",
-            figs.final_by_level(per_trial, factors, metric=obj.metric, levels=levels, unit=unit, n_boot=figure_boot))
+            lambda: figs.final_by_level(per_trial, factors, metric=obj.metric, levels=levels, unit=unit,
+                                        n_boot=figure_boot))
         add("interactions", "Interactions", "Cell means of each pair of factors; lines that are not parallel show "
-            "an interaction.", figs.interaction_plots(per_trial, factors, metric=obj.metric, levels=levels, unit=unit,
-                                                      n_boot=figure_boot))
+            "an interaction.", lambda: figs.interaction_plots(per_trial, factors, metric=obj.metric, levels=levels,
+                                                              unit=unit, n_boot=figure_boot))
         add("arm_heatmap", "Arm means", "Mean objective of every arm.",
-            figs.arm_heatmap(arms, factors, metric=obj.metric, unit=unit))
+            lambda: figs.arm_heatmap(arms, factors, metric=obj.metric, unit=unit))
         add("response_length", "Response length", "Mean length of correct and of incorrect completions over "
             "training; a level whose incorrect completions grow longer shows the length bias of per-sequence "
-            "normalization (Liu et al. 2025, Dr. GRPO).", figs.response_length(table, factors, levels=levels,
-                                                                              n_boot=figure_boot),
+            "normalization (Liu et al. 2025, Dr. GRPO).",
+            lambda: figs.response_length(table, factors, levels=levels, n_boot=figure_boot),
             needs="the trials logged no response/length_correct or response/length_incorrect")
         kl = analysis.final_values(table, figs.KL_METRIC)
         rw = analysis.final_values(table, figs.REWARD_METRIC)
@@ -529,17 +537,18 @@ def write_report(study: Any, results: Results, out_dir: str | Path, *, n_boot: i
                                                              on="key")
         add("reward_vs_kl", "Reward against KL", "Final total reward against final KL to the reference policy "
             "(means of the last 10% of steps; 95% CIs over seeds); dashed: the Pareto front.",
-            figs.reward_vs_kl(finals, labels, legend_title=legend_title, n_boot=figure_boot) if finals is not None
-            else None, needs="the trials logged no " + " and no ".join(
+            lambda: figs.reward_vs_kl(finals, labels, legend_title=legend_title, n_boot=figure_boot)
+            if finals is not None else None,
+            needs="the trials logged no " + " and no ".join(
                 m for m, f in ((figs.KL_METRIC, kl), (figs.REWARD_METRIC, rw)) if f.empty))
         add("diagnostics", "Diagnostics", "Policy entropy, clipped fraction of ratios and gradient norm over "
-            "training.", figs.diagnostics(table, factors, levels=levels, n_boot=figure_boot),
+            "training.", lambda: figs.diagnostics(table, factors, levels=levels, n_boot=figure_boot),
             needs="the trials logged no policy/entropy, policy/clip_frac_* or optim/grad_norm")
-        if not points.empty:
-            add("compute_efficiency", "Compute efficiency", "The objective against generated training tokens per "
-                "arm with its saturating fit (dashed; none where the fit failed).",
-                figs.compute_efficiency(points, fits, labels, metric=obj.metric, unit=unit, legend_title=legend_title,
-                                        n_boot=figure_boot))
+        add("compute_efficiency", "Compute efficiency", "The objective against generated training tokens per "
+            "arm with its saturating fit (dashed; none where the fit failed).",
+            lambda: figs.compute_efficiency(points, fits, labels, metric=obj.metric, unit=unit,
+                                            legend_title=legend_title, n_boot=figure_boot),
+            needs=f"no trial logged {obj.metric} together with compute/tokens")
 
     # ---- files
     summary = trial_summary(results, per_trial)
