@@ -228,7 +228,7 @@ class StepBatch:
     prompt_mask: torch.Tensor
     completion_ids: torch.Tensor
     mask: torch.Tensor
-    old_logp: torch.Tensor
+    old_logp: torch.Tensor | None
     group_ids: torch.Tensor
     truncated: torch.Tensor
     token_rewards: torch.Tensor
@@ -261,7 +261,7 @@ class StepBatch:
             prompt_mask=self.prompt_mask[idx],
             completion_ids=self.completion_ids[idx],
             mask=self.mask[idx],
-            old_logp=self.old_logp[idx],
+            old_logp=None if self.old_logp is None else self.old_logp[idx],
             group_ids=torch.tensor([new_gid[int(self.group_ids[i])] for i in rows], device=self.mask.device),
             truncated=self.truncated[idx],
             token_rewards=self.token_rewards[idx],
@@ -290,7 +290,7 @@ class StepBatch:
             prompt_mask=_pad_cat([b.prompt_mask for b in batches], 0, left=True),
             completion_ids=_pad_cat([b.completion_ids for b in batches], pad_id, left=False),
             mask=_pad_cat([b.mask for b in batches], 0.0, left=False),
-            old_logp=_pad_cat([b.old_logp for b in batches], 0.0, left=False),
+            old_logp=None if batches[0].old_logp is None else _pad_cat([b.old_logp for b in batches], 0.0, left=False),
             group_ids=torch.cat([b.group_ids + o for b, o in zip(batches, offsets)]),
             truncated=torch.cat([b.truncated for b in batches]),
             token_rewards=_pad_cat([b.token_rewards for b in batches], 0.0, left=False),
@@ -394,6 +394,10 @@ class Trainer:
         self.tokens_so_far = 0
         self.samples_so_far = 0
         self.components = reward_components(config)
+        # One epoch of one minibatch is on-policy: the behaviour log-probs equal the update's own
+        # (detached) log-probs, so the extra forward that computes them is skipped (as TRL does).
+        # KL needs them (in the reward, and for the policy/kl_ref metric), so it keeps the forward.
+        self.on_policy = config.algo.ppo_epochs == 1 and config.algo.minibatches == 1 and config.kl.placement == "none"
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -441,6 +445,7 @@ class Trainer:
                 temperature=c.rollout.temperature,
                 top_p=c.rollout.top_p,
                 generator=gen,
+                compute_old_logp=not self.on_policy,
             )
         self._rollout_timing = r.timing
         grades = [self.task.grade(problems[g], text) for g, text in zip(r.group_ids.tolist(), r.texts)]
@@ -580,7 +585,7 @@ class Trainer:
                             self.model, input_ids[micro], attn[micro], num_prompt_tokens=p, temperature=temperature
                         )
                     per_token, m = policy_loss(
-                        logp, batch.old_logp[micro], adv[micro], m_mask,
+                        logp, logp.detach() if batch.old_logp is None else batch.old_logp[micro], adv[micro], m_mask,
                         ratio_level=c.loss.ratio_level, surrogate=c.loss.surrogate,
                         clip_low=c.loss.clip_low, clip_high=c.loss.clip_high, dual_clip=c.loss.dual_clip,
                         tau_pos=c.loss.sapo_tau_pos, tau_neg=c.loss.sapo_tau_neg,

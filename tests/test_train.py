@@ -211,3 +211,19 @@ def test_cli_train_bad_override(capsys):
     assert main(["train", "--set", "loss.agregation=token-mean"]) == 2
     err = capsys.readouterr().err
     assert "loss.agregation" in err and "loss.aggregation" in err
+
+
+def test_on_policy_update_skips_behaviour_forward_with_the_same_result(ws_cache):
+    """One epoch of one minibatch: old_logp is the update's own detached log-prob (no extra forward)."""
+    results = []
+    for skip in (True, False):
+        trainer = Trainer(tiny(ws_cache, "algo.minibatches=1"))
+        assert trainer.on_policy
+        trainer.on_policy = skip
+        metrics, batch = trainer.step(1)
+        assert (batch.old_logp is None) == skip
+        assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+        results.append(params_of(trainer.model))
+    for a, b in zip(*results):
+        assert torch.allclose(a, b, atol=1e-6, rtol=0)
+    assert not Trainer(tiny(ws_cache, "algo.minibatches=2")).on_policy
