@@ -20,7 +20,8 @@ The tidy table (``Results.table``) has one row per trial x logged step x metric:
   length of correct answers when none was correct, is left out).
 
 Downloaded files of finished runs are cached in ``cache_dir`` (when given), keyed by run id and end
-time: a report built again downloads only what changed.
+time: a report built again downloads only what changed. The cache folder ignores itself in git (a
+``.gitignore`` of ``*``), so a report folder can be committed as it is.
 """
 
 from __future__ import annotations
@@ -204,7 +205,9 @@ def load_results(study: Any, budget: str = "default", *, tracking_uri: str | Non
                 return path.read_text(encoding="utf-8")
         text = read_run_file(tracker, run.run_id, name)
         if text is not None and path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.is_dir():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                (path.parent / ".gitignore").write_text("# ablate's download cache\n*\n", encoding="utf-8")
             tmp = path.with_suffix(path.suffix + ".tmp")
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(path)

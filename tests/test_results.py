@@ -124,6 +124,7 @@ def test_cached_histories_survive_a_lost_artifact_store(store):
     study, tmp = store["study"], store["tmp"]
     first = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
     assert len(list((tmp / "cache").glob("*.history.csv"))) == 5
+    assert (tmp / "cache" / ".gitignore").read_text().splitlines()[-1] == "*"
     shutil.rmtree(tmp / "mlruns")  # the artifacts of every run are gone; the cache still has them
     cached = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
     pd.testing.assert_frame_equal(first.table, cached.table)
