@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import math
 import os
 import time
@@ -36,6 +35,7 @@ import torch
 from torch import nn
 
 from ablate.config import TrialConfig, autocast_dtype, resolve_device
+from ablate.metrics import METRICS, metrics_glossary_markdown  # noqa: F401  (re-exported)
 from ablate.models import Policy, load_policy
 from ablate.models.evaluate import evaluate
 from ablate.models.heads import BackboneHead
@@ -55,59 +55,6 @@ from ablate.rl import (
 from ablate.tasks import TASKS, Problem, Task
 
 LogFn = Callable[[dict[str, float], int], None]
-
-#: Metric names a trial logs, with their meaning and unit (the glossary; docs/metrics.md is
-#: generated from it and a test compares it with what a trial actually logs). ``{c}`` stands for a
-#: reward component name, ``{k}`` for eval.pass_k.
-METRICS: dict[str, tuple[str, str]] = {
-    "reward/total": ("mean over completions of the summed token rewards (all components, weighted)", "reward"),
-    "reward/{c}": ("mean over completions of one component's weighted reward, summed over its tokens", "reward"),
-    "reward/accuracy": ("fraction of training completions whose final answer is correct", "fraction"),
-    "reward/format_rate": ("fraction of training completions in the task's exact format", "fraction"),
-    "reward/step_accuracy": ("mean fraction of correct reasoning steps of training completions", "fraction"),
-    "response/length": ("mean completion length, EOS included", "tokens"),
-    "response/length_correct": ("mean length of completions with a correct answer (NaN if none)", "tokens"),
-    "response/length_incorrect": ("mean length of completions with a wrong answer (NaN if none)", "tokens"),
-    "response/truncated_frac": ("fraction of completions cut at rollout.max_new_tokens without EOS", "fraction"),
-    "adv/mean": ("mean advantage over active tokens", "advantage"),
-    "adv/std": ("standard deviation of advantages over active tokens", "advantage"),
-    "data/kept_groups_frac": ("fraction of sampled groups kept (dynamic sampling drops zero-variance groups)", "fraction"),
-    "data/sample_rounds": ("rollout rounds in this step (1 + dynamic-sampling resamples)", "rounds"),
-    "policy/entropy": ("mean entropy of the next-token distribution over active tokens, at the first epoch's forward passes", "nats"),
-    "policy/kl_ref": ("KL(policy || reference) per completion: summed k1 over its tokens, mean over completions", "nats"),
-    "policy/clip_frac_low": ("fraction of ratios clipped at 1 - clip_low (sequences for GSPO ratios)", "fraction"),
-    "policy/clip_frac_high": ("fraction of ratios clipped at 1 + clip_high (sequences for GSPO ratios)", "fraction"),
-    "policy/dual_clip_frac": ("fraction of negative-advantage tokens capped by dual clip", "fraction"),
-    "policy/ratio_mean": ("mean importance ratio new/behaviour (per token, or per sequence for GSPO)", "ratio"),
-    "policy/ratio_max": ("largest importance ratio of the step", "ratio"),
-    "policy/approx_kl": ("mean of r - 1 - log r over active tokens: KL(behaviour || new) of the update", "nats"),
-    "loss/policy": ("aggregated policy loss, mean over the step's optimizer steps", "loss"),
-    "loss/entropy": ("aggregated entropy term (before entropy_coef)", "nats"),
-    "loss/kl": ("aggregated KL-in-the-loss term (before beta); 0 unless kl.placement=loss", "nats"),
-    "loss/value": ("aggregated value loss (critic only)", "loss"),
-    "loss/total": ("the loss that was minimized", "loss"),
-    "critic/value_mean": ("mean predicted value over active tokens (critic only)", "return"),
-    "critic/explained_variance": ("1 - Var(returns - values) / Var(returns) over active tokens (critic only)", "fraction"),
-    "kl/beta": ("current KL coefficient (changes with kl.adaptive)", "coefficient"),
-    "optim/grad_norm": ("global gradient norm before clipping, mean over the step's optimizer steps", "norm"),
-    "optim/lr": ("learning rate of the policy parameters", "lr"),
-    "eval/accuracy": ("greedy final-answer accuracy on the eval split", "fraction"),
-    "eval/step_accuracy": ("mean fraction of correct reasoning steps, greedy, eval split", "fraction"),
-    "eval/format_rate": ("fraction of greedy eval completions in the exact format", "fraction"),
-    "eval/partial": ("mean partial credit of greedy eval completions", "fraction"),
-    "eval/length": ("mean greedy eval completion length", "tokens"),
-    "eval/truncated_frac": ("fraction of greedy eval completions without EOS", "fraction"),
-    "eval/pass@{k}": ("unbiased pass@k from k samples per eval problem (eval.pass_k > 1)", "fraction"),
-    "compute/tokens": ("completion tokens generated for training so far (the compute axis)", "tokens"),
-    "compute/samples": ("completions generated for training so far", "completions"),
-    "perf/rollout_s": ("seconds spent sampling this step", "s"),
-    "perf/reward_s": ("seconds spent grading and computing rewards and advantages", "s"),
-    "perf/update_s": ("seconds spent in the PPO update", "s"),
-    "perf/eval_s": ("seconds of the evaluation logged at this step (0 when none)", "s"),
-    "perf/step_s": ("wall seconds of the whole step", "s"),
-    "perf/rollout_tokens_per_s": ("generated tokens per second of sampling", "tokens/s"),
-}
-
 
 class NonFiniteError(RuntimeError):
     """A NaN or inf appeared in a loss, a reward or a gradient; the message names step and quantity."""
@@ -836,29 +783,3 @@ def run_trial(
         samples=_sample_table(last_batch) if last_batch is not None else [],
     )
 
-
-def metrics_glossary_markdown() -> str:
-    """docs/metrics.md: the glossary of every metric a trial logs."""
-    lines = [
-        "# Metrics glossary",
-        "",
-        "<!-- Generated from ablate/train.py (METRICS) by `python -m ablate.train --glossary`; do not edit by hand. -->",
-        "",
-        "Every metric a trial logs through `log(metrics, step)` (and so to MLflow), by prefix. Step 0 is the",
-        "evaluation of the start policy; `{c}` is a reward component name, `{k}` is `eval.pass_k`.",
-        "",
-        "| metric | meaning | unit |",
-        "|---|---|---|",
-    ]
-    for name, (meaning, unit) in METRICS.items():
-        lines.append(f"| `{name}` | {meaning} | {unit} |")
-    return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import sys
-
-    if sys.argv[1:] == ["--glossary"]:
-        print(metrics_glossary_markdown(), end="")
-    else:
-        print(json.dumps({"usage": "python -m ablate.train --glossary"}))

@@ -193,7 +193,7 @@ def test_metric_glossary_matches_what_a_trial_logs(ws_cache):
     # these need options the run above does not use
     assert set(never_logged) <= {"loss/kl"} - logged, never_logged
     doc = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
-    assert doc.read_text() == metrics_glossary_markdown(), "regenerate: python -m ablate.train --glossary > docs/metrics.md"
+    assert doc.read_text() == metrics_glossary_markdown(), "regenerate: python -m ablate.metrics > docs/metrics.md"
 
 
 def test_cli_train_json(ws_cache, capsys):

@@ -110,7 +110,7 @@ class Analysis:
 @functools.lru_cache(maxsize=1)
 def _glossary() -> list[tuple[re.Pattern[str], str, str]]:
     try:
-        from ablate.train import METRICS
+        from ablate.metrics import METRICS
     except Exception:  # noqa: BLE001 - the report must not fail on the trainer's imports
         return []
     from ablate.tracking import metric_name
@@ -125,7 +125,7 @@ def _glossary() -> list[tuple[re.Pattern[str], str, str]]:
 
 
 def metric_unit(metric: str) -> str | None:
-    """The unit of a logged metric from the glossary (``ablate.train.METRICS``), None if unknown."""
+    """The unit of a logged metric from the glossary (``ablate.metrics.METRICS``), None if unknown."""
     exact = [u for p, _, u in _glossary() if p.match(metric) and "[^/]+" not in p.pattern]
     if exact:
         return exact[0]
