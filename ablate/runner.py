@@ -3,6 +3,8 @@
 ``ablate run FILE`` = :func:`run_study`: check the design against the study store and enqueue what
 must run (:meth:`~ablate.store.StudyStore.prepare`), find or create the MLflow parent run, then run
 :func:`run_worker` in N local processes until no trial of the budget is waiting or running.
+A study with ``tune:`` is first tuned per arm (:mod:`ablate.tuner`, sequentially in the process of
+``ablate run``); its main trials then carry each arm's best values.
 ``ablate worker FILE --storage URL`` = :func:`run_worker` alone, on any machine that reaches the
 store and the tracking server.
 
@@ -39,7 +41,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-from ablate.errors import AblateError
 from ablate.store import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -106,14 +107,36 @@ class WorkerStats:
     lost: list[str] = field(default_factory=list)
 
 
-def arm_overrides(study: Any, budget: str) -> dict[str, dict[str, Any]]:
-    """Arm name -> its merged overrides at ``budget`` (kept in the store to explain design changes)."""
-    return {a.name: study.overrides(a, budget) for a in study.arms}
+def arm_overrides(study: Any, budget: str, best: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Arm name -> its merged overrides at ``budget`` (kept in the store to explain design changes),
+    with its tuned values (``best``, see :mod:`ablate.tuner`) on top."""
+    return {a.name: {**study.overrides(a, budget), **(best or {}).get(a.name, {})} for a in study.arms}
 
 
-def prepare_store(study: Any, store: StudyStore, budget: str, *, extend: bool = False) -> PrepareResult:
+def expand(study: Any, budget: str, best: dict[str, dict[str, Any]] | None = None) -> list[Any]:
+    """The trials of ``budget``; with ``best`` (arm -> tuned values) their configs carry them."""
+    if best is None:
+        return study.expand(budget)
+    from ablate.tuner import tuned_expand
+
+    return tuned_expand(study, budget, best)
+
+
+def prepare_store(study: Any, store: StudyStore, budget: str, *, extend: bool = False,
+                  best: dict[str, dict[str, Any]] | None = None) -> PrepareResult:
     """Freeze or check the design of ``budget`` and enqueue every trial that must run."""
-    return store.prepare(study.expand(budget), budget, arm_overrides=arm_overrides(study, budget), extend=extend)
+    return store.prepare(expand(study, budget, best), budget, arm_overrides=arm_overrides(study, budget, best),
+                         extend=extend)
+
+
+def best_values(study: Any, settings: RunSettings, *, tune: bool = False,
+                stream: TextIO | None = None) -> dict[str, dict[str, Any]] | None:
+    """Arm -> tuned values of a study with ``tune:`` (None without); with ``tune``, run the tuning first."""
+    if study.tune is None:
+        return None
+    from ablate.tuner import study_best_values
+
+    return study_best_values(study, settings.storage, tune=tune, threads=settings.threads, stream=stream)
 
 
 def parent_run_id(study: Any, store: StudyStore, tracker: Any, budget: str) -> str:
@@ -161,11 +184,12 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Any = 
     if study is None:
         study = load_study(settings.study_file)
     budget = settings.budget
-    specs = {s.key: s for s in study.expand(budget)}
+    best = best_values(study, settings)
+    specs = {s.key: s for s in expand(study, budget, best)}
     store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
     tracker = Tracker(settings.tracking_uri)
     if prepare:
-        prepare_store(study, store, budget)
+        prepare_store(study, store, budget, best=best)
     parent = settings.parent_run_id or parent_run_id(study, store, tracker, budget)
     worker = WorkerInfo.current(index)
     stats = WorkerStats()
@@ -486,15 +510,12 @@ def run_study(study: Any, settings: RunSettings, *, workers: int = 1, extend: bo
 
     stream = stream or sys.stderr
     t0 = time.time()
-    if study.tune is not None:
-        raise AblateError(
-            f"study {study.name!r} ({study.path}): per-arm tuning ('tune:') is not supported by ablate run yet; "
-            "remove the 'tune:' section to run the arms at their configured values"
-        )
     budget = settings.budget
-    specs = study.expand(budget)
     store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
-    prepared = prepare_store(study, store, budget, extend=extend)
+    # per-arm tuning (tune:) runs here, sequentially in this process, before any main trial
+    best = best_values(study, settings, tune=True, stream=stream)
+    specs = expand(study, budget, best)
+    prepared = prepare_store(study, store, budget, extend=extend, best=best)
     tracker = Tracker(settings.tracking_uri)
     parent = parent_run_id(study, store, tracker, budget)
     record_stale(tracker, prepared.stale)

@@ -103,9 +103,6 @@ def settings_from_args(args: argparse.Namespace, study) -> object:
         problems.append(f"--max-retries {args.max_retries}: must be 0 or more")
     if args.heartbeat <= 0 or args.grace <= args.heartbeat:
         problems.append(f"--heartbeat {args.heartbeat:g} / --grace {args.grace:g}: need 0 < heartbeat < grace")
-    if study.tune is not None:
-        problems.append(f"{study.path}: per-arm tuning ('tune:') is not supported by ablate run yet; "
-                        "remove the 'tune:' section to run the arms at their configured values")
     if problems:
         raise AblateError("; ".join(problems))
     return RunSettings(

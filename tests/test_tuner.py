@@ -1,0 +1,112 @@
+"""Per-arm tuning (``tune:``) end to end with real tiny trials: one Optuna TPE study per arm on the
+study store's storage, main trials at each arm's best values, resumption without retuning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+import servers
+import yaml
+from optuna.trial import TrialState
+
+from ablate.cli import main
+from ablate.config import TrialConfig
+from ablate.store import STORE_FILE, StudyStore, open_storage
+from ablate.study import load_study
+from ablate.tuner import TUNE_SEED_OFFSET, Tuner, tuned_expand, tuning_seeds, tuning_study_name
+
+TINY = {
+    "model.name": "micro-llama", "task.difficulty": 1, "warmstart.enabled": False,
+    "rollout.prompts_per_step": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 16,
+    "algo.minibatches": 1, "train.steps": 1, "eval.n_problems": 4,
+}
+LOW, HIGH = 1.0e-5, 1.0e-3
+
+
+def write_study(folder: Path, name: str = "tuned") -> Path:
+    doc = {
+        "name": name, "base": TINY,
+        "factors": {"loss_norm": {"levels": {"sequence": {"loss.aggregation": "seq-mean-token-mean"},
+                                             "token": {"loss.aggregation": "token-mean"}}}},
+        "seeds": 1, "budgets": {"smoke": {"train.steps": 1}},
+        "objective": {"metric": "eval/accuracy", "mode": "max"},
+        "tune": {"params": {"optim.lr": {"low": LOW, "high": HIGH, "log": True}}, "trials": 2, "budget": "smoke",
+                 "seeds": 1},
+    }
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    import torch
+
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    servers.fresh_mlflow_db(tmp_path)
+    yield tmp_path
+    torch.set_num_threads(threads)
+
+
+def tuning_trials(storage: str, study: str, arm: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(storage=open_storage(storage), study_name=tuning_study_name(study, arm)).get_trials()
+
+
+def test_tuned_expand_puts_each_arms_values_into_its_configs_and_keys(tmp_path):
+    study = load_study(write_study(tmp_path))
+    best = {"loss_norm=sequence": {"optim.lr": 2.0e-4}, "loss_norm=token": {"optim.lr": 3.0e-5}}
+    specs = tuned_expand(study, "default", best)
+    plain = {s.arm: s for s in study.expand("default")}
+    assert [s.arm for s in specs] == ["loss_norm=sequence", "loss_norm=token"]
+    for s in specs:
+        assert s.config.optim.lr == best[s.arm]["optim.lr"]
+        assert s.config.loss.aggregation == plain[s.arm].config.loss.aggregation and s.seed == 0
+        assert s.key == s.config.trial_key() != plain[s.arm].key
+    assert tuning_seeds(study.tune) == [TUNE_SEED_OFFSET]
+
+
+def test_run_tunes_each_arm_then_runs_main_trials_at_its_best_values_and_resumes(workdir, capsys):
+    path = write_study(workdir)
+    assert main(["run", str(path), "--threads", "1", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    study = load_study(path)
+    storage = str(workdir / "runs" / "tuned" / STORE_FILE)
+    tuner = Tuner(study, storage)
+    best = {}
+    for arm in study.arms:
+        trials = tuning_trials(storage, "tuned", arm.name)
+        assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+        assert all(t.user_attrs["seeds"] == [1000] and t.user_attrs["budget"] == "smoke" for t in trials)
+        top = max(trials, key=lambda t: (t.value, -t.number))  # ties: the first trial
+        best[arm.name] = tuner.best_values(arm.name)
+        assert best[arm.name] == {"optim.lr": top.params["optim.lr"]}
+        assert LOW <= best[arm.name]["optim.lr"] <= HIGH
+        assert f"tuned {arm.name}: {best[arm.name]}" in err
+    # the main trials ran with the best lr of their arm (their keys include it)
+    store = StudyStore(storage, "tuned")
+    done = {a.key for a in store.attempts("default", states=["complete"])}
+    specs = tuned_expand(study, "default", best)
+    assert done == {s.key for s in specs} and len(done) == 2
+    for s in specs:
+        assert s.config.optim.lr == best[s.arm]["optim.lr"] != TrialConfig().optim.lr
+    # a rerun neither tunes again nor reruns the main trials
+    assert main(["run", str(path), "--threads", "1", "--no-progress"]) == 0
+    for arm in study.arms:
+        assert len(tuning_trials(storage, "tuned", arm.name)) == 2
+        assert Tuner(study, storage).best_values(arm.name) == best[arm.name]
+    assert {a.key for a in store.attempts("default")} == done
+
+
+def test_best_values_before_tuning_is_an_error_naming_the_fix(tmp_path):
+    from ablate.errors import AblateError
+
+    study = load_study(write_study(tmp_path))
+    tuner = Tuner(study, str(tmp_path / STORE_FILE))
+    with pytest.raises(AblateError, match=r"arm loss_norm=sequence has 0 of 2 tuning trials; run `ablate run`"):
+        tuner.best_values("loss_norm=sequence")
