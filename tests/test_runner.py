@@ -271,7 +271,6 @@ BAD_RUNS = {
     "sqlite store": (["{study}", "--storage", "sqlite:///store.db"], "SQLite cannot claim trials atomically"),
     "unknown scheme": (["{study}", "--storage", "redis://h/0"], "unsupported scheme 'redis'"),
     "no workers": (["{study}", "--workers", "0"], "--workers 0: must be at least 1"),
-    "tuning": (["{study_tune}"], "per-arm tuning ('tune:') is not supported by ablate run yet"),
 }
 
 
@@ -283,8 +282,6 @@ def test_bad_input_exits_2_and_creates_nothing(case, tmp_path, monkeypatch, caps
     files = {
         "study": write_study(tmp_path, "fine"),
         "study_bad": tmp_path / "bad.yaml",
-        "study_tune": write_study(tmp_path, "tuned", tune={"params": {"optim.lr": {"low": 1e-5, "high": 1e-3, "log": True}},
-                                                           "trials": 2}),
     }
     files["study_bad"].write_text(files["study"].read_text().replace("factors:", "factorz:"))
     before = sorted(p.name for p in tmp_path.iterdir())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 
@@ -125,18 +124,17 @@ def run(args: argparse.Namespace) -> int:
     c = result.counts
     print(f"study {study.name} ({args.budget}): {c['done']} done, {c['failed']} failed, {c['running']} running, "
           f"{c['pending']} pending, in {result.seconds:.0f} s")
-    rc = 0
-    if importlib.util.find_spec("ablate.report") is not None:
-        from ablate.report import build_report  # the report command's module, when it exists
-
-        try:
-            path = build_report(study, budget=args.budget, tracking_uri=result.tracking_uri)
-            print(f"report: {path}")
-        except Exception as exc:  # noqa: BLE001 - the trials are safe in MLflow; say what failed
-            print(f"the report could not be built: {type(exc).__name__}: {exc}", file=sys.stderr)
-            rc = 1
     print(f"results: MLflow {tracking_location(result.tracking_uri)}, experiment {study.name!r}")
     print(f"store: {result.storage}")
+    rc = 0
+    from ablate.report import build_report
+
+    try:
+        path = build_report(study, budget=args.budget, tracking_uri=result.tracking_uri)
+        print(f"report: {path}")  # the last line: where to read the study's answer
+    except Exception as exc:  # noqa: BLE001 - the trials are safe in MLflow; say what failed
+        print(f"the report could not be built: {type(exc).__name__}: {exc}", file=sys.stderr)
+        rc = 1
     if c["failed"]:
         print(f"{c['failed']} trial(s) failed: see `ablate status {args.file} --budget {args.budget}`; run the same "
               "command again to retry them", file=sys.stderr)
