@@ -40,7 +40,7 @@ from ablate.models import Policy, load_policy
 from ablate.models.evaluate import evaluate
 from ablate.models.heads import BackboneHead
 from ablate.models.logprobs import token_logprobs, token_logprobs_and_entropy
-from ablate.models.rollout import generate_rollouts
+from ablate.models.rollout import PromptCompletionLayout, generate_rollouts
 from ablate.rewards import RewardContext, compute_token_rewards, step_mask_from_grades
 from ablate.rewards.learned_prm import LearnedPRM, learned_prm_for_trial
 from ablate.rl import (
@@ -168,7 +168,7 @@ def _pad_cat(tensors: list[torch.Tensor], value: float, left: bool) -> torch.Ten
 
 
 @dataclass
-class StepBatch:
+class StepBatch(PromptCompletionLayout):
     """The scored rollouts of one RL step. Tensors are [B, P] (prompt) or [B, T] (completion)."""
 
     prompt_ids: torch.Tensor
@@ -185,18 +185,6 @@ class StepBatch:
     texts: list[str]
     prompts: list[str]
     ref_logp: torch.Tensor | None = None
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        return int(self.prompt_ids.shape[1])
-
-    @property
-    def input_ids(self) -> torch.Tensor:
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        return torch.cat([self.prompt_mask, self.mask.long()], dim=1)
 
     def select_groups(self, keep: list[int]) -> StepBatch:
         """The rows of the groups in ``keep`` (group ids renumbered 0..len(keep)-1)."""

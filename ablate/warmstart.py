@@ -44,6 +44,19 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("ABLATE_CACHE") or Path.home() / ".cache" / "ablate")
 
 
+def spec_dict(spec: Any) -> dict[str, Any]:
+    """A cache spec dataclass as plain JSON-able data, its ``task_options`` sorted."""
+    d = asdict(spec)
+    d["task_options"] = dict(sorted(dict(spec.task_options).items()))
+    return d
+
+
+def spec_key(spec: Any, version: int) -> str:
+    """Stable cache key of a spec dataclass: 16 hex digits of SHA-256 of its canonical JSON and ``version``."""
+    payload = json.dumps({"v": version, **spec_dict(spec)}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class WarmStartSpec:
     """Everything that determines a warm start (and so its cache key).
@@ -96,14 +109,11 @@ class WarmStartSpec:
             raise ConfigError("; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["task_options"] = dict(sorted(dict(self.task_options).items()))
-        return d
+        return spec_dict(self)
 
     def key(self) -> str:
         """Stable cache key: sha256 of the canonical JSON of the spec and the format version."""
-        payload = json.dumps({"v": FORMAT_VERSION, **self.to_dict()}, sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return spec_key(self, FORMAT_VERSION)
 
 
 @dataclass

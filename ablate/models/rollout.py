@@ -42,8 +42,36 @@ from ablate.models.logprobs import token_logprobs
 from ablate.models.policy import Policy
 
 
+class PromptCompletionLayout:
+    """The model-input view of prompt ids [B, P] (left-padded) followed by completion ids [B, T].
+
+    Shared by :class:`Rollout` and the trainer's scored batches: subclasses hold ``prompt_ids``,
+    ``prompt_mask``, ``completion_ids`` and ``mask``.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    mask: torch.Tensor
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        """P, the width of the prompt block."""
+        return int(self.prompt_ids.shape[1])
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """[B, P + T] prompt then completion ids, the input of :func:`token_logprobs`."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """[B, P + T] long attention mask: ``prompt_mask`` then ``mask``."""
+        return torch.cat([self.prompt_mask, self.mask.long()], dim=1)
+
+
 @dataclass
-class Rollout:
+class Rollout(PromptCompletionLayout):
     """G completions for each of a list of prompts, in the layout the trainer consumes.
 
     Rows are grouped: row ``b`` answers prompt ``group_ids[b]``, and the G rows of a prompt are
@@ -84,21 +112,6 @@ class Rollout:
     logp_temperature: float
     top_p: float
     timing: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def num_prompt_tokens(self) -> int:
-        """P, the width of the prompt block."""
-        return int(self.prompt_ids.shape[1])
-
-    @property
-    def input_ids(self) -> torch.Tensor:
-        """[B, P + T] prompt then completion ids, the input of :func:`token_logprobs`."""
-        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
-
-    @property
-    def attention_mask(self) -> torch.Tensor:
-        """[B, P + T] long attention mask: ``prompt_mask`` then ``mask``."""
-        return torch.cat([self.prompt_mask, self.mask.long()], dim=1)
 
     @property
     def lengths(self) -> torch.Tensor:

@@ -44,6 +44,7 @@ import torch
 from ablate.errors import AblateError
 from ablate.models.heads import BackboneHead
 from ablate.rewards.base import step_end_tokens
+from ablate.warmstart import spec_dict, spec_key
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
@@ -113,14 +114,11 @@ class LearnedPRMSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as plain JSON-able data (task options sorted)."""
-        d = asdict(self)
-        d["task_options"] = dict(sorted(dict(self.task_options).items()))
-        return d
+        return spec_dict(self)
 
     def key(self) -> str:
         """Stable cache key: 16 hex digits of SHA-256 of the canonical JSON of the spec and format version."""
-        payload = json.dumps({"v": FORMAT_VERSION, **self.to_dict()}, sort_keys=True, default=str)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return spec_key(self, FORMAT_VERSION)
 
 
 @dataclass
