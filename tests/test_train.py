@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from conftest import TINY_TRIAL
 
 from ablate.cli import main
 from ablate.config import TrialConfig
@@ -17,23 +18,7 @@ from ablate.train import METRICS, NonFiniteError, Trainer, metrics_glossary_mark
 
 
 def tiny(ws_cache: str, *overrides: str) -> TrialConfig:
-    base = [
-        "model.name=micro-llama",
-        "task.difficulty=1",
-        "device=cpu",
-        f"warmstart.cache_dir={ws_cache}",
-        "warmstart.target_min=0.15",
-        "warmstart.batch_size=32",
-        "warmstart.lr=3e-3",
-        "rollout.prompts_per_step=4",
-        "rollout.group_size=4",
-        "rollout.max_new_tokens=16",
-        "eval.n_problems=8",
-        "eval.every=0",
-        "train.steps=2",
-        "optim.lr=1e-3",
-        "algo.minibatches=2",
-    ]
+    base = [*TINY_TRIAL, f"warmstart.cache_dir={ws_cache}"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return TrialConfig.from_overrides(base + list(overrides))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import TINY_TRIAL
 
 from ablate.config import TrialConfig
 from ablate.errors import AblateError
@@ -28,23 +29,10 @@ from ablate.rewards.learned_prm import (
 from ablate.tasks import Grade, StepCheck
 from ablate.train import Trainer, build_policy, build_task
 
-#: The first overrides are tests/test_train.py's ``tiny()`` (same warm start spec, so the session's
+#: The shared tiny trial (tests/conftest.py, so the session's
 #: warm start in ``ws_cache`` is built once); the last ones make the PRM small enough for a test.
 TINY = [
-    "model.name=micro-llama",
-    "task.difficulty=1",
-    "device=cpu",
-    "warmstart.target_min=0.15",
-    "warmstart.batch_size=32",
-    "warmstart.lr=3e-3",
-    "rollout.prompts_per_step=4",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=16",
-    "eval.n_problems=8",
-    "eval.every=0",
-    "train.steps=2",
-    "optim.lr=1e-3",
-    "algo.minibatches=2",
+    *TINY_TRIAL,
     "reward.components=[final_answer, prm]",
     "reward.prm.source=learned",
     "reward.prm.learned_samples=1024",
