@@ -48,7 +48,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "eval/partial": ("mean partial credit of greedy eval completions", "fraction"),
     "eval/length": ("mean greedy eval completion length", "tokens"),
     "eval/truncated_frac": ("fraction of greedy eval completions without EOS", "fraction"),
-    "eval/pass@{k}": ("unbiased pass@k from k samples per eval problem (eval.pass_k > 1)", "fraction"),
+    "eval/pass_at_{k}": ("unbiased pass@k from k samples per eval problem (eval.pass_k > 1)", "fraction"),
     "compute/tokens": ("completion tokens generated for training so far (the compute axis)", "tokens"),
     "compute/samples": ("completions generated for training so far", "completions"),
     "perf/rollout_s": ("seconds spent sampling this step", "s"),

@@ -617,7 +617,7 @@ class Trainer:
             "eval/truncated_frac": m["truncated_rate"],
         }
         if c.eval.pass_k > 1:
-            out[f"eval/pass@{c.eval.pass_k}"] = m[f"pass@{c.eval.pass_k}"]
+            out[f"eval/pass_at_{c.eval.pass_k}"] = m[f"pass@{c.eval.pass_k}"]  # MLflow metric names allow no "@"
         return out
 
     def step(self, step: int) -> tuple[dict[str, float], StepBatch]:
