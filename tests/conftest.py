@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+import servers
+import torch
 
 
 @pytest.fixture(scope="session")
@@ -10,6 +12,32 @@ def ws_cache(tmp_path_factory) -> str:
     """One warm-start cache for the whole session: the micro-llama warm start on 1-digit addition
     that trainer tests use is built once and reused by every test that asks for the same spec."""
     return str(tmp_path_factory.mktemp("warmstart-cache"))
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch intra-op thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``),
+    restored afterwards."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """A working directory with an empty (migrated) mlflow.db, and no storage/tracking overrides.
+
+    In-process runs pass ``--threads 1`` (tiny models run fastest on one thread, and the machine is
+    shared); torch's thread count is restored afterwards."""
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(tmp_path)
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    servers.fresh_mlflow_db(tmp_path)
+    yield tmp_path
+    torch.set_num_threads(threads)
 
 
 #: The smallest trial that still learns: micro-llama on 1-digit addition, warm-started. Trainer and

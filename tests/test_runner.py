@@ -44,24 +44,6 @@ def write_study(folder: Path, name: str, levels: dict | None = None, seeds: int 
     return path
 
 
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    """A working directory with an empty (migrated) mlflow.db, and no storage/tracking overrides.
-
-    In-process runs pass ``--threads 1`` (tiny models run fastest on one thread, and the machine is
-    shared); torch's thread count is restored afterwards."""
-    import torch
-
-    threads = torch.get_num_threads()
-    monkeypatch.chdir(tmp_path)
-    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    servers.fresh_mlflow_db(tmp_path)
-    yield tmp_path
-    torch.set_num_threads(threads)
-
-
 def run(*argv: str) -> int:
     """``ablate run ARGV --threads 1`` in this process."""
     return main(["run", *argv, "--threads", "1"])

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-import servers
 import yaml
 from optuna.trial import TrialState
 
@@ -38,20 +37,6 @@ def write_study(folder: Path, name: str = "tuned") -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-@pytest.fixture
-def workdir(tmp_path, monkeypatch):
-    import torch
-
-    threads = torch.get_num_threads()
-    monkeypatch.chdir(tmp_path)
-    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
-    servers.fresh_mlflow_db(tmp_path)
-    yield tmp_path
-    torch.set_num_threads(threads)
 
 
 def tuning_trials(storage: str, study: str, arm: str) -> list[optuna.trial.FrozenTrial]:

@@ -14,14 +14,8 @@ from ablate.models.logprobs import token_logprobs
 from ablate.models.rollout import left_pad
 from ablate.tasks import TASKS, Problem, Task
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+#: Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

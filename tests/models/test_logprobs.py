@@ -18,14 +18,8 @@ from ablate.models.logprobs import (
     token_logprobs_and_entropy,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+#: Tiny tensors: one intra-op thread is as fast and does not stall when the cores are shared.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def rollout_batch(vocab: int, B: int = 5, P: int = 6, T: int = 7, seed: int = 0):
