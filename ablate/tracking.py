@@ -6,7 +6,8 @@ This is the only module that imports mlflow. Layout in MLflow::
     experiment <study name>                       tags: ablate.study
       run "<study> (<budget>)"                      the parent: one per study and budget, found
                                                     again by its tags on every run of the study
-        tags    ablate.role=study, ablate.study, ablate.budget, ablate.storage, git commit, versions
+        tags    ablate.role=study, ablate.study, ablate.budget, ablate.storage, git commit, versions,
+                ablate.command (the command line of the last `ablate run` of the study)
         params  design, budget, seeds, arms, trials, objective.*
         files   study.yaml (the study file), design.json (arms, levels, trial keys)
         run "<arm> seed=<s>"                        a child (tag mlflow.parentRunId): one per trial,
@@ -72,6 +73,7 @@ TAG_ERROR = "ablate.error"
 TAG_OBJECTIVE = "ablate.objective"
 TAG_LOGGED_STEP = "ablate.logged_step"
 TAG_STORAGE = "ablate.storage"
+TAG_COMMAND = "ablate.command"
 LEVEL_PARAM_PREFIX = "level."
 
 #: Limits of MLflow's API (from mlflow.utils.validation when it has them).
@@ -350,6 +352,12 @@ class Tracker:
             files["study.yaml"] = Path(study.path).read_text(encoding="utf-8")
         self._log_files(run_id, files)
         return run_id
+
+    def record_command(self, run_id: str, command: str) -> None:
+        """Tag a parent run with the command that last ran the study (``ablate.command``) and the code
+        it ran with (git commit, dirty flag, versions): the provenance a report prints at its top."""
+        tags = {TAG_COMMAND: truncate(command, MAX_TAG_VALUE), **code_version()}
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
 
     def finish_parent(self, run_id: str, *, failed: bool) -> None:
         """Mark the parent run FINISHED (every trial done) or FAILED (some trial failed)."""

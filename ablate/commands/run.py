@@ -111,6 +111,20 @@ def settings_from_args(args: argparse.Namespace, study) -> object:
     )
 
 
+def record_command(result, args: argparse.Namespace) -> None:
+    """Tag the study's parent run with this command line and the code it ran (what a report prints as its
+    provenance); a tracking failure here only warns: the trials are already safe."""
+    import shlex
+
+    from ablate.tracking import Tracker
+
+    argv = getattr(args, "_argv", None) or sys.argv[1:]
+    try:
+        Tracker(result.tracking_uri).record_command(result.parent_run_id, "ablate " + shlex.join(argv))
+    except Exception as exc:  # noqa: BLE001
+        print(f"warning: the command could not be recorded in MLflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, run the study, build the report; print where the results are."""
     prepare_environment()
@@ -121,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     study = load_study(args.file)
     settings = settings_from_args(args, study)
     result = run_study(study, settings, workers=args.workers, extend=args.extend, progress=not args.no_progress)
+    record_command(result, args)
     c = result.counts
     print(f"study {study.name} ({args.budget}): {c['done']} done, {c['failed']} failed, {c['running']} running, "
           f"{c['pending']} pending, in {result.seconds:.0f} s")

@@ -84,6 +84,7 @@ class ReportData:
     study_yaml: str = ""
     baseline_config: str = ""
     versions: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, str] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
 
 
@@ -324,6 +325,20 @@ def _versions(results: Results) -> dict[str, str]:
     return out
 
 
+def provenance(study: Any, results: Results) -> dict[str, str]:
+    """What produced the results, for the top of the report: the command line of the study's last
+    ``ablate run`` (tag ``ablate.command``) and the git commit it ran at."""
+    tags = dict(results.parent)
+    out: dict[str, str] = {}
+    command = tags.get("ablate.command")
+    out["produced by"] = command or (f"ablate run {study.path} --budget {results.budget} "
+                                     "(the exact command was not recorded)")
+    commit = tags.get("ablate.git_commit")
+    if commit:
+        out["at commit"] = commit + (" (with uncommitted changes)" if tags.get("ablate.git_dirty") == "true" else "")
+    return out
+
+
 def trial_summary(results: Results, per_trial: pd.DataFrame) -> pd.DataFrame:
     """One row per trial: ``key, arm, seed, <levels>, state, objective`` and the last logged value of
     every metric (the content of ``results.csv``)."""
@@ -463,6 +478,7 @@ def analyse(study: Any, results: Results, *, n_boot: int = analysis.DEFAULT_N_BO
         data.baseline_config = (f"# arm {baseline_arm.name} at budget {results.budget}\n"
                                 + study.config(baseline_arm, results.budget).to_yaml())
     data.versions = _versions(results)
+    data.provenance = provenance(study, results)
     return Analysis(data=data, per_trial=per_trial, arms=arms, comparisons=comparisons, anova=aov, points=points,
                     fits=fits, factors=factors, levels=levels, labels=labels, unit=unit)
 

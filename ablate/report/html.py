@@ -76,6 +76,9 @@ def render_html(data: ReportData) -> str:
     ]
     if data.description:
         parts.append(f"<p>{e(data.description)}</p>")
+    if data.provenance:
+        parts.append('<p class="meta provenance">' + " · ".join(
+            f"{e(k)}: <code>{e(v)}</code>" for k, v in data.provenance.items()) + "</p>")
     c = data.counts
     parts.append(
         f'<p class="meta">budget <b>{e(data.budget)}</b> · objective: {e(data.objective)} · trials: '

@@ -25,6 +25,14 @@ def md(text: object) -> str:
     return _SPECIAL.sub(r"\\\1", html.escape(str(text), quote=False)).replace("\n", " ")
 
 
+def code(text: object) -> str:
+    """``text`` as inline code, with a backtick run longer than any inside it."""
+    text = str(text).replace("\n", " ")
+    ticks = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
 def fence(text: str, lang: str = "") -> str:
     """``text`` in a fenced code block long enough not to be closed by backticks inside it."""
     ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
@@ -53,6 +61,8 @@ def render_markdown(data: ReportData) -> str:
     out = [f"# Ablation study {md(data.study)}", ""]
     if data.description:
         out += [md(data.description), ""]
+    if data.provenance:
+        out += [" · ".join(f"{md(k)}: {code(v)}" for k, v in data.provenance.items()), ""]
     out += [
         f"Budget **{md(data.budget)}** · objective: {md(data.objective)} · trials: {c.get('done', 0)} done, "
         f"{c.get('failed', 0)} failed, {c.get('running', 0)} running, {c.get('not started', 0)} not started · "
