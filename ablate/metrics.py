@@ -7,6 +7,8 @@ and a test compares both with what a trial actually logs.
 
 from __future__ import annotations
 
+import re
+
 #: Metric names a trial logs, with their meaning and unit (the glossary; docs/metrics.md is
 #: generated from it and a test compares it with what a trial actually logs). ``{c}`` stands for a
 #: reward component name, ``{k}`` for eval.pass_k.
@@ -59,6 +61,16 @@ METRICS: dict[str, tuple[str, str]] = {
     "perf/rollout_tokens_per_s": ("generated tokens per second of sampling", "tokens/s"),
 }
 
+
+def glossary_pattern(name: str) -> re.Pattern[str]:
+    """The logged names a glossary entry stands for: ``{c}`` is any reward component, ``{k}`` a number."""
+    pattern = re.escape(name).replace(r"\{c\}", r"[^/]+").replace(r"\{k\}", r"\d+")
+    return re.compile(pattern + r"\Z")
+
+
+def known_metric(name: str) -> bool:
+    """True when a trial can log ``name`` (it matches an entry of :data:`METRICS`)."""
+    return any(glossary_pattern(m).match(name) for m in METRICS)
 
 
 def metrics_glossary_markdown() -> str:

@@ -20,6 +20,7 @@ A study compares *arms* (combinations of factor levels) over paired *seeds* at a
     budgets: {smoke: {train.steps: 2}, full: {train.steps: 400}}  # optional; 'default' always exists
     objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 3}   # required
     tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 8, budget: smoke, seeds: 1}
+    report: {metrics: [response/length_incorrect, response/length_correct]}   # optional
 
 Keys, one by one:
 
@@ -52,6 +53,10 @@ Keys, one by one:
 - ``tune``: per-arm tuning: ``params`` (dotted path -> ``{low, high, log}``, low < high, ``log``
   false by default and needing low > 0), ``trials`` (int >= 1, per arm), ``budget`` (an existing
   budget, default ``default``), ``seeds`` (as ``seeds``, default 1). A tuned path may not be a factor.
+- ``report``: ``metrics``: logged metric names (docs/metrics.md) that the report also compares level
+  by level against the baseline, each summarised per trial as the mean of its last 10% of logged
+  values, with the same paired CIs as the objective but no "better" or "worse" (a diagnostic such as
+  the length of incorrect completions has no preferred direction).
 
 Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the budget's
 overrides < the arm's levels (in factor order) < the trial's seed (path ``seed``, which only
@@ -94,6 +99,7 @@ STUDY_KEYS: dict[str, str] = {
     "budgets": "named override sets chosen with --budget",
     "objective": "the metric the study compares",
     "tune": "per-arm hyper-parameter tuning",
+    "report": "extra metrics the report compares level by level",
 }
 REQUIRED_KEYS = ("name", "factors", "seeds", "objective")
 FACTOR_KEYS = ("description", "levels", "path", "values")
@@ -101,6 +107,7 @@ OBJECTIVE_KEYS = ("metric", "mode", "summary", "last_n")
 OBJECTIVE_MODES = ("max", "min")
 OBJECTIVE_SUMMARIES = ("last", "mean", "max", "min", "auc")
 TUNE_KEYS = ("params", "trials", "budget", "seeds")
+REPORT_KEYS = ("metrics",)
 TUNE_PARAM_KEYS = ("low", "high", "log")
 DEFAULT_BUDGET = "default"
 SEED_PATH = "seed"
@@ -449,6 +456,7 @@ class Study:
     arms: tuple[Arm, ...]
     excluded: tuple[Arm, ...] = ()
     aliasing: AliasStructure | None = None
+    report_metrics: tuple[str, ...] = ()
 
     def factor(self, name: str) -> Factor:
         """The factor called ``name``."""
@@ -895,6 +903,31 @@ def _parse_objective(ck: _Checker, doc: LineDict) -> Objective | None:
     return Objective(metric, mode, summary, last_n)
 
 
+def _parse_report(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
+    from ablate.metrics import METRICS, known_metric
+
+    node = doc["report"]
+    if not isinstance(node, dict):
+        ck.add(_line(doc, "report"), "report", "must be a mapping {metrics: [metric names]}")
+        return ()
+    ck.keys(node, "report", REPORT_KEYS, "report key")
+    metrics = node.get("metrics", [])
+    if not isinstance(metrics, list):
+        ck.add(_line(node, "metrics"), "report.metrics", f"must be a list of metric names, got {plain(metrics)!r}")
+        return ()
+    out = []
+    for i, m in enumerate(metrics):
+        line = _line(metrics, i) or _line(node, "metrics")
+        if not isinstance(m, str) or not known_metric(m):
+            ck.add(line, f"report.metrics[{i}]", _unknown("metric", plain(m), METRICS)
+                   + " (docs/metrics.md lists what a trial logs)")
+        elif m in out:
+            ck.add(line, f"report.metrics[{i}]", f"{m!r} is listed twice")
+        else:
+            out.append(m)
+    return tuple(out)
+
+
 def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] | None) -> TuneSpec | None:
     node = doc["tune"]
     line = _line(doc, "tune")
@@ -1166,6 +1199,7 @@ def load_study(path: str | Path) -> Study:
                     exclude.append(entry)
 
     tune = _parse_tune(ck, doc, budgets) if doc.get("tune") is not None else None
+    report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
 
     arms: list[Arm] = []
     excluded: list[Arm] = []
@@ -1201,6 +1235,7 @@ def load_study(path: str | Path) -> Study:
         arms=tuple(arms),
         excluded=tuple(excluded),
         aliasing=aliasing,
+        report_metrics=report_metrics,
     )
 
 

@@ -296,3 +296,45 @@ def test_figures_have_labelled_axes(study):
     fig = figs.diagnostics(res.table, an.factors, n_boot=50)
     assert [ax.get_ylabel() for ax in fig.axes] == ["entropy (nats)", "", "clipped (low + high) (fraction)", "",
                                                     "grad norm (L2 norm)", ""]
+
+
+# ------------------------------------------------------------------- report.metrics and provenance
+
+
+def test_report_metrics_are_compared_without_a_direction_and_the_command_is_shown(tmp_path):
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "report: {metrics: [response/length_incorrect, response/length_correct]}\n")
+    study = load_study(path)
+    assert study.report_metrics == ("response/length_incorrect", "response/length_correct")
+    res = synthetic(study, np.random.default_rng(3))
+    res.parent["ablate.command"] = "ablate run studies/synth.yaml --workers 2"
+    an = analyse(study, res, **FAST)
+    found = an.data.secondary_findings
+    # planted: incorrect completions of the sequence level grow by one token a step (to ~40 tokens at the
+    # end); the token level's stay at ~25; correct completions' lengths do not differ
+    incorrect = next(s for s in found if "loss_norm" in s and "length_incorrect" in s)
+    diff = float(re.search(r": (-\d+(\.\d+)?) tokens \[", incorrect).group(1))
+    assert -17 < diff < -13 and incorrect.endswith("6 seeds.") and "(lower)" in incorrect
+    assert "better" not in " ".join(found) and "worse" not in " ".join(found)
+    correct = next(s for s in found if "loss_norm" in s and "length_correct" in s)
+    assert "no detectable effect" in correct
+    assert an.data.provenance == {"produced by": "ablate run studies/synth.yaml --workers 2",
+                                  "at commit": "abc123"}
+    index = write_report(study, res, tmp_path / "out", figure_boot=50, **FAST)
+    readme = (index.parent / "README.md").read_text()
+    head = readme.split("## Findings")[0]
+    assert "produced by: `ablate run studies/synth.yaml --workers 2` · at commit: `abc123`" in head
+    assert "### Secondary metrics (diagnostics)" in readme and f"- {md(incorrect)}" in readme
+    assert "Secondary metrics against the baseline level" in index.read_text()
+
+
+def test_an_unknown_report_metric_is_named_with_the_nearest_one(tmp_path):
+    from ablate.study import StudyError
+
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "report:\n  metrics: [response/length_incorect]\n")
+    with pytest.raises(StudyError) as err:
+        load_study(path)
+    text = str(err.value)
+    assert f"{path}:13: report.metrics[0]: unknown metric 'response/length_incorect'" in text
+    assert "did you mean 'response/length_incorrect'?" in text

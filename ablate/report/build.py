@@ -74,6 +74,7 @@ class ReportData:
     findings: list[str] = field(default_factory=list)
     interaction_findings: list[str] = field(default_factory=list)
     compute_findings: list[str] = field(default_factory=list)
+    secondary_findings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     figures: list[FigureRef] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
@@ -188,10 +189,11 @@ def arm_label(levels: Mapping[str, str], factors: Sequence[str]) -> str:
 # --------------------------------------------------------------------------------------- findings
 
 
-def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode: str) -> str:
+def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode: str, neutral: bool = False) -> str:
     """One comparison as a sentence with its numbers, e.g. ``loss_norm: token vs sequence: +3.1
     points [0.4, 5.9], p = 0.02 (Holm) ...``; "no detectable effect" when the CI covers zero;
-    "inconclusive" when the CI excludes zero but the Holm-corrected p does not agree."""
+    "inconclusive" when the CI excludes zero but the Holm-corrected p does not agree. ``neutral``:
+    a detected difference reads "higher" / "lower" instead of "better" / "worse" (diagnostics)."""
     head = f"{row['factor']}: {row['level']} vs {row['baseline']}"
     unit = f" {scale.unit}" if scale.unit else ""
     diff = f"{signed(row['diff'] * scale.factor)}{unit}"
@@ -206,7 +208,10 @@ def comparison_sentence(row: Mapping[str, Any], scale: Scale, metric: str, mode:
     stats_text = (f"{p_text(row['p_holm'])} (Holm), P(improvement) = {num(row['prob_improvement'], 2)}, "
                   f"Hedges' g = {num(row['hedges_g'], 2)}, {seeds}")
     if row["detected"]:
-        direction = "better" if row["improved"] else "worse"
+        if neutral:
+            direction = "higher" if row["diff"] > 0 else "lower"
+        else:
+            direction = "better" if row["improved"] else "worse"
         return f"{head}: {diff} {ci} in {metric} ({direction}), {stats_text}."
     need = row["seeds_needed"]
     if math.isfinite(need) and need > n:
@@ -325,6 +330,25 @@ def _versions(results: Results) -> dict[str, str]:
     return out
 
 
+def secondary_comparisons(study: Any, table: pd.DataFrame, factors: Mapping[str, str], baseline: Mapping[str, str],
+                          levels: Mapping[str, Sequence[str]], *, n_boot: int, seed: int
+                          ) -> list[tuple[str, pd.DataFrame]]:
+    """Level-vs-baseline comparisons of each of the study's ``report.metrics`` (per trial: the mean of
+    its last 10% of logged values), as ``(metric, comparisons)``; metrics no trial logged are left out."""
+    out = []
+    for metric in getattr(study, "report_metrics", ()):
+        if table.empty:
+            break
+        values = analysis.final_values(table, metric, level_columns=list(factors.values()))
+        if values.empty:
+            continue
+        frame = analysis.compare_levels(values, factors, baseline, levels=levels, mode="max", value="value",
+                                        n_boot=n_boot, seed=seed)
+        if not frame.empty:
+            out.append((metric, frame))
+    return out
+
+
 def provenance(study: Any, results: Results) -> dict[str, str]:
     """What produced the results, for the top of the report: the command line of the study's last
     ``ablate run`` (tag ``ablate.command``) and the git commit it ran at."""
@@ -411,6 +435,11 @@ def analyse(study: Any, results: Results, *, n_boot: int = analysis.DEFAULT_N_BO
     if not fits.empty:
         data.compute_findings = compute_sentences(fits, labels, scale)
 
+    secondary = secondary_comparisons(study, table, factors, baseline, levels, n_boot=n_boot, seed=seed)
+    for metric, frame in secondary:
+        data.secondary_findings.extend(comparison_sentence(row, Scale.of(metric), metric, "max", neutral=True)
+                                       for _, row in frame.iterrows())
+
     # ---- tables
     if not arms.empty:
         arms_view = arms.assign(arm=arms["arm"].map(lambda a: labels.get(a, a)))
@@ -445,6 +474,16 @@ def analyse(study: Any, results: Results, *, n_boot: int = analysis.DEFAULT_N_BO
             mm, {"factor": "factor", "level": "level", "n_seeds": "seeds", "mean": "mean", "ci_low": "CI low",
                  "ci_high": "CI high"}, scaled=["mean", "ci_low", "ci_high"], scale=scale.factor),
             "Mean over seeds of each seed's mean over the arms with that level, with 95% CIs.", "marginal"))
+    if secondary:
+        frame = pd.concat([f.assign(metric=m, **{c: f[c] * Scale.of(m).factor for c in ("diff", "ci_low", "ci_high")})
+                           for m, f in secondary], ignore_index=True)
+        data.tables.append(Table("Secondary metrics against the baseline level", _fmt_frame(
+            frame, {"metric": "metric", "factor": "factor", "level": "level", "baseline": "baseline",
+                    "n_seeds": "seeds", "diff": "difference", "ci_low": "CI low", "ci_high": "CI high",
+                    "p_holm": "p (Holm)", "hedges_g": "Hedges' g"}, digits={"p_holm": 2}),
+            "The study's report.metrics, each summarised per trial as the mean of its last 10% of logged values; "
+            "difference level − baseline (fractions in percentage points) with its 95% paired bootstrap CI; Holm's "
+            "correction runs within each metric.", "secondary"))
     if aov is not None:
         data.tables.append(Table("Analysis of variance", _fmt_frame(
             aov, {"term": "term", "kind": "kind", "df": "df", "sum_sq": "sum of squares", "mean_sq": "mean square",

@@ -99,6 +99,10 @@ def render_html(data: ReportData) -> str:
         parts.append("<h3>Compute efficiency</h3><ul>")
         parts.extend(f'<li class="finding">{e(s)}</li>' for s in data.compute_findings)
         parts.append("</ul>")
+    if data.secondary_findings:
+        parts.append("<h3>Secondary metrics (diagnostics)</h3><ul>")
+        parts.extend(f'<li class="finding">{e(s)}</li>' for s in data.secondary_findings)
+        parts.append("</ul>")
     if data.figures:
         parts.append("<h2>Figures</h2>")
     for fig in data.figures:

@@ -75,6 +75,8 @@ def render_markdown(data: ReportData) -> str:
         out += ["### Interactions", ""] + [f"- {md(s)}" for s in data.interaction_findings] + [""]
     if data.compute_findings:
         out += ["### Compute efficiency", ""] + [f"- {md(s)}" for s in data.compute_findings] + [""]
+    if data.secondary_findings:
+        out += ["### Secondary metrics (diagnostics)", ""] + [f"- {md(s)}" for s in data.secondary_findings] + [""]
     if data.figures:
         out += ["## Figures", ""]
     for fig in data.figures:
