@@ -73,6 +73,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,7 @@ from typing import Any
 
 import yaml
 
-from ablate.config import TrialConfig
+from ablate.config import ConfigWarning, TrialConfig
 from ablate.designs import DESIGNS, AliasStructure, Design
 from ablate.errors import AblateError, ConfigError
 from ablate.registry import nearest
@@ -435,6 +436,9 @@ class Study:
         arms: the arms to run (after exclusions), in the design's order.
         excluded: the design's arms that ``exclude:`` dropped.
         aliasing: the confounding of a fractional design (None for other designs).
+        report_metrics: the ``report.metrics`` diagnostics.
+        warnings: the configuration warnings of the arms (``arm <name>: <warning>``), each once: a
+            legal but suspicious combination, e.g. a PPO-sized clip range on a sequence ratio.
     """
 
     path: Path
@@ -457,6 +461,7 @@ class Study:
     excluded: tuple[Arm, ...] = ()
     aliasing: AliasStructure | None = None
     report_metrics: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     def factor(self, name: str) -> Factor:
         """The factor called ``name``."""
@@ -516,12 +521,11 @@ class Study:
 
 
 def estimate_trial_seconds(spec: TrialSpec) -> float | None:
-    """Hook for a timing model: the expected wall time of one trial, in seconds.
+    """The expected wall time of one trial on one worker, in seconds, from the timing model of
+    :mod:`ablate.timing` (measured constants per zoo model); None when its model has none."""
+    from ablate.timing import estimate_config_seconds
 
-    Returns None (unknown) until a timing model exists; ``ablate show`` then prints
-    "estimated time: unknown (no timing model yet)" rather than a made-up number.
-    """
-    return None
+    return estimate_config_seconds(spec.config)
 
 
 def estimate_study_seconds(specs: Sequence[TrialSpec]) -> float | None:
@@ -994,6 +998,7 @@ def _check_configs(
     factors: list[Factor],
     arms: list[Arm],
     tune: TuneSpec | None,
+    warned: list[str] | None = None,
 ) -> dict[tuple[str, str], Any]:
     """Build every arm's TrialConfig at every budget; report failures where they come from.
 
@@ -1002,9 +1007,19 @@ def _check_configs(
     that level fails and base + level alone fails; any other failure is a combination of levels
     and is reported per arm.
     """
-    def build(overrides: dict[str, Any]) -> tuple[Any, str | None]:
+    def build(overrides: dict[str, Any], arm: str | None = None) -> tuple[Any, str | None]:
         try:
-            return TrialConfig.from_overrides(overrides), None
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConfigWarning)
+                cfg = TrialConfig.from_overrides(overrides)
+            for w in caught:
+                if issubclass(w.category, ConfigWarning) and arm is not None and warned is not None:
+                    text = f"arm {arm}: {w.message}"
+                    if text not in warned:
+                        warned.append(text)
+                elif not issubclass(w.category, ConfigWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            return cfg, None
         except (ConfigError, ValueError, TypeError) as exc:
             problems = getattr(exc, "problems", None)
             return None, "; ".join(map(str, problems)) if problems else str(exc)
@@ -1017,7 +1032,7 @@ def _check_configs(
             ov = {**base, **bov}
             for f in factors:
                 ov.update(fmap[f.name].level(arm.levels[f.name]).overrides)
-            cfg, err = build(ov)
+            cfg, err = build(ov, arm.name)
             if err is None:
                 configs[(arm.name, b)] = cfg
             else:
@@ -1207,9 +1222,10 @@ def load_study(path: str | Path) -> Study:
     if factors is not None and design is not None and not bad_baseline and exclude is not None:
         arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude)
 
+    config_warnings: list[str] = []
     if not ck.problems and arms:
         assert base is not None and budgets is not None and factors is not None
-        _check_configs(ck, doc, base, budgets, factors, arms, tune)
+        _check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
 
     if ck.problems:
         raise StudyError(file, sorted(ck.problems, key=lambda p: p.line or 0))
@@ -1236,6 +1252,7 @@ def load_study(path: str | Path) -> Study:
         excluded=tuple(excluded),
         aliasing=aliasing,
         report_metrics=report_metrics,
+        warnings=tuple(config_warnings),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -482,7 +483,11 @@ def test_show_prints_the_arm_table(cli, tmp_path):
     lines = out.splitlines()
     assert "budget smoke: train.steps=2 (budgets: default, smoke, full)" in lines
     assert "3 arms x 3 seeds = 9 trials" in lines
-    assert "estimated time: unknown (no timing model yet)" in lines
+    assert lines[lines.index("3 arms x 3 seeds = 9 trials") + 1].startswith("budgets (trials, estimated CPU time on 1 worker")
+    budgets = [ln for ln in lines if re.match(r" [ *](default|smoke|full) ", ln)]
+    assert [b.split()[0].lstrip("*") for b in budgets] == ["default", "smoke", "full"]
+    assert budgets[1].startswith(" *smoke") and "9 trials, " in budgets[1] and "[train.steps=2]" in budgets[1]
+    assert all(re.search(r"9 trials, \d+m\d\ds / \d+m\d\ds  \[", b) for b in budgets)  # tiny-llama has constants
     assert "  #  loss_norm  clip_high" in lines
     assert "  1  sequence   0.2        baseline" in lines
     assert "  3  token      0.2" in lines
@@ -499,7 +504,12 @@ def test_show_fractional_prints_aliasing_and_json(cli, tmp_path):
     assert "    clip_high = clip_low:agg:lr" in out
     rc, out, _ = cli("show", str(path), "--json")
     data = json.loads(out)
-    assert (data["n_arms"], data["n_trials"], data["estimated_seconds"]) == (8, 16, None)
+    assert (data["n_arms"], data["n_trials"]) == (8, 16)
+    from ablate.study import estimate_trial_seconds
+
+    specs = load_study(path).expand("default")
+    assert data["estimated_seconds"] == pytest.approx(sum(estimate_trial_seconds(s) for s in specs))
+    assert data["budgets"]["default"]["estimated_seconds"] == data["estimated_seconds"]
     assert data["aliasing"]["defining_relation"] == ["clip_high:clip_low:agg:lr"]
     assert ["clip_high:clip_low", "agg:lr"] in data["aliasing"]["aliases"]
     assert len(data["arms"]) == 8 and data["seeds"] == [0, 1]
@@ -510,9 +520,18 @@ def test_show_unknown_budget_exits_2(cli, tmp_path):
     assert rc == 2 and "unknown budget 'ful'; allowed: default, smoke, full; did you mean 'full'?" in err
 
 
-def test_time_estimate_hook_is_unknown(tmp_path):
+def test_time_estimate_sums_the_trials_and_is_unknown_without_constants(tmp_path, monkeypatch):
+    from ablate import timing
+
     study = load_study(write(tmp_path, QUICKSTART))
-    assert estimate_study_seconds(study.expand("smoke")) is None
+    specs = study.expand("smoke")
+    assert estimate_study_seconds(specs) == pytest.approx(sum(timing.estimate_config_seconds(s.config) for s in specs))
+    monkeypatch.setattr(timing, "TIMING_FILE", tmp_path / "missing.json")
+    timing.load_timing.cache_clear()
+    try:
+        assert estimate_study_seconds(specs) is None
+    finally:
+        timing.load_timing.cache_clear()
     assert isinstance(study, Study) and all(isinstance(s, TrialSpec) for s in study.expand("smoke"))
 
 

@@ -128,11 +128,13 @@ def record_command(result, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate, run the study, build the report; print where the results are."""
     prepare_environment()
+    from ablate.commands.validate import print_warnings
     from ablate.runner import run_study
     from ablate.study import load_study
     from ablate.tracking import tracking_location
 
     study = load_study(args.file)
+    print_warnings(study)
     settings = settings_from_args(args, study)
     result = run_study(study, settings, workers=args.workers, extend=args.extend, progress=not args.no_progress)
     record_command(result, args)

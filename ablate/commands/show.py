@@ -10,15 +10,19 @@ HELP = "show a study's arms (a table of factor levels), trial count and aliasing
 DESCRIPTION = """\
 Validate a study file and print what it would run: the arms as a table (one row per arm, one column
 per factor), the baseline and excluded arms, the levels with their overrides, the seeds, the number
-of trials at the chosen budget, the objective, and for a fractional design which effects are aliased.
-Nothing is run or written.
+of trials and the estimated time of every budget, the objective, and for a fractional design which
+effects are aliased. Nothing is run or written.
+
+Estimated times come from ablate/timing.py: constants measured per zoo model on one CPU thread
+(benchmarks/calibrate_timing.py), for trials whose warm start is already cached; they lean high
+(every completion is counted at full length). On a GPU a study runs much faster than printed.
 
   ablate show studies/quickstart.yaml --budget smoke
   ablate show studies/quickstart.yaml --json
 """
 
-#: Printed while :func:`ablate.study.estimate_trial_seconds` has no timing model.
-UNKNOWN_TIME = "estimated time: unknown (no timing model yet)"
+#: Printed for a budget whose trials have no timing constants (a model that was never calibrated).
+UNKNOWN_TIME = "unknown (no timing constants for this model; see benchmarks/calibrate_timing.py)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +51,11 @@ def describe(study: Any, budget: str) -> dict[str, Any]:
 
     specs = study.expand(budget)
     seconds = estimate_study_seconds(specs)
+    budgets = {}
+    for name in study.budgets:
+        bspecs = specs if name == budget else study.expand(name)
+        budgets[name] = {"n_trials": len(bspecs), "estimated_seconds": estimate_study_seconds(bspecs),
+                         "overrides": study.budgets[name]}
     return {
         "study": study.name,
         "file": str(study.path),
@@ -70,6 +79,7 @@ def describe(study: Any, budget: str) -> dict[str, Any]:
         "n_arms": len(study.arms),
         "n_trials": len(specs),
         "estimated_seconds": seconds,
+        "budgets": budgets,
         "objective": vars(study.objective),
         "tune": None
         if study.tune is None
@@ -85,6 +95,8 @@ def describe(study: Any, budget: str) -> dict[str, Any]:
 
 def render(study: Any, budget: str) -> str:
     """The text that ``ablate show`` prints."""
+    from ablate.timing import parallel_seconds
+
     d = describe(study, budget)
     out = [f"study {study.name} ({study.path})"]
     if study.description:
@@ -95,10 +107,13 @@ def render(study: Any, budget: str) -> str:
     out.append(f"seeds: {seeds} (paired: every arm runs every seed)")
     out.append(f"budget {budget}: {_fmt_overrides(study.budgets[budget])} (budgets: {', '.join(study.budgets)})")
     out.append(f"{d['n_arms']} arms x {len(study.seeds)} seeds = {d['n_trials']} trials")
-    if d["estimated_seconds"] is None:
-        out.append(UNKNOWN_TIME)
-    else:
-        out.append(f"estimated time: {_fmt_seconds(d['estimated_seconds'])} on one worker")
+    out.append("budgets (trials, estimated CPU time on 1 worker / 2 workers, warm start cached; a GPU is much faster):")
+    width = max(len(b) for b in d["budgets"])
+    for name, b in d["budgets"].items():
+        mark = "*" if name == budget else " "
+        t = b["estimated_seconds"]
+        when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
+        out.append(f" {mark}{name.ljust(width)}  {b['n_trials']} trials, {when}  [{_fmt_overrides(b['overrides'])}]")
     out.append("")
 
     names = [f.name for f in study.factors]
@@ -135,9 +150,11 @@ def render(study: Any, budget: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the study's design (text or JSON)."""
+    from ablate.commands.validate import print_warnings
     from ablate.study import load_study
 
     study = load_study(args.file)
+    print_warnings(study)
     study.check_budget(args.budget)
     if args.json:
         print(json.dumps(describe(study, args.budget), indent=2))

@@ -22,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="study files (YAML)")
 
 
+def print_warnings(study) -> None:
+    """The study's configuration warnings on stderr, one line each (they never fail a study)."""
+    for w in study.warnings:
+        print(f"{study.path}: warning: {w}", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate each file in turn; 0 if all are valid, else 2 (after reporting every file)."""
     from ablate.errors import AblateError
@@ -44,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
                 continue
             n_arms, n_seeds = len(study.arms), len(study.seeds)
             print(f"{file}: ok ({n_arms} arms x {n_seeds} seeds = {study.n_trials} trials)")
+            print_warnings(study)
     finally:
         sys.dont_write_bytecode = write_bytecode
     return 2 if failed else 0
