@@ -26,9 +26,10 @@ Keys, one by one:
 
 - ``name``: ``[a-z0-9_-]+``.
 - ``description``: a string: the question the study answers.
-- ``plugins``: a list of importable module names (installed, or on ``PYTHONPATH``). They are imported
-  before anything else is checked, so that the components and designs they register can be named
-  in the file. Nothing else is ever imported on a study's behalf.
+- ``plugins``: a list of importable module names (installed, or on ``PYTHONPATH``) or of ``.py``
+  files relative to the study file's folder (``plugins/brevity.py``). They are imported before
+  anything else is checked, so that the components and designs they register can be named in the
+  file. Nothing else is ever imported on a study's behalf.
 - ``base``: a mapping of dotted TrialConfig paths to values, applied to every trial.
 - ``factors``: factor name (``[A-Za-z0-9_-]+``) -> either ``levels: {level name: {overrides}}`` or the
   shorthand ``{path: dotted.path, values: [...]}``, each with an optional ``description``. Shorthand
@@ -491,11 +492,14 @@ class Study:
     def config(
         self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET, seed: int | None = None
     ) -> TrialConfig:
-        """The TrialConfig of an arm at a budget (and seed, when given)."""
+        """The TrialConfig of an arm at a budget (and seed, when given). Its configuration warnings
+        were collected once when the file was loaded (:attr:`warnings`) and are not raised again."""
         overrides = self.overrides(arm, budget)
         if seed is not None:
             overrides[SEED_PATH] = seed
-        return TrialConfig.from_overrides(overrides)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigWarning)
+            return TrialConfig.from_overrides(overrides)
 
     def expand(self, budget: str = DEFAULT_BUDGET) -> list[TrialSpec]:
         """Every trial of the study at ``budget``.
@@ -672,11 +676,20 @@ def _import_plugins(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
     names: list[str] = []
     for i, mod in enumerate(node):
         line = _line(node, i)
-        if not isinstance(mod, str) or not MODULE_RE.match(mod):
-            ck.add(line, f"plugins[{i}]", f"{mod!r} is not a module name; write e.g. my_package.my_rewards")
+        is_file = isinstance(mod, str) and mod.endswith(".py")
+        if not isinstance(mod, str) or not (is_file or MODULE_RE.match(mod)):
+            ck.add(line, f"plugins[{i}]", f"{mod!r} is not a module name or a .py file; write e.g. "
+                   "my_package.my_rewards or plugins/my_rewards.py (relative to the study file)")
             continue
         try:
-            importlib.import_module(mod)
+            if is_file:
+                _import_plugin_file(Path(ck.file).parent / mod)
+            else:
+                importlib.import_module(mod)
+        except FileNotFoundError:
+            ck.add(line, f"plugins[{i}]", f"no such file: {Path(ck.file).parent / mod} (a .py plugin is found "
+                   "relative to the study file's folder)")
+            continue
         except Exception as exc:  # any failure inside a plugin is the plugin's problem, reported
             ck.add(
                 line,
@@ -687,6 +700,28 @@ def _import_plugins(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
             continue
         names.append(mod)
     return tuple(names)
+
+
+def _import_plugin_file(path: Path) -> None:
+    """Import a plugin given as a file, once per resolved path (a module named after the path), so
+    that loading the same study twice does not register its components twice."""
+    import hashlib
+    import importlib.util
+    import sys
+
+    path = path.resolve(strict=True)
+    name = f"ablate_plugin_{re.sub(r'[^0-9a-zA-Z_]', '_', path.stem)}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
 
 
 def _parse_factors(ck: _Checker, doc: LineDict) -> list[Factor] | None:

