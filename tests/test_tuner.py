@@ -3,6 +3,7 @@ study store's storage, main trials at each arm's best values, resumption without
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import optuna
@@ -80,6 +81,11 @@ def test_run_tunes_each_arm_then_runs_main_trials_at_its_best_values_and_resumes
     assert done == {s.key for s in specs} and len(done) == 2
     for s in specs:
         assert s.config.optim.lr == best[s.arm]["optim.lr"] != TrialConfig().optim.lr
+    # ablate status knows the tuned keys: every trial done, no design-difference note
+    capsys.readouterr()
+    assert main(["status", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "note:" not in out and re.search(r"total\s+2\s+0\s+0\s+0", out), out
     # a rerun neither tunes again nor reruns the main trials
     assert main(["run", str(path), "--threads", "1", "--no-progress"]) == 0
     for arm in study.arms:

@@ -36,14 +36,32 @@ def _error_line(error: str | None) -> str:
     return lines[-1] if lines else ""
 
 
-def collect(study: Any, store: Any, budget: str) -> dict[str, Any]:
-    """Everything ``ablate status`` prints, as JSON-ready data (``store`` may be None: never run)."""
+def current_trials(study: Any, storage: str | None, budget: str) -> tuple[dict[str, list[Any]], str | None]:
+    """Trial key -> [arm, seed] of the study file as it runs today, and a note. A study with ``tune:``
+    runs each arm at its tuned values, which are part of its trial keys: they are read from the
+    store's tuning trials (untuned keys, with a note, while tuning is unfinished)."""
+    from ablate.runner import expand
+
+    best, note = None, None
+    if study.tune is not None and storage is not None:
+        from ablate.errors import AblateError
+        from ablate.tuner import study_best_values
+
+        try:
+            best = study_best_values(study, storage)
+        except AblateError:
+            note = "tuning is not finished: trials are listed with their untuned keys"
+    return {s.key: [s.arm, s.seed] for s in expand(study, budget, best)}, note
+
+
+def collect(study: Any, store: Any, budget: str, storage: str | None = None) -> dict[str, Any]:
+    """Everything ``ablate status`` prints, as JSON-ready data (``store`` may be None: never run;
+    ``storage``: its URL, to read a tuned study's best values)."""
     design = store.frozen_design(budget) if store is not None else None
-    current = {s.key: [s.arm, s.seed] for s in study.expand(budget)}
-    note = None
+    current, note = current_trials(study, storage if store is not None else None, budget)
     if design is None:
         design = {"trials": current}
-        note = "not run yet at this budget"
+        note = "not run yet at this budget" + (f"; {note}" if note else "")
     elif set(design["trials"]) != set(current):
         note = "the study file's design differs from the one frozen in the store (`ablate run` explains how)"
     statuses = store.status(budget, design=design) if store is not None else None
@@ -116,13 +134,13 @@ def run(args: argparse.Namespace) -> int:
 
     study = load_study(args.file)
     study.check_budget(args.budget)
-    resolve_storage(args.storage, study.name, args.runs)
+    storage = resolve_storage(args.storage, study.name, args.runs)
     try:
         store = StudyStore.open(study, args.storage, runs=args.runs, create=False)
     except StoreNotFoundError as exc:
         print(f"note: {exc}", file=sys.stderr)
         store = None
-    data = collect(study, store, args.budget)
+    data = collect(study, store, args.budget, storage)
     if args.json:
         print(json.dumps(data, indent=2))
     else:

@@ -128,7 +128,7 @@ def final_by_level(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metri
             sns.pointplot(d, x="level", y="value", order=_order(levels, factor, d["level"]),
                           errorbar=ci_errorbar(n_boot), capsize=0.15, linestyle="none", ax=ax)
             sns.stripplot(d, x="level", y="value", order=_order(levels, factor, d["level"]), color="0.55",
-                          size=3, alpha=0.6, ax=ax, jitter=0.08)
+                          size=4, alpha=0.8, ax=ax, jitter=0.08, zorder=4)  # above the CI caps
             ax.set_title(f"factor: {factor}")
             ax.set_xlabel(f"level of {factor}")
             ax.set_ylabel(label(metric, unit))
