@@ -37,6 +37,7 @@ import queue as queue_module
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
@@ -221,7 +222,11 @@ def run_attempt(study: Any, spec: Any, attempt: Attempt, store: StudyStore, trac
 
     config = spec.config
     if settings.threads > 0:
-        config = config.with_overrides({"threads": settings.threads})
+        from ablate.config import ConfigWarning
+
+        with warnings.catch_warnings():  # the arm's warnings were printed once, when the study was loaded
+            warnings.simplefilter("ignore", ConfigWarning)
+            config = config.with_overrides({"threads": settings.threads})
     steps = config.train.steps
     workdir = trial_dir(study.name, spec.key, settings.runs)
     common = {"worker": worker.name, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "steps": steps}
