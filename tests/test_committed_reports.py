@@ -1,0 +1,53 @@
+"""The example reports committed under reports/<study>/ were produced by study files that still
+validate, and by exactly the trials those files define today: if a study file changes its design
+(arms, seeds, budget overrides, anything in a trial's configuration), its trial keys change and this
+test says to run the study again. Each report names the command and the commit that produced it."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ablate.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/README.md"))
+PROVENANCE = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{40})(?P<dirty>[^`]*)`$",
+                        re.M)
+
+
+def test_the_required_reports_are_committed():
+    assert {"quickstart", "loss_normalization", "reward_granularity"} <= {p.name for p in REPORTS}
+
+
+def provenance(report: Path) -> tuple[list[str], str, str]:
+    m = PROVENANCE.search((report / "README.md").read_text(encoding="utf-8"))
+    assert m, f"{report}/README.md does not start with 'produced by: `ablate run ...` · at commit: `<sha>`'"
+    return shlex.split(m["command"]), m["commit"], m["dirty"]
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=[p.name for p in REPORTS])
+def test_report_matches_its_study_file(report):
+    argv, commit, dirty = provenance(report)
+    assert argv[:2] == ["ablate", "run"], argv
+    assert dirty == "", f"{report.name} was produced from a working tree with uncommitted changes"
+    study_file = ROOT / argv[2]
+    budget = argv[argv.index("--budget") + 1] if "--budget" in argv else "default"
+    study = load_study(study_file)  # still validates
+    assert study.name == report.name
+    expected = {s.key: s for s in study.expand(budget)}
+    results = pd.read_csv(report / "results.csv", dtype={"key": str})
+    assert set(results["key"]) == set(expected), (
+        f"reports/{report.name} holds other trials than {argv[2]} defines at budget {budget} today: "
+        f"run `{shlex.join(argv)}` again to regenerate it")
+    assert set(results["state"]) == {"done"}
+    for _, row in results.iterrows():
+        spec = expected[row["key"]]
+        assert (row["arm"], int(row["seed"])) == (spec.arm, spec.seed)
+    for name in ("index.html", "learning_curves.png", "final_by_level.png"):
+        assert (report / name).is_file(), name
+    assert f"Budget **{budget}**" in (report / "README.md").read_text(encoding="utf-8")
