@@ -262,7 +262,7 @@ def run_attempt(study: Any, spec: Any, attempt: Attempt, store: StudyStore, trac
             logger.run_id, config_yaml=config.to_yaml(), history=result.history, samples=result.samples,
             result={**record, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
                     "levels": spec.levels, "objective": value, "objective_metric": obj.metric, "final": final,
-                    "warmstart": warm},
+                    "warmstart": warm, "learned_prm": {k: v for k, v in result.learned_prm.items() if k != "history"}},
             objective=value,
         )
         ok = store.complete(attempt, value, record)

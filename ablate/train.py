@@ -73,6 +73,8 @@ class TrialResult:
         resumed_from: the checkpoint step this call resumed from, or None.
         warmstart: the warm start's report (empty when disabled).
         samples: sample completions of the last step with their per-component rewards.
+        learned_prm: the learned PRM's report (held-out AUC, accuracy, log loss ..., see
+            :class:`ablate.rewards.learned_prm.LearnedPRMReport`); empty unless reward.prm.source=learned.
     """
 
     key: str
@@ -83,6 +85,7 @@ class TrialResult:
     resumed_from: int | None = None
     warmstart: dict[str, Any] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
+    learned_prm: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -769,5 +772,6 @@ def run_trial(
         resumed_from=resumed_from,
         warmstart=trainer.warmstart_report,
         samples=_sample_table(last_batch) if last_batch is not None else [],
+        learned_prm=dict(trainer.prm_report),
     )
 

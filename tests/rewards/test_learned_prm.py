@@ -27,7 +27,7 @@ from ablate.rewards.learned_prm import (
     train_learned_prm,
 )
 from ablate.tasks import Grade, StepCheck
-from ablate.train import Trainer, build_policy, build_task
+from ablate.train import Trainer, build_policy, build_task, run_trial
 
 #: The shared tiny trial (tests/conftest.py, so the session's
 #: warm start in ``ws_cache`` is built once); the last ones make the PRM small enough for a test.
@@ -198,6 +198,13 @@ def test_trial_with_learned_prm_trains(built, ws_cache):
     assert saw_prm_reward
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters())), "policy unchanged"
     assert all(torch.equal(a, b) for a, b in zip(prm_before, trainer.prm.parameters())), "the PRM must stay frozen"
+
+
+def test_trial_result_carries_the_learned_prm_report(built):
+    cfg, *_, report, _ = built
+    result = run_trial(cfg.with_overrides({"train.steps": 1, "eval.n_problems": 2}))
+    assert result.learned_prm["key"] == report["key"] and result.learned_prm["cached"]
+    assert result.learned_prm["heldout_auc"] == report["heldout_auc"]  # what the study's result.json records
 
 
 def test_other_sources_build_no_learned_prm(ws_cache):
