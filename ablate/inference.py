@@ -1,0 +1,706 @@
+"""Inference on a study's per-trial objectives: intervals that are right at 3-10 seeds, one linear
+model per factorial study, one family of claims with Holm's correction, and seeds planned by power.
+
+The unit of replication is the **seed**: every arm runs the same seeds, so the data are one number
+per trial (arm x seed) and every comparison is paired by seed. What is computed, and why:
+
+- **Paired comparisons** (a study with one factor, or a one-at-a-time design): level - baseline,
+  seed by seed; the 95% interval is the paired t-interval on the per-seed differences,
+  ``mean(d) +- t_{n-1, 0.975} sd(d) / sqrt(n)`` (exact under normal differences; the percentile
+  bootstrap collapses onto ``[min, max]`` at 2-4 seeds and covers 52-87%).
+- **Factorial studies** (full with or without excluded cells, fractional, random): one ordinary
+  least-squares model per study, fitted with ``statsmodels``: seed as a block, every main effect,
+  and (full designs) every two-factor interaction. Its analysis of variance uses **Type II** sums of
+  squares computed by model comparison (each term against the model of every term that does not
+  contain it), with degrees of freedom from matrix ranks, so it stays right with empty cells,
+  excluded combinations and aliasing (``statsmodels``' own ``anova_lm(typ=2)`` assumes a full-rank
+  design: on the committed reward_granularity table it reports the reward factor with F = 868).
+  Every level-vs-baseline contrast of a factorial study is a linear combination of the fitted model
+  (``fit.t_test``): the mean over the *matched cells* (combinations of the other factors at which
+  both levels ran) of the predicted difference, i.e. an estimated marginal mean difference, with the
+  model's residual degrees of freedom. Fractional and random designs have no matched cells: their
+  contrasts average over the full grid of the other factors under the main-effects model, and the
+  two-factor interactions are assumed negligible (the report lists their aliases).
+- **Below 3 seeds no interval** is given: the per-seed values are shown and the claim is "not
+  resolved at n seeds".
+- **One family of claims per report**: every contrast of the objective and every testable
+  two-factor interaction; Holm's step-down correction over the whole family
+  (``statsmodels.stats.multitest.multipletests``). A claim is *detected* (Holm-adjusted p < alpha:
+  its 95% interval excludes 0), *equivalent* (the study's ``min_effect`` is set and the two
+  one-sided tests against +-min_effect, Holm-adjusted, reject: no effect as large as
+  ``min_effect``; Schuirmann 1987, Lakens 2017), or *not resolved at n seeds* (with the seeds a
+  test at the family's Bonferroni level would need for 80% power at ``min_effect``).
+- **Effect sizes**: d_z = mean(d) / sd(d) of the per-seed differences (paired data); the
+  probability of improvement is the fraction of seeds (ties left out) on which the level beat the
+  baseline, with its exact Clopper-Pearson interval.
+
+Sign convention: a difference is ``level - baseline`` in the objective's units; it is an improvement
+when it is positive for ``mode: max`` and negative for ``mode: min``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+#: Confidence level of every interval.
+CONFIDENCE = 0.95
+#: Family-wise error rate of the claims.
+ALPHA = 0.05
+#: Power that the seed planning aims for.
+POWER = 0.8
+#: Fewer seeds than this give no interval and no verdict but "not resolved".
+MIN_SEEDS = 3
+#: The largest seed count the planner looks at.
+MAX_SEEDS = 1000
+#: Verdicts a claim can carry (no other verdict words are used).
+DETECTED, EQUIVALENT, NOT_RESOLVED = "detected", "equivalent", "not resolved"
+#: Inference methods.
+PAIRED, MODEL = "paired t", "linear model"
+
+
+def _finite(values: object) -> np.ndarray:
+    x = np.asarray(values, dtype=float).ravel()
+    return x[np.isfinite(x)]
+
+
+# ------------------------------------------------------------------------------------- one sample
+
+
+def t_interval(values: object, confidence: float = CONFIDENCE, min_n: int = MIN_SEEDS) -> tuple[float, float]:
+    """The t-interval of the mean of ``values`` (one per seed): ``mean +- t_{n-1} sd / sqrt(n)``.
+
+    Args:
+        values: [n] finite values (non-finite ones are dropped).
+        confidence: the interval's level.
+        min_n: fewer values give ``(nan, nan)``: no interval.
+
+    Returns:
+        ``(low, high)`` in the values' units; a zero-width interval when every value is equal.
+    """
+    x = _finite(values)
+    if x.size < max(2, min_n):
+        return math.nan, math.nan
+    half = stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean() - half), float(x.mean() + half)
+
+
+def d_z(differences: object) -> float:
+    """Cohen's d_z of paired data: ``mean(d) / sd(d)`` of the per-seed differences (NaN with fewer
+    than two or when sd = 0)."""
+    d = _finite(differences)
+    if d.size < 2 or d.std(ddof=1) == 0:
+        return math.nan
+    return float(d.mean() / d.std(ddof=1))
+
+
+@dataclass(frozen=True)
+class Improvement:
+    """The seeds on which the level improved on the baseline: ``k`` of ``n`` untied seeds, the
+    fraction, and its exact (Clopper-Pearson) 95% interval."""
+
+    k: int
+    n: int
+    fraction: float
+    low: float
+    high: float
+
+
+def seeds_improved(differences: object, mode: str = "max", confidence: float = CONFIDENCE) -> Improvement:
+    """The fraction of seeds whose difference (level - baseline) is an improvement (> 0 for ``max``,
+    < 0 for ``min``), ties (difference 0) left out, with the exact binomial interval
+    (``scipy.stats.binomtest(...).proportion_ci(method="exact")``)."""
+    d = _finite(differences)
+    sign = -1.0 if mode == "min" else 1.0
+    untied = d[d != 0] * sign
+    n, k = int(untied.size), int((untied > 0).sum())
+    if n == 0:
+        return Improvement(0, 0, math.nan, math.nan, math.nan)
+    ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
+    return Improvement(k, n, k / n, float(ci.low), float(ci.high))
+
+
+def holm(pvalues: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjustment (Holm 1979) via ``statsmodels.stats.multitest.multipletests``;
+    NaN entries are not tests: they stay NaN and do not count in the family's size."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.isfinite(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return out
+
+
+def tost_p(estimate: float, se: float, df: float, bound: float) -> float:
+    """p-value of the two one-sided tests (TOST) that the true difference lies within
+    ``(-bound, +bound)``: ``max(P(T >= (est + bound) / se), P(T <= (est - bound) / se))`` flipped to
+    the rejecting tails, T ~ t(df). Small p: equivalent. NaN without a bound, se or df."""
+    if not (bound > 0 and math.isfinite(se) and se >= 0 and df > 0 and math.isfinite(estimate)):
+        return math.nan
+    if se == 0:
+        return 0.0 if abs(estimate) < bound else 1.0
+    p_low = stats.t.sf((estimate + bound) / se, df)   # H0: diff <= -bound
+    p_high = stats.t.cdf((estimate - bound) / se, df)  # H0: diff >= +bound
+    return float(max(p_low, p_high))
+
+
+def seeds_for_power(sd: float, effect: float, *, alpha: float = ALPHA, power: float = POWER,
+                    max_n: int = MAX_SEEDS) -> float:
+    """The smallest number of seeds n >= 2 at which a two-sided paired t-test at ``alpha`` detects a
+    true mean difference ``effect`` with probability ``power``, when the per-seed differences have
+    standard deviation ``sd`` (``statsmodels.stats.power.TTestPower``).
+
+    Returns:
+        n; ``inf`` when ``max_n`` is not enough or ``effect`` is 0; NaN when sd is unknown; 2 when
+        sd is 0 and the effect is not.
+    """
+    if not (math.isfinite(sd) and math.isfinite(effect)):
+        return math.nan
+    if effect == 0:
+        return math.inf
+    if sd == 0:
+        return 2.0
+    from statsmodels.stats.power import TTestPower
+
+    es = abs(effect) / sd
+    tp = TTestPower()
+    for lo, hi in ((2, 64), (65, max_n)):
+        n = np.arange(lo, hi + 1, dtype=float)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pw = np.asarray(tp.power(es, n, alpha, alternative="two-sided"), dtype=float)
+        hit = np.flatnonzero(pw >= power)
+        if hit.size:
+            return float(n[hit[0]])
+    return math.inf
+
+
+# -------------------------------------------------------------------------------------- contrasts
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One level of one factor against the factor's baseline level.
+
+    Attributes:
+        factor, level, baseline: what is compared.
+        method: ``paired t`` or ``linear model`` (see the module docstring).
+        n_seeds: seeds with both values; cells: matched cells averaged (1 for a paired comparison).
+        level_mean, baseline_mean: means over seeds (matched cells), objective units.
+        estimate: level - baseline (objective units); se: its standard error; df: its degrees of
+            freedom (n - 1, or the model's residual df).
+        ci_low, ci_high: the 95% interval (NaN below :data:`MIN_SEEDS` seeds).
+        p: two-sided p-value of "no difference"; p_tost: TOST p-value at +-min_effect (NaN without one).
+        seeds, per_seed: the seeds and the per-seed differences (matched cells averaged).
+        d_z: the paired effect size; improved: seeds improved (:func:`seeds_improved`).
+        primary: the study names it in ``primary:``.
+    """
+
+    factor: str
+    level: str
+    baseline: str
+    method: str
+    n_seeds: int
+    cells: int
+    level_mean: float
+    baseline_mean: float
+    estimate: float
+    se: float
+    df: float
+    ci_low: float
+    ci_high: float
+    p: float
+    p_tost: float
+    seeds: tuple[int, ...]
+    per_seed: tuple[float, ...]
+    d_z: float
+    improved: Improvement
+    primary: bool = False
+
+    @property
+    def name(self) -> str:
+        """``factor: level vs baseline``."""
+        return f"{self.factor}: {self.level} vs {self.baseline}"
+
+    @property
+    def sd_per_seed(self) -> float:
+        """The standard deviation of one seed's difference implied by the interval: ``se sqrt(n)``."""
+        return self.se * math.sqrt(self.n_seeds) if self.n_seeds else math.nan
+
+
+def paired_values(per_trial: pd.DataFrame, column: str, level: str, base: str, level_columns: Sequence[str],
+                  *, value: str = "objective") -> tuple[pd.DataFrame, int]:
+    """Per seed, the value of ``level`` and of ``base`` of one factor, matched cell by cell.
+
+    Arms with ``level`` are paired with the arm that differs only in this factor (set to ``base``)
+    at the same seed; each seed's pairs are averaged (a full factorial averages over the other
+    factors' matched cells; a one-at-a-time design compares with the baseline arm). Without any
+    matched cell (fractional, random designs) the mean over the arms with each level is used.
+
+    Returns:
+        ``(frame, cells)``: columns ``seed, x`` (level), ``y`` (base), one row per seed with both;
+        ``cells`` is the number of matched cells (0: marginal means).
+    """
+    others = [c for c in level_columns if c != column]
+    xs = per_trial[per_trial[column] == level]
+    ys = per_trial[per_trial[column] == base]
+    pairs = xs.merge(ys, on=[*others, "seed"], suffixes=("_x", "_y"))
+    pairs = pairs[np.isfinite(pairs[f"{value}_x"].astype(float)) & np.isfinite(pairs[f"{value}_y"].astype(float))]
+    if not pairs.empty:
+        cells = int(pairs[others].drop_duplicates().shape[0]) if others else 1
+        g = pairs.groupby("seed")[[f"{value}_x", f"{value}_y"]].mean().reset_index()
+        return g.rename(columns={f"{value}_x": "x", f"{value}_y": "y"}), cells
+    x = xs.groupby("seed")[value].mean().rename("x")
+    y = ys.groupby("seed")[value].mean().rename("y")
+    df = pd.concat([x, y], axis=1, join="inner").reset_index()
+    return df[np.isfinite(df["x"]) & np.isfinite(df["y"])].reset_index(drop=True), 0
+
+
+def paired_contrast(x: Sequence[float], y: Sequence[float], seeds: Sequence[int], *, factor: str, level: str,
+                    baseline: str, mode: str = "max", min_effect: float | None = None, cells: int = 1,
+                    confidence: float = CONFIDENCE) -> Contrast:
+    """The paired t comparison of per-seed values ``x`` (level) and ``y`` (baseline): estimate
+    mean(x - y), se sd(d)/sqrt(n), n - 1 degrees of freedom, the t-interval (none below
+    :data:`MIN_SEEDS` seeds), the two-sided p-value and the TOST p-value at ``min_effect``.
+
+    When every difference is equal (sd 0) the interval has zero width and p is 0 (or 1 when the
+    differences are 0)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    d = x - y
+    n = int(d.size)
+    est = float(d.mean()) if n else math.nan
+    sd = float(d.std(ddof=1)) if n > 1 else math.nan
+    se = sd / math.sqrt(n) if n > 1 else math.nan
+    df = float(n - 1)
+    if n >= 2 and sd == 0:
+        p = 1.0 if est == 0 else 0.0
+    elif n >= 2:
+        p = float(2 * stats.t.sf(abs(est) / se, df))
+    else:
+        p = math.nan
+    lo, hi = t_interval(d, confidence)
+    return Contrast(
+        factor=factor, level=level, baseline=baseline, method=PAIRED, n_seeds=n, cells=cells,
+        level_mean=float(x.mean()) if n else math.nan, baseline_mean=float(y.mean()) if n else math.nan,
+        estimate=est, se=se, df=df, ci_low=lo, ci_high=hi,
+        p=p if n >= MIN_SEEDS else math.nan,
+        p_tost=tost_p(est, se, df, min_effect) if (min_effect and n >= MIN_SEEDS) else math.nan,
+        seeds=tuple(int(s) for s in seeds), per_seed=tuple(float(v) for v in d), d_z=d_z(d),
+        improved=seeds_improved(d, mode, confidence),
+    )
+
+
+# ---------------------------------------------------------------------------------- linear model
+
+
+def _q(column: str) -> str:
+    return f"C(Q({column!r}), Sum)"
+
+
+@dataclass(frozen=True)
+class TermTest:
+    """One row of the Type II analysis of variance.
+
+    Attributes:
+        term: ``factor`` or ``a:b``; kind: ``block``, ``main``, ``interaction`` or ``residual``.
+        df: numerator degrees of freedom (rank gained by the term); df_resid: the full model's.
+        sum_sq: Type II sum of squares (objective units squared); F, p: against the full model's
+            residual mean square. note: why a term could not be tested.
+    """
+
+    term: str
+    kind: str
+    df: int
+    df_resid: int
+    sum_sq: float
+    F: float
+    p: float
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """The study's fitted model (see :func:`fit_model`).
+
+    Attributes:
+        formula: the statsmodels formula, in the table's column names.
+        n: trials used; df_resid: residual degrees of freedom (n - rank); sigma: residual SD.
+        interactions: two-factor interactions are in the model.
+        anova: the Type II table, one :class:`TermTest` per term and one for the residual.
+        fit: the statsmodels results object (for contrasts).
+        data: the rows it was fitted on.
+    """
+
+    formula: str
+    n: int
+    df_resid: int
+    sigma: float
+    interactions: bool
+    anova: tuple[TermTest, ...]
+    fit: object = field(repr=False, compare=False)
+    data: pd.DataFrame = field(repr=False, compare=False)
+    factors: dict[str, str] = field(default_factory=dict)
+
+    def anova_frame(self) -> pd.DataFrame:
+        """The Type II table as a DataFrame (``term, kind, df, df_resid, sum_sq, F, p, note``)."""
+        return pd.DataFrame([t.__dict__ for t in self.anova])
+
+
+def _ols(formula: str, data: pd.DataFrame) -> object:
+    import statsmodels.formula.api as smf
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rank-deficient designs (empty cells) are handled by rank below
+        return smf.ols(formula, data).fit()
+
+
+def _rank(fit: object) -> int:
+    return int(np.linalg.matrix_rank(fit.model.exog))  # type: ignore[attr-defined]
+
+
+def fit_model(per_trial: pd.DataFrame, factors: Mapping[str, str], *, value: str = "objective",
+              interactions: bool = True, block: str = "seed") -> LinearModel:
+    """Fit ``value ~ C(seed) + main effects [+ two-factor interactions]`` by OLS (``statsmodels``),
+    sum-to-zero coded, and its Type II analysis of variance.
+
+    Type II sum of squares of a term T: RSS(model of the terms not containing T) - RSS(that model
+    + T); its df is the rank the term adds (so empty cells and aliased columns count right); F uses
+    the full model's residual mean square and residual df (n - rank of the full model).
+
+    Args:
+        per_trial: one row per trial: the factor columns, ``seed``, ``value``.
+        factors: factor name -> column.
+        interactions: add every two-factor interaction (full designs).
+        block: the blocking column; left out when it has one level.
+
+    Raises:
+        ValueError: no finite values.
+    """
+    data = per_trial[np.isfinite(per_trial[value].astype(float))].reset_index(drop=True).copy()
+    if data.empty:
+        raise ValueError("no finite objective values to fit")
+    data["_y"] = data[value].astype(float)
+    for c in factors.values():
+        data[c] = data[c].astype(str)
+    use_block = block in data and data[block].nunique() > 1
+    if use_block:
+        data["_block"] = data[block].astype(str)
+    names = [f for f, c in factors.items() if data[c].nunique() > 1]
+    terms: dict[str, tuple[str, tuple[str, ...]]] = {f: (_q(factors[f]), (f,)) for f in names}
+    if interactions:
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                terms[f"{a}:{b}"] = (f"{_q(factors[a])}:{_q(factors[b])}", (a, b))
+
+    def formula(keep: Sequence[str]) -> str:
+        rhs = ["1"] + (["C(_block)"] if use_block else []) + [terms[t][0] for t in keep]
+        return "_y ~ " + " + ".join(rhs)
+
+    full = _ols(formula(list(terms)), data)
+    rank_full = _rank(full)
+    df_res = int(len(data) - rank_full)
+    rss_full = float(full.ssr)  # type: ignore[attr-defined]
+    ms_res = rss_full / df_res if df_res > 0 else math.nan
+    rows: list[TermTest] = []
+    if use_block:
+        without = _ols(formula(list(terms)).replace(" + C(_block)", ""), data)
+        rows.append(_term_row(f"{block} (block)", "block", without, full, full, df_res, ms_res))
+    for t, (_, members) in terms.items():
+        others = [u for u, (_, m) in terms.items() if u != t and not set(members) <= set(m)]
+        reduced = _ols(formula(others), data)
+        with_t = _ols(formula([*others, t]), data)
+        rows.append(_term_row(t, "main" if len(members) == 1 else "interaction", reduced, with_t, full, df_res,
+                              ms_res))
+    rows.append(TermTest("residual", "residual", df_res, df_res, rss_full, math.nan, math.nan,
+                         "" if df_res > 0 else "no residual degrees of freedom: add seeds to test effects"))
+    return LinearModel(formula=formula(list(terms)), n=len(data), df_resid=df_res,
+                       sigma=math.sqrt(ms_res) if df_res > 0 else math.nan, interactions=interactions,
+                       anova=tuple(rows), fit=full, data=data, factors=dict(factors))
+
+
+def _term_row(term: str, kind: str, reduced: object, with_t: object, full: object, df_res: int,
+              ms_res: float) -> TermTest:
+    df = _rank(with_t) - _rank(reduced)
+    if df == 0:
+        return TermTest(term, kind, 0, df_res, math.nan, math.nan, math.nan,
+                        "not estimable: the design confounds it with the other terms")
+    ss = max(0.0, float(reduced.ssr) - float(with_t.ssr))  # type: ignore[attr-defined]
+    if not df_res > 0:
+        return TermTest(term, kind, df, df_res, ss, math.nan, math.nan, "no residual degrees of freedom")
+    if ms_res == 0:
+        f = math.inf if ss > 0 else math.nan
+        return TermTest(term, kind, df, df_res, ss, f, 0.0 if ss > 0 else math.nan)
+    f = (ss / df) / ms_res
+    return TermTest(term, kind, df, df_res, ss, float(f), float(stats.f.sf(f, df, df_res)))
+
+
+def _exog(model: LinearModel, rows: pd.DataFrame) -> np.ndarray:
+    spec = model.fit.model.data.model_spec  # type: ignore[attr-defined]
+    try:
+        from patsy import DesignInfo, build_design_matrices
+    except ImportError:  # pragma: no cover - statsmodels with formulaic only
+        DesignInfo = None  # noqa: N806
+    if DesignInfo is not None and isinstance(spec, DesignInfo):
+        return np.asarray(build_design_matrices([spec], rows)[0], dtype=float)
+    return np.asarray(spec.get_model_matrix(rows), dtype=float)  # formulaic's ModelSpec
+
+
+def model_contrast(model: LinearModel, per_trial: pd.DataFrame, factor: str, level: str, baseline: str, *,
+                   mode: str = "max", min_effect: float | None = None, value: str = "objective",
+                   confidence: float = CONFIDENCE) -> Contrast | None:
+    """The estimated marginal mean difference ``level - baseline`` of one factor from the fitted
+    model: the mean over the matched cells (combinations of the other factors at which both levels
+    have data) of the model's predicted difference, or, without matched cells, the mean over the
+    full grid of the other factors' levels present in the data. Its standard error, t-interval and
+    p-value use the model's covariance and residual degrees of freedom (``fit.t_test``).
+
+    Returns:
+        The :class:`Contrast` (its per-seed differences are the matched cells' raw differences, for
+        display), or None when no seed has both levels or the contrast is not estimable.
+    """
+    cols = model.factors
+    col = cols[factor]
+    others = [c for f, c in cols.items() if f != factor]
+    data = model.data
+    frame, cells = paired_values(per_trial.assign(**{c: per_trial[c].astype(str) for c in cols.values()}), col,
+                                 str(level), str(baseline), list(cols.values()), value=value)
+    if frame.empty:
+        return None
+    if cells:
+        at_x = data[data[col] == str(level)][others].drop_duplicates()
+        at_y = data[data[col] == str(baseline)][others].drop_duplicates()
+        grid = at_x.merge(at_y, on=others) if others else pd.DataFrame(index=[0])
+    else:
+        grid = pd.DataFrame(index=[0])
+        for c in others:
+            grid = grid.merge(pd.DataFrame({c: sorted(data[c].unique())}), how="cross")
+    seed_rows = data[["_block"]].drop_duplicates() if "_block" in data else pd.DataFrame(index=[0])
+    base_grid = grid.merge(seed_rows, how="cross") if len(seed_rows.columns) else grid
+    ex_x = _exog(model, base_grid.assign(**{col: str(level)}))
+    ex_y = _exog(model, base_grid.assign(**{col: str(baseline)}))
+    lvec = ex_x.mean(axis=0) - ex_y.mean(axis=0)
+    x_full = np.asarray(model.fit.model.exog, dtype=float)  # type: ignore[attr-defined]
+    proj = lvec @ np.linalg.pinv(x_full) @ x_full
+    if not np.allclose(proj, lvec, atol=1e-8 * max(1.0, np.abs(lvec).max())):
+        return None  # not estimable from this design
+    est = float(lvec @ np.asarray(model.fit.params))  # type: ignore[attr-defined]
+    cov = np.asarray(model.fit.cov_params())  # type: ignore[attr-defined]
+    se = float(math.sqrt(max(0.0, lvec @ cov @ lvec)))
+    df = float(model.df_resid)
+    n = int(len(frame))
+    d = (frame["x"] - frame["y"]).to_numpy(float)
+    ok = n >= MIN_SEEDS and df > 0 and math.isfinite(se)
+    if ok and se > 0:
+        half = stats.t.ppf(0.5 + confidence / 2, df) * se
+        lo, hi = est - half, est + half
+        p = float(2 * stats.t.sf(abs(est) / se, df))
+    elif ok:
+        lo = hi = est
+        p = 1.0 if est == 0 else 0.0
+    else:
+        lo = hi = p = math.nan
+    return Contrast(
+        factor=factor, level=str(level), baseline=str(baseline), method=MODEL, n_seeds=n, cells=cells,
+        level_mean=float(frame["x"].mean()), baseline_mean=float(frame["y"].mean()), estimate=est, se=se, df=df,
+        ci_low=float(lo), ci_high=float(hi), p=p,
+        p_tost=tost_p(est, se, df, min_effect) if (min_effect and ok) else math.nan,
+        seeds=tuple(int(s) for s in frame["seed"]), per_seed=tuple(float(v) for v in d), d_z=d_z(d),
+        improved=seeds_improved(d, mode, confidence),
+    )
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One member of the report's family: a contrast, or a model term (an interaction).
+
+    Attributes:
+        name: ``factor: level vs baseline`` or ``interaction a × b``.
+        contrast: the contrast (None for a term); term: the ANOVA row (None for a contrast).
+        p_holm, p_tost_holm: Holm-adjusted over the family (NaN when not testable).
+        verdict: :data:`DETECTED`, :data:`EQUIVALENT` or :data:`NOT_RESOLVED`.
+        reason: for "not resolved": why (too few seeds, interval too wide ...).
+        seeds_needed: seeds a paired test at the family's Bonferroni level would need for 80% power
+            at ``min_effect`` (or, without one, at the observed difference); NaN for terms.
+        primary: the study's ``primary:`` names it.
+    """
+
+    name: str
+    contrast: Contrast | None
+    term: TermTest | None
+    p_holm: float
+    p_tost_holm: float
+    verdict: str
+    reason: str
+    seeds_needed: float
+    primary: bool
+
+
+@dataclass(frozen=True)
+class Family:
+    """The report's family of claims, corrected together (Holm, family-wise ``alpha``).
+
+    Attributes:
+        claims: primary claims first, then exploratory ones.
+        size: the number of tests in the family (claims that could be tested).
+        alpha: the family-wise error rate; min_effect: the study's minimum effect of interest.
+        method: how the contrasts were estimated (:data:`PAIRED` or :data:`MODEL`).
+        n_seeds: seeds per arm (the smallest over the claims).
+    """
+
+    claims: tuple[Claim, ...]
+    size: int
+    alpha: float
+    min_effect: float | None
+    method: str
+    n_seeds: int
+
+    @property
+    def primary(self) -> tuple[Claim, ...]:
+        return tuple(c for c in self.claims if c.primary)
+
+    @property
+    def exploratory(self) -> tuple[Claim, ...]:
+        return tuple(c for c in self.claims if not c.primary)
+
+
+def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *, min_effect: float | None = None,
+                alpha: float = ALPHA, method: str = PAIRED, power: float = POWER) -> Family:
+    """Correct every contrast and testable term together (Holm) and give each its verdict.
+
+    A contrast is *detected* when its Holm-adjusted p < alpha, else *equivalent* when ``min_effect``
+    is set and its Holm-adjusted TOST p < alpha, else *not resolved*. A term is *detected* or *not
+    resolved*. Claims with fewer than :data:`MIN_SEEDS` seeds are not tested (they do not count in the
+    family's size) and are *not resolved*.
+    """
+    p = [c.p for c in contrasts] + [t.p for t in terms]
+    p_holm = holm(p)
+    tost = holm([c.p_tost for c in contrasts] + [math.nan] * len(terms))
+    size = int(np.isfinite(np.asarray(p, dtype=float)).sum())
+    plan_alpha = alpha / max(1, size or (len(contrasts) + len(terms)))
+    claims: list[Claim] = []
+    for i, c in enumerate(contrasts):
+        sd = c.sd_per_seed
+        effect = min_effect if min_effect else abs(c.estimate)
+        need = seeds_for_power(sd, effect, alpha=plan_alpha, power=power) if c.n_seeds >= 2 else math.nan
+        if c.n_seeds < MIN_SEEDS:
+            verdict, reason = NOT_RESOLVED, f"{c.n_seeds} seed{'s' if c.n_seeds != 1 else ''}: no interval below {MIN_SEEDS}"
+        elif p_holm[i] < alpha:
+            verdict, reason = DETECTED, ""
+        elif min_effect and tost[i] < alpha:
+            verdict, reason = EQUIVALENT, ""
+        else:
+            verdict, reason = NOT_RESOLVED, ("the interval includes 0" + (
+                f" and reaches beyond ±{min_effect:g}" if min_effect else "; no min_effect declared, so "
+                "equivalence cannot be claimed"))
+        claims.append(Claim(c.name, c, None, float(p_holm[i]), float(tost[i]), verdict, reason, need, c.primary))
+    for j, t in enumerate(terms):
+        ph = float(p_holm[len(contrasts) + j])
+        verdict = DETECTED if ph < alpha else NOT_RESOLVED
+        reason = "" if verdict == DETECTED else (t.note or "the F-test does not reject no interaction")
+        claims.append(Claim(f"interaction {t.term.replace(':', ' × ')}", None, t, ph, math.nan, verdict, reason,
+                            math.nan, False))
+    claims.sort(key=lambda c: not c.primary)
+    n_seeds = min((c.n_seeds for c in contrasts), default=0)
+    return Family(tuple(claims), size, alpha, min_effect, method, n_seeds)
+
+
+# ------------------------------------------------------------------------------------------- study
+
+
+def contrast_keys(factors: Mapping[str, Sequence[str]], baseline: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Every ``(factor, level)`` that is compared with its factor's baseline, in factor order."""
+    return [(f, str(lv)) for f, levels in factors.items() for lv in levels if str(lv) != str(baseline[f])]
+
+
+def is_primary(factor: str, level: str, primary: Sequence[str]) -> bool:
+    """Whether ``primary:`` (entries ``factor`` = every level of it, or ``factor=level``) names it."""
+    return any(p == factor or p == f"{factor}={level}" for p in primary)
+
+
+def uses_model(design: str, n_factors: int) -> bool:
+    """A study's contrasts come from the linear model when it crosses factors (full with several
+    factors, fractional, random); from paired t-tests otherwise (one factor, one-at-a-time)."""
+    return n_factors > 1 and design != "one_at_a_time"
+
+
+@dataclass(frozen=True)
+class StudyInference:
+    """The inference of one study on its objective: the contrasts, the model (factorial studies),
+    and the family of claims (see :func:`infer`)."""
+
+    method: str
+    contrasts: tuple[Contrast, ...]
+    model: LinearModel | None
+    family: Family
+
+
+def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],
+          baseline: Mapping[str, str], *, design: str = "full", mode: str = "max", min_effect: float | None = None,
+          primary: Sequence[str] = (), alpha: float = ALPHA, value: str = "objective") -> StudyInference:
+    """Every level-vs-baseline contrast of a study and its family of claims.
+
+    Args:
+        per_trial: one row per trial: factor columns, ``seed``, ``value``.
+        factors: factor name -> column; levels: factor name -> level order; baseline: factor -> level.
+        design: the study's design name (``full``, ``one_at_a_time``, ``fractional``, ``random`` ...).
+        mode: ``max`` or ``min``; min_effect: the study's minimum effect of interest (objective units).
+        primary: the study's ``primary:`` entries.
+    """
+    data = per_trial[np.isfinite(per_trial[value].astype(float))].copy()
+    for c in factors.values():
+        data[c] = data[c].astype(str)
+    cols = list(factors.values())
+    model: LinearModel | None = None
+    method = MODEL if uses_model(design, len(factors)) else PAIRED
+    if method == MODEL and len(data) > 1:
+        model = fit_model(data, factors, value=value, interactions=design == "full")
+    out: list[Contrast] = []
+    for f, lv in contrast_keys(levels, baseline):
+        base = str(baseline[f])
+        if model is not None:
+            c = model_contrast(model, data, f, lv, base, mode=mode, min_effect=min_effect, value=value)
+        else:
+            frame, cells = paired_values(data, factors[f], lv, base, cols, value=value)
+            c = None if frame.empty else paired_contrast(frame["x"], frame["y"], frame["seed"], factor=f, level=lv,
+                                                         baseline=base, mode=mode, min_effect=min_effect,
+                                                         cells=max(cells, 1))
+        if c is not None:
+            out.append(replace(c, primary=is_primary(f, lv, primary)))
+    terms = [t for t in (model.anova if model is not None else ()) if t.kind == "interaction"]
+    n_min = min((c.n_seeds for c in out), default=0)
+    if n_min < MIN_SEEDS:
+        terms = [replace(t, p=math.nan, note=f"{n_min} seeds: not tested below {MIN_SEEDS}") for t in terms]
+    family = make_family(out, terms, min_effect=min_effect, alpha=alpha, method=method)
+    return StudyInference(method, tuple(out), model, family)
+
+
+# ------------------------------------------------------------------------------------------ per arm
+
+
+def arm_table(per_trial: pd.DataFrame, level_columns: Sequence[str] = (), *, value: str = "objective") -> pd.DataFrame:
+    """Per arm: seeds, mean, SD, the 95% t-interval of the mean over seeds (none below
+    :data:`MIN_SEEDS` seeds) and the interquartile mean (a point value: no interval).
+
+    Returns:
+        Columns ``arm, <levels>, n_seeds, mean, std, ci_low, ci_high, iqm``, arms in order of appearance.
+    """
+    rows = []
+    for arm, g in per_trial.groupby("arm", sort=False):
+        x = _finite(g.groupby("seed")[value].mean())
+        lo, hi = t_interval(x)
+        rows.append({"arm": arm, **{c: g[c].iloc[0] for c in level_columns}, "n_seeds": int(x.size),
+                     "mean": float(x.mean()) if x.size else math.nan,
+                     "std": float(x.std(ddof=1)) if x.size > 1 else math.nan, "ci_low": lo, "ci_high": hi,
+                     "iqm": float(stats.trim_mean(x, 0.25)) if x.size else math.nan})
+    return pd.DataFrame(rows, columns=["arm", *level_columns, "n_seeds", "mean", "std", "ci_low", "ci_high", "iqm"])
