@@ -16,11 +16,13 @@ A study compares *arms* (combinations of factor levels) over paired *seeds* at a
     design: full                     # optional (default full); a name or {name: ..., option: ...}
     baseline: {loss_norm: sequence, clip_high: 0.2}           # the control arm (required by one_at_a_time)
     exclude: [{loss_norm: token, clip_high: 0.28}]            # optional; combinations not to run
-    seeds: 3                         # required; n (seeds 0..n-1) or a list of distinct ints
+    seeds: 3                         # required; n (seeds 0..n-1), a list of distinct ints, or {min: 4, max: 16}
     budgets: {smoke: {train.steps: 2}, full: {train.steps: 400}}  # optional; 'default' always exists
     objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 3}   # required
     tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 8, budget: smoke, seeds: 1}
     report: {metrics: [response/length_incorrect, response/length_correct]}   # optional
+    primary: [loss_norm]             # optional; the contrast(s) the study exists for: factor or factor=level
+    min_effect: 0.03                 # optional; the smallest effect worth finding, in the objective's units
 
 Keys, one by one:
 
@@ -44,7 +46,9 @@ Keys, one by one:
 - ``exclude``: a list of mappings factor -> level. Every arm that matches all the given levels is
   dropped (an entry may name only some factors). Applies to every design.
 - ``seeds``: ``n`` (a positive int: seeds 0, 1, ..., n-1) or a list of distinct ints. Every arm runs
-  the same seeds, so arms can be compared seed by seed (paired).
+  the same seeds, so arms can be compared seed by seed (paired). ``{min: a, max: b}`` (1 <= a <= b)
+  makes the seed count adaptive: the study runs seeds 0..a-1 first, and ``ablate run`` adds seeds in
+  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.planning`).
 - ``budgets``: budget name (``[a-z0-9_-]+``) -> dotted overrides (e.g. ``train.steps``), chosen with
   ``--budget``; ``default`` always exists (``{}`` unless given).
 - ``objective``: ``metric`` (a logged metric name), ``mode`` (``max`` | ``min``), ``summary``
@@ -58,6 +62,13 @@ Keys, one by one:
   by level against the baseline, each summarised per trial as the mean of its last 10% of logged
   values, with the same paired CIs as the objective but no "better" or "worse" (a diagnostic such as
   the length of incorrect completions has no preferred direction).
+
+- ``primary``: a list of contrasts the study exists for, each ``factor`` (every level of it against
+  the baseline level) or ``factor=level`` (that level against the baseline level). The report's
+  headline; every other contrast is labelled exploratory. Default: every contrast is exploratory.
+- ``min_effect``: the smallest difference worth finding, in the objective's units (a fraction for
+  eval/accuracy: 0.03 is 3 points), > 0. Equivalence ("no effect as large as min_effect") can only
+  be claimed with it, and ``ablate plan`` plans seeds for it.
 
 Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the budget's
 overrides < the arm's levels (in factor order) < the trial's seed (path ``seed``, which only
@@ -102,6 +113,8 @@ STUDY_KEYS: dict[str, str] = {
     "objective": "the metric the study compares",
     "tune": "per-arm hyper-parameter tuning",
     "report": "extra metrics the report compares level by level",
+    "primary": "the contrasts the study exists for: factor or factor=level",
+    "min_effect": "the smallest effect worth finding, in the objective's units",
 }
 REQUIRED_KEYS = ("name", "factors", "seeds", "objective")
 FACTOR_KEYS = ("description", "levels", "path", "values")
@@ -110,6 +123,7 @@ OBJECTIVE_MODES = ("max", "min")
 OBJECTIVE_SUMMARIES = ("last", "mean", "max", "min", "auc")
 TUNE_KEYS = ("params", "trials", "budget", "seeds")
 REPORT_KEYS = ("metrics",)
+SEED_RANGE_KEYS = ("min", "max")
 TUNE_PARAM_KEYS = ("low", "high", "log")
 DEFAULT_BUDGET = "default"
 SEED_PATH = "seed"
@@ -382,6 +396,14 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class SeedRange:
+    """Adaptive seeds: start with ``min`` seeds (0..min-1), add rounds up to ``max``."""
+
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
 class TuneParam:
     """A tuned parameter: ``low`` <= value <= ``high``, sampled on a log scale when ``log``."""
 
@@ -463,6 +485,20 @@ class Study:
     aliasing: AliasStructure | None = None
     report_metrics: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    primary: tuple[str, ...] = ()
+    min_effect: float | None = None
+    seed_range: SeedRange | None = None
+
+    @property
+    def baseline_levels(self) -> dict[str, str]:
+        """The baseline level of every factor (``baseline:``, else each factor's first level)."""
+        return dict(self.baseline) if self.baseline else {f.name: f.levels[0].name for f in self.factors}
+
+    def with_seeds(self, seeds: Sequence[int]) -> Study:
+        """The same study with other seeds (adaptive rounds add seeds this way)."""
+        from dataclasses import replace
+
+        return replace(self, seeds=tuple(int(s) for s in seeds))
 
     def factor(self, name: str) -> Factor:
         """The factor called ``name``."""
@@ -637,10 +673,24 @@ class _Checker:
                 ok = False
         return {k: plain(v) for k, v in node.items()} if ok else None
 
-    def seeds(self, parent: Any, key: str, path: str) -> tuple[int, ...] | None:
+    def seed_range(self, parent: Any, key: str, path: str) -> SeedRange | None:
+        """``{min: a, max: b}`` with 1 <= a <= b."""
+        node = parent[key]
+        line = _line(parent, key)
+        self.keys(node, path, SEED_RANGE_KEYS, "seeds key")
+        lo, hi = node.get("min"), node.get("max")
+        if not (_is_int(lo) and _is_int(hi) and 1 <= lo <= hi):
+            self.add(line, path, f"got {plain(node)!r}; allowed: {{min: a, max: b}} with integers 1 <= a <= b, "
+                                 "e.g. {min: 4, max: 16}")
+            return None
+        return SeedRange(lo, hi)
+
+    def seeds(self, parent: Any, key: str, path: str, allow_range: bool = False) -> tuple[int, ...] | None:
         value = parent[key]
         line = _line(parent, key)
         allowed = "allowed: a positive integer n (seeds 0..n-1) or a list of distinct integers >= 0"
+        if allow_range:
+            allowed += ", or {min: a, max: b} (adaptive)"
         if _is_int(value):
             if value >= 1:
                 return tuple(range(value))
@@ -967,6 +1017,46 @@ def _parse_report(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _parse_primary(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
+                   baseline: dict[str, str] | None) -> tuple[str, ...]:
+    node = doc["primary"]
+    if isinstance(node, str):
+        node = [node]
+    if not isinstance(node, list) or not node:
+        ck.add(_line(doc, "primary"), "primary", "must be a list of contrasts, each 'factor' or 'factor=level', "
+                                                 "e.g. [loss_norm] or [loss_norm=token]")
+        return ()
+    if factors is None:
+        return ()
+    fmap = {f.name: f for f in factors}
+    out: list[str] = []
+    for i, entry in enumerate(node):
+        line = _line(node, i) if isinstance(doc["primary"], list) else _line(doc, "primary")
+        path = f"primary[{i}]"
+        if not isinstance(entry, str):
+            ck.add(line, path, f"must be 'factor' or 'factor=level', got {plain(entry)!r}")
+            continue
+        fname, _, level = entry.partition("=")
+        if fname not in fmap:
+            ck.add(line, path, _unknown("factor", fname, fmap))
+            continue
+        names = fmap[fname].level_names()
+        base = (baseline or {}).get(fname, names[0])
+        if level:
+            if level not in names:
+                ck.add(line, path, _unknown(f"level of {fname}", level, names))
+                continue
+            if level == base:
+                ck.add(line, path, f"{level!r} is the baseline level of {fname}: a primary contrast compares another "
+                                   f"level with it; name one of {[n for n in names if n != base]}")
+                continue
+        if entry in out:
+            ck.add(line, path, f"{entry!r} is listed twice")
+            continue
+        out.append(entry)
+    return tuple(out)
+
+
 def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] | None) -> TuneSpec | None:
     node = doc["tune"]
     line = _line(doc, "tune")
@@ -1224,7 +1314,13 @@ def load_study(path: str | Path) -> Study:
                 elif budgets is not None:
                     budgets[bname] = ov
 
-    seeds = ck.seeds(doc, "seeds", "seeds") if "seeds" in doc else None
+    seed_range = ck.seed_range(doc, "seeds", "seeds") if isinstance(doc.get("seeds"), dict) else None
+    if seed_range is not None:
+        seeds: tuple[int, ...] | None = tuple(range(seed_range.min))
+    elif isinstance(doc.get("seeds"), dict):
+        seeds = None
+    else:
+        seeds = ck.seeds(doc, "seeds", "seeds", allow_range=True) if "seeds" in doc else None
     objective = _parse_objective(ck, doc) if "objective" in doc else None
     factors = _parse_factors(ck, doc) if "factors" in doc else None
     design_name, design, design_options = _parse_design(ck, doc)
@@ -1250,6 +1346,15 @@ def load_study(path: str | Path) -> Study:
 
     tune = _parse_tune(ck, doc, budgets) if doc.get("tune") is not None else None
     report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
+    primary = _parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
+    min_effect = None
+    if doc.get("min_effect") is not None:
+        v = doc["min_effect"]
+        if _is_number(v) and v > 0 and v != float("inf"):
+            min_effect = float(v)
+        else:
+            ck.add(_line(doc, "min_effect"), "min_effect", f"must be a number > 0 in the objective's units (e.g. "
+                                                          f"0.03 for 3 points of accuracy), got {plain(v)!r}")
 
     arms: list[Arm] = []
     excluded: list[Arm] = []
@@ -1288,6 +1393,9 @@ def load_study(path: str | Path) -> Study:
         aliasing=aliasing,
         report_metrics=report_metrics,
         warnings=tuple(config_warnings),
+        primary=primary,
+        min_effect=min_effect,
+        seed_range=seed_range,
     )
 
 

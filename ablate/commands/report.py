@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", metavar="URI",
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to the study's MLflow run")
+    parser.add_argument("--from", dest="from_folder", metavar="DIR",
+                        help="analyse again the results saved in a report folder (results.csv, tidy.csv.gz) "
+                             "instead of reading MLflow: today's statistics on trials that are not rerun; the report "
+                             "is written to --out (default: the same folder)")
 
 
 def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str) -> Any:
@@ -71,15 +75,54 @@ def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str)
                       + "; pass the study file's path (and --tracking-uri / --budget where it ran)")
 
 
+def upload_report(study_name: str, budget: str, tracking_uri: str | None, folder: Path) -> bool:
+    """Log the report folder as artifacts (under ``report/``) of the study's parent MLflow run at
+    ``budget``; False when there is no such run."""
+    from ablate.tracking import Tracker, log_report
+
+    tracker = Tracker(tracking_uri)
+    parent = tracker.find_parent(study_name, budget)
+    if parent is None:
+        return False
+    log_report(tracker, parent, folder)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
-    """Load the study, build the report, print where it is."""
+    """Load the study, build the report, upload it to the study's parent run, print where it is."""
     from ablate.report import build_report
 
+    if args.from_folder:
+        return rerender(args)
     with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
         study.check_budget(args.budget)
-        index = build_report(study, budget=args.budget, tracking_uri=args.tracking_uri, out_dir=args.out,
-                             log_artifacts=not args.no_log)
+        index = build_report(study, budget=args.budget, tracking_uri=args.tracking_uri, out_dir=args.out)
+        if not args.no_log:
+            upload_report(study.name, args.budget, args.tracking_uri, index.parent)
+    print(f"report: {index}")
+    print(f"markdown: {index.parent / 'README.md'}")
+    return 0
+
+
+def rerender(args: argparse.Namespace) -> int:
+    """``--from DIR``: the report of the results a report folder holds, by today's analysis."""
+    import shlex
+    import sys
+
+    from ablate.report import write_report
+    from ablate.report.folder import load_report_folder
+    from ablate.study import load_study
+    from ablate.tracking import code_version
+
+    study = load_study(args.study)
+    results = load_report_folder(study, args.from_folder)
+    tags = code_version()
+    command = "ablate report " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else f"ablate report {args.study}"
+    commit = tags.get("ablate.git_commit", "")
+    results.parent["ablate.rendered_by"] = command + (f" · at commit: {commit}" if commit else "") + (
+        " (with uncommitted changes)" if tags.get("ablate.git_dirty") == "true" else "")
+    index = write_report(study, results, args.out or args.from_folder)
     print(f"report: {index}")
     print(f"markdown: {index.parent / 'README.md'}")
     return 0

@@ -144,10 +144,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"results: MLflow {tracking_location(result.tracking_uri)}, experiment {study.name!r}")
     print(f"store: {result.storage}")
     rc = 0
+    from ablate.commands.report import upload_report
     from ablate.report import build_report
 
     try:
         path = build_report(study, budget=args.budget, tracking_uri=result.tracking_uri)
+        upload_report(study.name, args.budget, result.tracking_uri, path.parent)
         print(f"report: {path}")  # the last line: where to read the study's answer
     except Exception as exc:  # noqa: BLE001 - the trials are safe in MLflow; say what failed
         print(f"the report could not be built: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -1,25 +1,26 @@
 """The report's figures, drawn with seaborn on matplotlib's Agg canvas (no display, no pyplot state).
 
 Each function draws one figure that says one thing and returns it (a ``matplotlib.figure.Figure``),
-or None when the results hold no data for it (e.g. no ``policy/kl_ref`` logged). Every band or
-error bar is a 95% bootstrap CI over **seeds**: the data are first reduced to one value per seed
-(per level and step: the mean over the arms with that level), then resampled with
-:func:`ablate.analysis.bootstrap_ci`, the same (expanded percentile) interval as the report's tables.
+or None when the results hold no data for it (e.g. no ``policy/kl_ref`` logged). The data are
+first reduced to one value per seed (per level and step: the mean over the arms with that level).
+A band or error bar is the 95% t-interval over those seeds (:func:`ablate.inference.t_interval`),
+drawn only where there are at least 3 seeds; with fewer, each seed is drawn as its own line or dot.
+The first figure, :func:`forest_plot`, shows the report's claims with the intervals the claims used.
 
 Common arguments:
     table: the tidy results table (:mod:`ablate.results`).
     factors: factor name -> its column in ``table`` / ``per_trial``.
     levels: factor name -> level order.
-    n_boot: bootstrap resamples per interval.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -27,7 +28,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ablate.analysis import bootstrap_ci, seed_level_means
+from ablate import inference
+from ablate.analysis import seed_level_means
 
 #: Width of a figure in inches (at :data:`DPI`: 1100 pixels, the width of the report's column).
 WIDTH = 11.0
@@ -51,11 +53,27 @@ def theme() -> Iterator[None]:
         yield
 
 
-def ci_errorbar(n_boot: int) -> Callable[[pd.Series], tuple[float, float]]:
-    """A seaborn ``errorbar=`` function: the 95% bootstrap CI over the values given (one per seed)."""
-    def interval(values: pd.Series) -> tuple[float, float]:
-        return bootstrap_ci(values.to_numpy(float), n_boot=n_boot)
-    return interval
+def ci_errorbar(values: pd.Series) -> tuple[float, float]:
+    """A seaborn ``errorbar=`` function: the 95% t-interval over the values given (one per seed);
+    NaN (nothing drawn) below 3 seeds."""
+    return inference.t_interval(values.to_numpy(float))
+
+
+def _seed_count(d: pd.DataFrame) -> int:
+    """The smallest number of seeds behind any (level, step) point of ``d``."""
+    keys = [c for c in ("level", "step") if c in d]
+    return int(d.groupby(keys)["seed"].nunique().min()) if not d.empty else 0
+
+
+def _curves(ax: Any, d: pd.DataFrame, order: list[str], **kw: Any) -> str:
+    """Lines per level over steps: mean with a 95% t band over seeds (>= 3 seeds), else one thin
+    line per seed. Returns what was drawn, for the caption."""
+    if _seed_count(d) >= inference.MIN_SEEDS:
+        sns.lineplot(d, x="step", y="value", hue="level", hue_order=order, errorbar=ci_errorbar, ax=ax, **kw)
+        return "mean with 95% t-band over seeds"
+    sns.lineplot(d, x="step", y="value", hue="level", hue_order=order, units="seed", estimator=None, lw=1,
+                 alpha=0.8, ax=ax, **{k: v for k, v in kw.items() if k not in ("marker", "markersize")})
+    return "one line per seed (no band below 3 seeds)"
 
 
 def label(metric: str, unit: str | None) -> str:
@@ -91,56 +109,108 @@ def _order(levels: Mapping[str, Sequence[str]] | None, factor: str, present: Seq
 
 
 def learning_curves(table: pd.DataFrame, metric: str, factors: Mapping[str, str], *,
-                    levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None,
-                    n_boot: int = 1000) -> Figure | None:
+                    levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None) -> Figure | None:
     """The objective over training, one panel per factor, one line per level (mean over seeds of the
-    per-seed mean over the arms with that level), with its 95% CI band over seeds."""
+    per-seed mean over the arms with that level, averaging over the other factors), with its 95%
+    t-band over seeds from 3 seeds on, else one line per seed."""
     data = table[table["metric"] == metric]
     if data.empty:
         return None
+    drawn = ""
     with theme():
         fig, axes = _grid(len(factors))
         for ax, (factor, col) in zip(axes, factors.items()):
             d = _per_seed_curves(data, [metric], col)
             d["level"] = d["level"].astype(str)
-            sns.lineplot(d, x="step", y="value", hue="level", hue_order=_order(levels, factor, d["level"]),
-                         errorbar=ci_errorbar(n_boot), marker="o", markersize=3, ax=ax)
-            ax.set_title(f"factor: {factor}")
+            drawn = _curves(ax, d, _order(levels, factor, d["level"]), marker="o", markersize=3)
+            ax.set_title(f"factor: {factor}" + (" (mean over the other factors)" if len(factors) > 1 else ""))
             ax.set_xlabel("step (RL updates)")
             ax.set_ylabel(label(metric, unit))
             ax.legend(title=factor, fontsize="small")
-        fig.suptitle(f"Learning curves of {metric} by level (95% CI over seeds)")
+        fig.suptitle(f"Learning curves of {metric} by level: {drawn}")
     return fig
 
 
-def final_by_level(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
-                   levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None,
-                   n_boot: int = 1000) -> Figure | None:
-    """The objective of each level (one value per seed: the mean over the arms with the level),
-    as points with 95% CIs over seeds, one panel per factor."""
+def paired_seed_lines(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
+                      levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None) -> Figure | None:
+    """The objective of each level, one grey line per seed joining that seed's values across the
+    levels (a seed's value at a level: the mean over the arms with that level), and the mean over
+    seeds with its 95% t-interval (from 3 seeds on). One panel per factor; parallel seed lines that
+    all rise or fall are a consistent paired effect even where the per-level intervals overlap."""
     if per_trial.empty:
         return None
     with theme():
         fig, axes = _grid(len(factors), per_row=4)
+        n_min = 0
         for ax, (factor, col) in zip(axes, factors.items()):
             d = seed_level_means(per_trial, col).dropna(subset=["value"])
             d["level"] = d["level"].astype(str)
-            sns.pointplot(d, x="level", y="value", order=_order(levels, factor, d["level"]),
-                          errorbar=ci_errorbar(n_boot), capsize=0.15, linestyle="none", ax=ax)
-            sns.stripplot(d, x="level", y="value", order=_order(levels, factor, d["level"]), color="0.55",
-                          size=4, alpha=0.8, ax=ax, jitter=0.08, zorder=4)  # above the CI caps
-            ax.set_title(f"factor: {factor}")
+            order = _order(levels, factor, d["level"])
+            pos = {lv: i for i, lv in enumerate(order)}
+            d["x"] = d["level"].map(pos)
+            for _, g in d.sort_values("x").groupby("seed"):
+                ax.plot(g["x"], g["value"], "-o", color="0.6", lw=0.9, markersize=3, alpha=0.8, zorder=2)
+            n_min = int(d.groupby("level")["seed"].nunique().min()) if not d.empty else 0
+            means = d.groupby("level")["value"].agg(list)
+            for lv in order:
+                vals = np.asarray(means.get(lv, []), float)
+                if vals.size == 0:
+                    continue
+                lo, hi = inference.t_interval(vals)
+                ax.errorbar(pos[lv], vals.mean(), yerr=None if not np.isfinite(lo) else
+                            [[vals.mean() - lo], [hi - vals.mean()]], fmt="D", color="C0", capsize=5, markersize=7,
+                            zorder=3)
+            ax.set_xticks(range(len(order)), order)
+            ax.set_title(f"factor: {factor}" + (" (mean over the other factors)" if len(factors) > 1 else ""))
             ax.set_xlabel(f"level of {factor}")
             ax.set_ylabel(label(metric, unit))
-        fig.suptitle(f"Objective ({metric}) per level: mean and 95% CI over seeds; grey dots: seeds")
+        band = "mean with 95% t-interval" if n_min >= inference.MIN_SEEDS else "mean (no interval below 3 seeds)"
+        fig.suptitle(f"Objective ({metric}) per level: grey lines join each seed's values; blue: {band}")
+    return fig
+
+
+def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "", metric: str = "",
+                min_effect: float | None = None) -> Figure | None:
+    """The report's claims (contrasts): the estimate, the 95% interval the claim used, the per-seed
+    differences as dots, the ±min_effect band shaded; primary claims on top, verdicts on the right."""
+    claims = [c for c in family.claims if c.contrast is not None]
+    if not claims:
+        return None
+    with theme():
+        fig = Figure(figsize=(WIDTH, 1.2 + 0.5 * len(claims)), dpi=DPI, layout="constrained")
+        ax = fig.subplots()
+        if min_effect:
+            ax.axvspan(-min_effect * scale, min_effect * scale, color="0.85", alpha=0.6, lw=0,
+                       label=f"±min_effect ({min_effect * scale:g} {unit})")
+        ax.axvline(0, color="0.3", lw=0.8)
+        colours = {inference.DETECTED: "C3", inference.EQUIVALENT: "C2", inference.NOT_RESOLVED: "C7"}
+        names = []
+        for i, cl in enumerate(claims):
+            c = cl.contrast
+            assert c is not None
+            y = len(claims) - 1 - i
+            ax.scatter(np.asarray(c.per_seed) * scale, np.full(len(c.per_seed), y) + 0.18, s=12, color="0.45",
+                       zorder=2, label="seeds" if i == 0 else None)
+            if np.isfinite(c.ci_low):
+                ax.plot([c.ci_low * scale, c.ci_high * scale], [y, y], color=colours[cl.verdict], lw=2.5, zorder=3)
+            ax.plot(c.estimate * scale, y, "D", color=colours[cl.verdict], markersize=7, zorder=4)
+            names.append(("★ " if cl.primary else "") + cl.name)
+            verdict = cl.verdict if cl.verdict != inference.NOT_RESOLVED else f"not resolved at {c.n_seeds} seeds"
+            ax.annotate(verdict, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize="small",
+                        color=colours[cl.verdict])
+        ax.set_yticks(range(len(claims)), names[::-1])
+        ax.set_xlabel(f"difference level − baseline in {metric} ({unit})" if unit else "difference level − baseline")
+        ax.set_title(f"Claims (family of {family.size}, Holm): diamond = estimate, bar = 95% interval "
+                     f"({'model t' if family.method == inference.MODEL else 'paired t'}), dots = seeds; ★ primary")
+        ax.legend(fontsize="small", loc="lower right")
     return fig
 
 
 def interaction_plots(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
-                      levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None,
-                      n_boot: int = 1000) -> Figure | None:
+                      levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None) -> Figure | None:
     """One panel per pair of factors: the objective against the levels of the first, one line per
-    level of the second (cell means over seeds, 95% CI). Parallel lines: no interaction."""
+    level of the second (cell means over seeds and over any other factor, with a 95% t-interval from
+    3 seeds on). Parallel lines: no interaction."""
     pairs = list(itertools.combinations(factors, 2))
     if not pairs or per_trial.empty:
         return None
@@ -151,13 +221,15 @@ def interaction_plots(per_trial: pd.DataFrame, factors: Mapping[str, str], *, me
             d = per_trial.groupby([ca, cb, "seed"], sort=False)["objective"].mean().reset_index().dropna()
             d[ca], d[cb] = d[ca].astype(str), d[cb].astype(str)
             sns.pointplot(d, x=ca, y="objective", hue=cb, order=_order(levels, a, d[ca]),
-                          hue_order=_order(levels, b, d[cb]), errorbar=ci_errorbar(n_boot), dodge=0.15,
+                          hue_order=_order(levels, b, d[cb]), errorbar=ci_errorbar, dodge=0.15,
                           capsize=0.1, ax=ax)
             ax.set_title(f"{a} × {b}")
             ax.set_xlabel(f"level of {a}")
             ax.set_ylabel(label(metric, unit))
             ax.legend(title=b, fontsize="small")
-        fig.suptitle("Interactions: cell means with 95% CI over seeds (non-parallel lines = interaction)")
+        others = "; averaged over the other factor(s)" if len(factors) > 2 else ""
+        fig.suptitle("Interactions: cell means, 95% t-interval over seeds from 3 seeds on (non-parallel lines = "
+                     f"interaction){others}")
     return fig
 
 
@@ -193,13 +265,14 @@ def arm_heatmap(arm_means: pd.DataFrame, factors: Mapping[str, str], *, metric: 
 
 
 def response_length(table: pd.DataFrame, factors: Mapping[str, str], *,
-                    levels: Mapping[str, Sequence[str]] | None = None, n_boot: int = 1000) -> Figure | None:
+                    levels: Mapping[str, Sequence[str]] | None = None) -> Figure | None:
     """Mean completion length over training, correct and incorrect completions apart (columns), one
     row per factor, one line per level: the length bias that Dr. GRPO (Liu et al. 2025) attributes
     to per-sequence loss normalization shows as incorrect completions growing longer."""
     have = [m for m, _ in LENGTH_METRICS if (table["metric"] == m).any()]
     if not have:
         return None
+    drawn = ""
     with theme():
         fig = Figure(figsize=(WIDTH, 3.2 * len(factors)), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(factors), len(LENGTH_METRICS), squeeze=False, sharey=True)
@@ -211,13 +284,12 @@ def response_length(table: pd.DataFrame, factors: Mapping[str, str], *,
                     ax.set_visible(False)
                     continue
                 d["level"] = d["level"].astype(str)
-                sns.lineplot(d, x="step", y="value", hue="level", hue_order=_order(levels, factor, d["level"]),
-                             errorbar=ci_errorbar(n_boot), ax=ax)
+                drawn = _curves(ax, d, _order(levels, factor, d["level"]))
                 ax.set_title(f"{title} — {factor}")
                 ax.set_xlabel("step (RL updates)")
                 ax.set_ylabel("mean length (tokens)")
                 ax.legend(title=factor, fontsize="small")
-        fig.suptitle("Response length of correct vs incorrect completions (95% CI over seeds)")
+        fig.suptitle(f"Response length of correct vs incorrect completions: {drawn}")
     return fig
 
 
@@ -232,10 +304,9 @@ def pareto_front(x: Sequence[float], y: Sequence[float]) -> list[int]:
     return front
 
 
-def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_title: str = "arm",
-                 n_boot: int = 1000) -> Figure | None:
+def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_title: str = "arm") -> Figure | None:
     """Each arm's final reward against its final KL to the reference policy (means over seeds with
-    95% CIs on both axes); the line joins the arms no other arm beats on both (the Pareto front).
+    95% t-intervals on both axes from 3 seeds on); the line joins the arms no other arm beats on both (the Pareto front).
 
     Args:
         finals: per trial ``arm, seed, kl, reward`` (final values, see
@@ -249,7 +320,7 @@ def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_
     for arm, g in d.groupby("arm", sort=False):
         kx, ry = g.groupby("seed")["kl"].mean(), g.groupby("seed")["reward"].mean()
         rows.append({"arm": arm_labels.get(arm, arm), "kl": kx.mean(), "reward": ry.mean(),
-                     "kl_ci": bootstrap_ci(kx, n_boot=n_boot), "reward_ci": bootstrap_ci(ry, n_boot=n_boot)})
+                     "kl_ci": inference.t_interval(kx), "reward_ci": inference.t_interval(ry)})
     m = pd.DataFrame(rows)
     with theme():
         fig = Figure(figsize=(WIDTH * 0.75, 5.0), dpi=DPI, layout="constrained")
@@ -272,12 +343,13 @@ def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_
 
 
 def diagnostics(table: pd.DataFrame, factors: Mapping[str, str], *,
-                levels: Mapping[str, Sequence[str]] | None = None, n_boot: int = 1000) -> Figure | None:
+                levels: Mapping[str, Sequence[str]] | None = None) -> Figure | None:
     """Training health over steps: policy entropy, clipped fraction and gradient norm (rows) per
-    factor (columns), one line per level, 95% CI bands over seeds."""
+    factor (columns), one line per level, 95% t-bands over seeds from 3 seeds on."""
     present = [(ms, name, unit) for ms, name, unit in DIAGNOSTICS if all((table["metric"] == m).any() for m in ms)]
     if not present:
         return None
+    drawn = ""
     with theme():
         fig = Figure(figsize=(WIDTH, 2.9 * len(present)), dpi=DPI, layout="constrained")
         axes = fig.subplots(len(present), len(factors), squeeze=False, sharex=True)
@@ -286,21 +358,20 @@ def diagnostics(table: pd.DataFrame, factors: Mapping[str, str], *,
                 ax = axes[r, c]
                 d = _per_seed_curves(table, metrics, col)
                 d["level"] = d["level"].astype(str)
-                sns.lineplot(d, x="step", y="value", hue="level", hue_order=_order(levels, factor, d["level"]),
-                             errorbar=ci_errorbar(n_boot), ax=ax, legend=(r == 0))
+                drawn = _curves(ax, d, _order(levels, factor, d["level"]), legend=(r == 0))
                 ax.set_xlabel("step (RL updates)")
                 ax.set_ylabel(f"{name} ({unit})" if c == 0 else "")
                 if r == 0:
                     ax.set_title(f"factor: {factor}")
                     ax.legend(title=factor, fontsize="small")
-        fig.suptitle("Diagnostics: entropy, clipping and gradient norm (95% CI over seeds)")
+        fig.suptitle(f"Diagnostics: entropy, clipping and gradient norm: {drawn}")
     return fig
 
 
 def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Mapping[str, str], *, metric: str,
-                       unit: str | None = None, legend_title: str = "arm", n_boot: int = 1000) -> Figure | None:
+                       unit: str | None = None, legend_title: str = "arm") -> Figure | None:
     """The objective against generated tokens per arm (mean over seeds at each step, at the mean
-    token count, with 95% CIs) and each arm's fitted saturating curve (dashed; none where the fit
+    token count, with 95% t-intervals from 3 seeds on) and each arm's fitted saturating curve (dashed; none where the fit
     failed); log-scaled compute axis. Arms in the order of ``arm_labels``."""
     from ablate.analysis import saturating_curve
 
@@ -319,7 +390,7 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
             if g.empty:
                 continue
             per_step = g.groupby("step").agg(tokens=("tokens", "mean"), value=("value", "mean")).reset_index()
-            cis = np.array([bootstrap_ci(g.loc[g["step"] == s, "value"], n_boot=n_boot) for s in per_step["step"]])
+            cis = np.array([inference.t_interval(g.loc[g["step"] == s, "value"]) for s in per_step["step"]])
             name = arm_labels.get(arm, arm)
             ax.plot(per_step["tokens"], per_step["value"], "o", color=palette[arm], markersize=4, label=name)
             ax.fill_between(per_step["tokens"], cis[:, 0], cis[:, 1], color=palette[arm], alpha=0.15, lw=0)
@@ -331,7 +402,7 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
         ax.set_xscale("log")
         ax.set_xlabel("generated training tokens (tokens, log scale)")
         ax.set_ylabel(label(metric, unit))
-        ax.set_title("Compute efficiency: dots = mean over seeds (95% CI band), dashed = saturating fit")
+        ax.set_title("Compute efficiency: dots = mean over seeds (95% t-band from 3 seeds on), dashed = saturating fit")
         ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
     return fig
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.report.build import ReportData, Table
+    from ablate.report.page import ReportPage, Table
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
@@ -64,7 +64,7 @@ def table_html(table: Table) -> str:
     return f"<h3{anchor}>{e(table.title)}</h3>{caption}{frame_html(table.frame)}"
 
 
-def render_html(data: ReportData) -> str:
+def render_html(data: ReportPage) -> str:
     """The whole page."""
     parts = [
         "<!DOCTYPE html>",
@@ -88,20 +88,12 @@ def render_html(data: ReportData) -> str:
     parts.append("<h2>Findings</h2>")
     for note in data.notes:
         parts.append(f'<p class="note">{e(note)}</p>')
-    parts.append("<h3>Each level against the baseline level</h3><ul>")
-    parts.extend(f'<li class="finding">{e(s)}</li>' for s in data.findings)
-    parts.append("</ul>")
-    if data.interaction_findings:
-        parts.append("<h3>Interactions</h3><ul>")
-        parts.extend(f'<li class="finding">{e(s)}</li>' for s in data.interaction_findings)
-        parts.append("</ul>")
-    if data.compute_findings:
-        parts.append("<h3>Compute efficiency</h3><ul>")
-        parts.extend(f'<li class="finding">{e(s)}</li>' for s in data.compute_findings)
-        parts.append("</ul>")
-    if data.secondary_findings:
-        parts.append("<h3>Secondary metrics (diagnostics)</h3><ul>")
-        parts.extend(f'<li class="finding">{e(s)}</li>' for s in data.secondary_findings)
+    for sec in data.sections:
+        parts.append(f"<h3>{e(sec.title)}</h3>")
+        if sec.intro:
+            parts.append(f'<p class="intro">{e(sec.intro)}</p>')
+        parts.append("<ul>")
+        parts.extend(f'<li class="finding">{e(s)}</li>' for s in sec.items)
         parts.append("</ul>")
     if data.figures:
         parts.append("<h2>Figures</h2>")

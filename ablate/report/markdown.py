@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.report.build import ReportData, Table
+    from ablate.report.page import ReportPage, Table
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#])")
 
@@ -55,14 +55,17 @@ def table_md(table: Table) -> str:
     return "\n".join(parts)
 
 
-def render_markdown(data: ReportData) -> str:
+def render_markdown(data: ReportPage) -> str:
     """The whole README.md."""
     c = data.counts
     out = [f"# Ablation study {md(data.study)}", ""]
     if data.description:
         out += [md(data.description), ""]
     if data.provenance:
-        out += [" · ".join(f"{md(k)}: {code(v)}" for k, v in data.provenance.items()), ""]
+        lines = [(k, v) for k, v in data.provenance.items() if k != "analysed by"]
+        out += [" · ".join(f"{md(k)}: {code(v)}" for k, v in lines), ""]
+        if "analysed by" in data.provenance:
+            out += [f"analysed by: {code(data.provenance['analysed by'])}", ""]
     out += [
         f"Budget **{md(data.budget)}** · objective: {md(data.objective)} · trials: {c.get('done', 0)} done, "
         f"{c.get('failed', 0)} failed, {c.get('running', 0)} running, {c.get('not started', 0)} not started · "
@@ -70,13 +73,11 @@ def render_markdown(data: ReportData) -> str:
         "", "## Findings", "",
     ]
     out += [f"> {md(n)}\n" for n in data.notes]
-    out += ["### Each level against the baseline level", ""] + [f"- {md(s)}" for s in data.findings] + [""]
-    if data.interaction_findings:
-        out += ["### Interactions", ""] + [f"- {md(s)}" for s in data.interaction_findings] + [""]
-    if data.compute_findings:
-        out += ["### Compute efficiency", ""] + [f"- {md(s)}" for s in data.compute_findings] + [""]
-    if data.secondary_findings:
-        out += ["### Secondary metrics (diagnostics)", ""] + [f"- {md(s)}" for s in data.secondary_findings] + [""]
+    for sec in data.sections:
+        out += [f"### {md(sec.title)}", ""]
+        if sec.intro:
+            out += [md(sec.intro), ""]
+        out += [f"- {md(s)}" for s in sec.items] + [""]
     if data.figures:
         out += ["## Figures", ""]
     for fig in data.figures:

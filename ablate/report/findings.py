@@ -1,0 +1,328 @@
+"""Step 2 of a report: the statistics (:class:`ablate.report.statistics.ReportStatistics`) phrased as
+findings and formatted tables, with nothing computed here that step 1 did not.
+
+Every number carries its n and the kind of interval it is; a claim's verdict is one of *detected*,
+*equivalent* or *not resolved at n seeds* (:mod:`ablate.inference`), and no other verdict word is
+used. When the study cannot answer its primary question, the findings say so and say what would
+(the seeds a paired test would need).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ablate import inference
+from ablate.report.page import Section, Table
+from ablate.report.statistics import ReportStatistics, Scale
+
+# ------------------------------------------------------------------------------------- formatting
+
+
+def num(x: Any, digits: int = 3) -> str:
+    """A number for people: ``digits`` significant digits, ``–`` for NaN / None, ``∞`` for +inf."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "∞" if isinstance(x, float) and math.isinf(x) and x > 0 else "–"
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return str(int(x))
+    return f"{float(x):.{digits}g}"
+
+
+def signed(x: float, digits: int = 3) -> str:
+    """``+3.1`` / ``-0.42``."""
+    return f"{x:+.{digits}g}" if math.isfinite(x) else "–"
+
+
+def p_text(p: float) -> str:
+    """``p = 0.021``, ``p < 0.001``, ``p = –``."""
+    if not math.isfinite(p):
+        return "p = –"
+    return "p < 0.001" if p < 0.001 else f"p = {p:.2g}"
+
+
+def ci_text(lo: float, hi: float, scale: float = 1.0) -> str:
+    """``[0.4, 5.9]``."""
+    return f"[{num(lo * scale)}, {num(hi * scale)}]"
+
+
+def seeds_text(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
+
+
+def interval_kind(c: inference.Contrast) -> str:
+    """What a contrast's interval is, in words, with its n and df."""
+    if c.method == inference.MODEL:
+        return (f"95% t-interval from the study's linear model ({int(c.df)} residual df; {seeds_text(c.n_seeds)}, "
+                f"{c.cells or 'all'} matched cell{'s' if c.cells != 1 else ''})")
+    return f"95% paired t-interval over {seeds_text(c.n_seeds)} ({int(c.df)} df)"
+
+
+# --------------------------------------------------------------------------------------- sentences
+
+
+def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scale, mode: str) -> str:
+    """One claim as a sentence: its verdict first, then the numbers that carry it."""
+    unit = f" {scale.unit}" if scale.unit else ""
+    fam = f"Holm over a family of {family.size}"
+    if claim.term is not None:
+        t = claim.term
+        fstat = f"F({t.df}, {t.df_resid}) = {num(t.F)}" if math.isfinite(t.F) else "no F-test"
+        if claim.verdict == inference.DETECTED:
+            return (f"{claim.name}: detected: {fstat}, {p_text(claim.p_holm)} ({fam}); the effect of one factor "
+                    "depends on the level of the other (read the interaction plot).")
+        why = f"; {claim.reason}" if claim.reason else ""
+        return f"{claim.name}: not resolved: {fstat}, {p_text(claim.p_holm)} ({fam}){why}."
+    c = claim.contrast
+    assert c is not None
+    est = f"{signed(c.estimate * scale.factor)}{unit}"
+    imp = c.improved
+    improved = (f"{'lower' if mode == 'min' else 'higher'} on {imp.k} of {imp.n} untied seeds"
+                + (f" (exact 95% interval of the fraction {ci_text(imp.low, imp.high, 100)}%)" if imp.n else ""))
+    need = claim.seeds_needed
+    target = (f"a difference of {num(family.min_effect * scale.factor)}{unit} (the study's min_effect)"
+              if family.min_effect else f"a difference of the observed size ({est})")
+    plan = (f"about {int(need)} seeds would give 80% power for {target}" if math.isfinite(need)
+            else f"no seed count up to {inference.MAX_SEEDS} gives 80% power for {target}"
+            if not math.isnan(need) else "")
+    if c.n_seeds < inference.MIN_SEEDS:
+        per_seed = ", ".join(signed(d * scale.factor) for d in c.per_seed)
+        return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: per-seed differences {per_seed}{unit}; no "
+                f"interval is given below {inference.MIN_SEEDS} seeds" + (f"; {plan}" if plan else "") + ".")
+    ci = ci_text(c.ci_low, c.ci_high, scale.factor)
+    stats_text = (f"{interval_kind(c)}; {p_text(claim.p_holm)} ({fam}); d_z = {num(c.d_z, 2)}; {improved}")
+    if claim.verdict == inference.DETECTED:
+        small = ""
+        if family.min_effect and abs(c.estimate) < family.min_effect:
+            small = f"; smaller than the min_effect of {num(family.min_effect * scale.factor)}{unit}"
+        return f"{claim.name}: detected: {est} {ci} ({stats_text}){small}."
+    if claim.verdict == inference.EQUIVALENT:
+        return (f"{claim.name}: equivalent: no effect as large as ±{num(family.min_effect * scale.factor)}{unit} "
+                f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}).")
+    return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: {est} {ci} ({stats_text}); {claim.reason}"
+            + (f"; {plan}" if plan else "") + ".")
+
+
+def compute_sentences(fits: pd.DataFrame, labels: Mapping[str, str], scale: Scale) -> list[str]:
+    """One sentence per arm's saturating fit (or why it failed)."""
+    out = []
+    unit = f" {scale.unit}" if scale.unit else ""
+    for r in fits.itertuples():
+        name = labels.get(r.arm, r.arm)
+        if not r.ok:
+            out.append(f"{name}: no compute-efficiency fit ({r.reason}).")
+            continue
+        extra = "; C_mid lies beyond the compute used, so A is an extrapolation" if r.extrapolated else ""
+        ci_a = ci_text(r.a_low, r.a_high, scale.factor) if math.isfinite(r.a_low) else ""
+        ci_b = ci_text(r.b_low, r.b_high) if math.isfinite(r.b_low) else ""
+        why = f"; {r.reason}" if r.reason else " (95% bootstrap intervals over seeds)"
+        out.append(
+            f"{name}: asymptote A = {num(r.a * scale.factor)}{unit} {ci_a}, efficiency exponent B = {num(r.b)} {ci_b}, "
+            f"midpoint C_mid = {num(r.c_mid)} tokens, from R0 = {num(r.r0 * scale.factor)}{unit} (R² = {num(r.r2, 2)}, "
+            f"{seeds_text(int(r.n_seeds))}){why}{extra}.".replace("  ", " ").replace(" ,", ","))
+    return out
+
+
+def method_sentence(stats: ReportStatistics) -> str:
+    """How the claims were computed: the model (or paired t), the family, the verdict rules."""
+    run = stats.inference
+    fam = run.family
+    if run.model is not None:
+        how = ("one linear model of the objective per trial (statsmodels OLS: seed as a block, every main effect"
+               + (", every two-factor interaction" if run.model.interactions else "; two-factor interactions assumed "
+                  "negligible (see the alias structure)")
+               + f"; {run.model.n} trials, {run.model.df_resid} residual df); its analysis of variance uses Type II "
+               "sums of squares (each term against the model of the terms that do not contain it, df by rank, so "
+               "empty cells and excluded combinations are handled); every level-vs-baseline contrast is the model's "
+               "estimated marginal mean difference over the matched cells (the combinations of the other factors at "
+               "which both levels ran), with a t-interval on the model's residual df")
+    else:
+        how = ("paired comparisons: each level minus the baseline level, seed by seed, with the paired t-interval on "
+               "the per-seed differences (n - 1 df)")
+    eq = (f"equivalent (the two one-sided tests at ±{num(fam.min_effect * stats.scale.factor)} "
+          f"{stats.scale.unit or ''} reject after Holm: no effect as large as the study's min_effect)"
+          if fam.min_effect else "equivalent (not available: the study declares no min_effect)")
+    return (f"Inference: {how}. The unit of replication is the seed. Every claim below belongs to one family of "
+            f"{fam.size} test{'s' if fam.size != 1 else ''} corrected with Holm's method at a family-wise "
+            f"{fam.alpha:g}; a claim is detected (Holm-adjusted p < {fam.alpha:g}: its interval excludes 0), {eq}, "
+            f"or not resolved at n seeds. Below {inference.MIN_SEEDS} seeds no interval is given.")
+
+
+def scope_sentences(stats: ReportStatistics) -> list[str]:
+    """What the conclusions generalize over: the warm start, the evaluation's noise."""
+    out = []
+    if stats.warm_start == "shared":
+        out.append("Every seed started from one shared warm start and was evaluated on the same problems: the "
+                   "intervals cover the RL run's sampling noise and the evaluation's, not the start policy; the "
+                   "conclusions hold for this warm start (warmstart.seed: trial gives each seed its own).")
+    elif stats.warm_start == "trial":
+        out.append("Each seed started from its own warm start (warmstart.seed: trial): the intervals cover the "
+                   "start policy's variation as well as the RL run's.")
+    if math.isfinite(stats.eval_se) and stats.eval_problems:
+        out.append(f"One evaluation on {stats.eval_problems} problems has a binomial standard error of about "
+                   f"{num(stats.eval_se * stats.scale.factor, 2)} {stats.scale.unit} at the study's mean accuracy; "
+                   "it is part of every seed's noise.")
+    return out
+
+
+def resolution_sentences(stats: ReportStatistics) -> list[str]:
+    """Whether the study answered its question, and what would."""
+    fam = stats.inference.family
+    out = []
+    if not stats.primary:
+        out.append("The study declares no primary contrast (primary:): every claim is exploratory.")
+    prim = fam.primary
+    if prim:
+        unresolved = [c for c in prim if c.verdict == inference.NOT_RESOLVED]
+        if unresolved and len(unresolved) == len(prim):
+            need = [c.seeds_needed for c in unresolved if math.isfinite(c.seeds_needed)]
+            more = (f"; about {int(max(need))} seeds per arm would resolve "
+                    + ("the min_effect" if fam.min_effect else "differences of the observed sizes")
+                    + " (ablate plan computes it from these trials)") if need else ""
+            out.append(f"This study could not answer its primary question at {seeds_text(fam.n_seeds)}: no primary "
+                       f"contrast is detected or equivalent{more}.")
+        elif unresolved:
+            out.append(f"{len(prim) - len(unresolved)} of {len(prim)} primary contrasts are resolved.")
+    if not stats.min_effect:
+        out.append("The study declares no min_effect: equivalence cannot be claimed, and the seeds needed are "
+                   "computed for the observed differences.")
+    return out
+
+
+# ------------------------------------------------------------------------------------------- tables
+
+
+def _fmt_frame(df: pd.DataFrame, columns: Mapping[str, str], scaled: Sequence[str] = (), scale: float = 1.0,
+               digits: Mapping[str, int] | None = None) -> pd.DataFrame:
+    out = pd.DataFrame(index=df.index)
+    for col, title in columns.items():
+        values = df[col]
+        if col in scaled:
+            values = values.astype(float) * scale
+        d = (digits or {}).get(col, 3)
+        out[title] = [v if isinstance(v, str) else num(v, d) for v in values]
+    return out.reset_index(drop=True)
+
+
+def claims_frame(family: inference.Family) -> pd.DataFrame:
+    """The family as a numeric frame: one row per claim."""
+    rows = []
+    for cl in family.claims:
+        c = cl.contrast
+        t = cl.term
+        rows.append({
+            "claim": cl.name, "role": "primary" if cl.primary else "exploratory", "verdict": cl.verdict,
+            "seeds": c.n_seeds if c else math.nan, "estimate": c.estimate if c else math.nan,
+            "ci_low": c.ci_low if c else math.nan, "ci_high": c.ci_high if c else math.nan,
+            "interval": ("model t" if c.method == inference.MODEL else "paired t") if c else "F-test",
+            "df": c.df if c else (t.df_resid if t else math.nan), "p": c.p if c else (t.p if t else math.nan),
+            "p_holm": cl.p_holm, "p_tost_holm": cl.p_tost_holm, "d_z": c.d_z if c else math.nan,
+            "improved": f"{c.improved.k}/{c.improved.n}" if c and c.improved.n else "–",
+            "seeds_needed": cl.seeds_needed,
+        })
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Step 2's result: the sections of findings, the notes and the formatted tables."""
+
+    sections: tuple[Section, ...]
+    notes: tuple[str, ...]
+    tables: tuple[Table, ...]
+
+
+def phrase(stats: ReportStatistics) -> Findings:
+    """Step 2: phrase ``stats`` as findings and format its tables."""
+    scale, fam, run = stats.scale, stats.inference.family, stats.inference
+    unit = scale.unit or "its units"
+    notes = []
+    if scale.factor != 1:
+        notes.append(f"{stats.metric} is a fraction; differences are shown in percentage points (× 100).")
+    sections = []
+    if stats.per_trial.empty:
+        sections.append(Section("Findings", ("No trial has finished yet: there is nothing to compare.",)))
+    else:
+        intro = " ".join([method_sentence(stats), *scope_sentences(stats)])
+        head = resolution_sentences(stats)
+        prim = [claim_sentence(c, fam, scale, stats.mode) for c in fam.primary]
+        sections.append(Section("Primary contrasts" if prim else "The study's question", tuple(head + prim), intro))
+        contrasts = [claim_sentence(c, fam, scale, stats.mode) for c in fam.exploratory if c.contrast is not None]
+        if contrasts:
+            sections.append(Section("Exploratory contrasts", tuple(contrasts),
+                                    "Each level against the baseline level; members of the same family."))
+        terms = [claim_sentence(c, fam, scale, stats.mode) for c in fam.exploratory if c.term is not None]
+        if terms:
+            sections.append(Section("Interactions", tuple(terms),
+                                    "Type II F-tests of the two-factor interactions, members of the same family."))
+    if not stats.fits.empty:
+        sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
+                                "Descriptive fits per arm, not claims of the family."))
+
+    tables = []
+    if not stats.arms.empty:
+        av = stats.arms.assign(arm=stats.arms["arm"].map(lambda a: stats.labels.get(a, a)))
+        tables.append(Table("Objective per arm", _fmt_frame(
+            av, {"arm": f"arm ({stats.legend_title})", "n_seeds": "seeds", "mean": "mean", "ci_low": "CI low",
+                 "ci_high": "CI high", "std": "SD", "iqm": "IQM"},
+            scaled=["mean", "ci_low", "ci_high", "std", "iqm"], scale=scale.factor),
+            f"{stats.metric} per arm in {unit}: mean over seeds with its 95% t-interval (none below "
+            f"{inference.MIN_SEEDS} seeds; an arm's own interval, not a comparison), SD over seeds and the "
+            "interquartile mean (a point value).", "arms"))
+    if fam.claims:
+        cf = claims_frame(fam)
+        tables.append(Table("Claims (one family)", _fmt_frame(
+            cf, {"claim": "claim", "role": "role", "verdict": "verdict", "seeds": "seeds", "estimate": "difference",
+                 "ci_low": "CI low", "ci_high": "CI high", "interval": "interval", "df": "df", "p": "p",
+                 "p_holm": "p (Holm)", "p_tost_holm": "TOST p (Holm)", "d_z": "d_z", "improved": "seeds improved",
+                 "seeds_needed": "seeds needed"},
+            scaled=["estimate", "ci_low", "ci_high"], scale=scale.factor,
+            digits={"p": 2, "p_holm": 2, "p_tost_holm": 2, "d_z": 2}),
+            f"Every claim of the report: difference level − baseline in {unit} with its 95% interval (paired t: on "
+            "the per-seed differences; model t: from the study's linear model), the two-sided p-value, its Holm "
+            f"adjustment over the family of {fam.size}, the TOST p-value at ±min_effect (Holm), d_z (mean / SD of the "
+            "per-seed differences), the seeds on which the level improved (ties left out), and the seeds a paired "
+            "test at the family's Bonferroni level would need for 80% power at the min_effect (or, without one, at "
+            "the observed difference).", "claims"))
+    if run.model is not None:
+        tables.append(Table("Analysis of variance (Type II)", _fmt_frame(
+            run.model.anova_frame(), {"term": "term", "kind": "kind", "df": "df", "df_resid": "residual df",
+                                      "sum_sq": "sum of squares", "F": "F", "p": "p", "note": "note"},
+            digits={"p": 2}),
+            f"Model: {run.model.formula} ({run.model.n} trials). Type II sums of squares by model comparison, in "
+            "the objective's own units squared; p-values uncorrected here (the interactions' Holm-adjusted values "
+            "are in the claims).", "anova"))
+    if stats.diagnostics:
+        frames = []
+        for d in stats.diagnostics:
+            f = claims_frame(d.inference.family)
+            f = f[f["interval"] != "F-test"]
+            sc = Scale.of(d.metric).factor
+            frames.append(f.assign(metric=d.metric, estimate=f["estimate"] * sc, ci_low=f["ci_low"] * sc,
+                                   ci_high=f["ci_high"] * sc))
+        frame = pd.concat(frames, ignore_index=True)
+        tables.append(Table("Diagnostics against the baseline level", _fmt_frame(
+            frame, {"metric": "metric", "claim": "contrast", "seeds": "seeds", "estimate": "difference",
+                    "ci_low": "CI low", "ci_high": "CI high", "p_holm": "p (Holm within metric)"},
+            digits={"p_holm": 2}),
+            "The study's report.metrics, each summarised per trial as the mean of its last 10% of logged values, "
+            "compared level by level with the same method as the objective (fractions in percentage points). "
+            "Descriptive: they have no preferred direction and are not claims of the family.", "diagnostics"))
+    if not stats.fits.empty:
+        fv = stats.fits.assign(arm=stats.fits["arm"].map(lambda a: stats.labels.get(a, a)))
+        fv["status"] = [("fitted" + (f" ({reason})" if reason else "") if ok else f"failed: {reason}")
+                        for ok, reason in zip(fv["ok"], fv["reason"])]
+        tables.append(Table("Compute efficiency (saturating fits)", _fmt_frame(
+            fv, {"arm": f"arm ({stats.legend_title})", "status": "fit", "r0": "R0", "a": "A", "a_low": "A low",
+                 "a_high": "A high", "b": "B", "b_low": "B low", "b_high": "B high", "c_mid": "C_mid (tokens)",
+                 "r2": "R²", "n_seeds": "seeds"}, scaled=["r0", "a", "a_low", "a_high"], scale=scale.factor),
+            "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to the objective against generated tokens (Khatri "
+            "et al. 2025), A bounded to the metric's range; 95% bootstrap intervals over seeds for A and B only "
+            "from 5 seeds on.", "compute"))
+    return Findings(tuple(sections), tuple(notes), tuple(tables))

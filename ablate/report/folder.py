@@ -1,0 +1,84 @@
+"""Read the results a report folder holds back into :class:`ablate.results.Results`, so a committed
+report can be analysed again by today's code without the MLflow store that produced it
+(``ablate report STUDY --from reports/<study>``).
+
+A report folder keeps everything the analysis reads: ``results.csv`` (one row per trial with its
+key, arm, seed, levels and state), ``tidy.csv.gz`` (every logged step x metric), and, from this
+version on, ``problems.csv.gz`` (per-problem evaluation records) and ``samples.json``. The parent
+run's tags that a report prints (the command and commit that produced the trials, code versions)
+are read back from the folder's ``README.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ablate.errors import AblateError
+from ablate.results import Results, level_column
+
+if TYPE_CHECKING:
+    from ablate.study import Study
+
+PRODUCED = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{7,40})(?P<dirty>[^`]*)`",
+                      re.M)
+VERSION_LINE = re.compile(r"^- (?P<name>[^:]+): (?P<value>.+)$")
+
+
+def _parent_tags(readme: str) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    m = PRODUCED.search(readme)
+    if m:
+        tags["ablate.command"] = m["command"]
+        tags["ablate.git_commit"] = m["commit"]
+        tags["ablate.git_dirty"] = "true" if m["dirty"].strip() else "false"
+    if "### Versions" in readme:
+        block = readme.split("### Versions", 1)[1].split("###", 1)[0]
+        for line in block.splitlines():
+            v = VERSION_LINE.match(line.strip())
+            if v and v["name"] != "git commit":
+                tags[f"ablate.version.{v['name'].replace(chr(92), '')}"] = v["value"].replace("\\", "")
+    return tags
+
+
+def load_report_folder(study: Study, folder: str | Path) -> Results:
+    """The :class:`Results` a report folder holds (see the module docstring).
+
+    Raises:
+        AblateError: the folder lacks ``results.csv`` or ``tidy.csv.gz``, or holds another study's trials.
+    """
+    path = Path(folder)
+    missing = [n for n in ("results.csv", "tidy.csv.gz") if not (path / n).is_file()]
+    if missing:
+        raise AblateError(f"{path}: not a report folder with results (missing {', '.join(missing)}); pass a folder "
+                          "that `ablate run` or `ablate report` wrote, e.g. reports/<study>")
+    factors = [f.name for f in study.factors]
+    columns = {f: level_column(f) for f in factors}
+    trials = pd.read_csv(path / "results.csv", dtype={"key": str, "arm": str, "run_id": str})
+    for c in columns.values():
+        if c not in trials:
+            raise AblateError(f"{path}/results.csv has no column {c!r}: it holds another study's trials than "
+                              f"{study.name} ({study.path})")
+        trials[c] = trials[c].astype(str)
+    trials["error"] = ""
+    keep = ["key", "arm", "seed", *columns.values(), "state", "run_id", "error"]
+    trials = trials[[c for c in keep if c in trials]]
+    table = pd.read_csv(path / "tidy.csv.gz", dtype={"key": str, "arm": str})
+    for c in columns.values():
+        if c in table:
+            table[c] = table[c].astype(str)
+    readme = (path / "README.md").read_text(encoding="utf-8") if (path / "README.md").is_file() else ""
+    budget = str(table["budget"].iloc[0]) if "budget" in table and len(table) else "default"
+    samples = {}
+    if (path / "samples.json").is_file():
+        samples = json.loads((path / "samples.json").read_text(encoding="utf-8"))
+    results = Results(study=study.name, budget=budget, factors=factors, columns=columns, table=table, trials=trials,
+                      samples=samples, parent=_parent_tags(readme),
+                      notes=[f"analysed again from the results saved in {path.as_posix()} (the trials were not rerun)"])
+    if (path / "problems.csv.gz").is_file() and hasattr(results, "problems"):
+        results.problems = pd.read_csv(path / "problems.csv.gz", dtype={"key": str, "arm": str})
+    return results

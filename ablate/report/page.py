@@ -1,0 +1,64 @@
+"""What a report page shows: plain, already phrased data that the HTML and Markdown renderers read
+(:mod:`ablate.report.html`, :mod:`ablate.report.markdown`). Strings are raw: the renderers escape
+them. Built once by :func:`ablate.report.build.write_report`, never changed afterwards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of the report: a title, a caption and a frame of already formatted strings."""
+
+    title: str
+    frame: pd.DataFrame
+    caption: str = ""
+    anchor: str = ""
+
+
+@dataclass(frozen=True)
+class FigureRef:
+    """A figure of the report and its files (``png`` is embedded in the HTML page)."""
+
+    name: str
+    title: str
+    caption: str
+    files: dict[str, Path]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A list of findings under a heading, with an optional paragraph before it."""
+
+    title: str
+    items: tuple[str, ...]
+    intro: str = ""
+
+
+@dataclass(frozen=True)
+class ReportPage:
+    """Everything the pages show, in the order they show it."""
+
+    study: str
+    description: str
+    budget: str
+    objective: str
+    generated: str
+    counts: dict[str, int]
+    provenance: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    sections: tuple[Section, ...] = ()
+    figures: tuple[FigureRef, ...] = ()
+    tables: tuple[Table, ...] = ()
+    missing: Table | None = None
+    samples: tuple[tuple[str, pd.DataFrame], ...] = ()
+    design: Table | None = None
+    alias_lines: tuple[str, ...] = ()
+    study_yaml: str = ""
+    baseline_config: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    files: tuple[str, ...] = ()

@@ -1,0 +1,199 @@
+"""Step 1 of a report: every statistic of a study's results, as one typed value.
+
+:func:`compute_statistics` reduces the tidy results table to one objective value per trial
+(:func:`ablate.analysis.trial_objectives`), runs the study's inference on it
+(:func:`ablate.inference.infer`: paired t or the study's linear model, one Holm family of claims),
+summarises each arm, compares the study's ``report.metrics`` diagnostics level by level, and fits
+the compute-efficiency curves. Nothing here phrases a sentence or draws a figure: step 2
+(:mod:`ablate.report.findings`) phrases, step 3 (:mod:`ablate.report.build`) draws and renders.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from ablate import analysis, inference
+from ablate.results import Results, count_states
+
+if TYPE_CHECKING:
+    from ablate.study import Study
+
+
+@functools.lru_cache(maxsize=1)
+def _glossary() -> list[tuple[re.Pattern[str], str, str]]:
+    from ablate.metrics import METRICS
+    from ablate.tracking import metric_name
+
+    out = []
+    for name, (meaning, unit) in METRICS.items():
+        pattern = re.escape(metric_name(name.replace("{c}", "C").replace("{k}", "K")))
+        pattern = pattern.replace("C", r"[^/]+", 1) if "{c}" in name else pattern
+        pattern = pattern.replace("K", r"\d+") if "{k}" in name else pattern
+        out.append((re.compile(pattern + r"\Z"), meaning, unit))
+    return out
+
+
+def metric_unit(metric: str) -> str | None:
+    """The unit of a logged metric from the glossary (``ablate.metrics.METRICS``), None if unknown."""
+    exact = [u for p, _, u in _glossary() if p.match(metric) and "[^/]+" not in p.pattern]
+    if exact:
+        return exact[0]
+    for p, _, u in _glossary():
+        if p.match(metric):
+            return u
+    return None
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How objective values are shown: fractions as percentage points, other units as they are."""
+
+    factor: float
+    unit: str
+
+    @staticmethod
+    def of(metric: str) -> Scale:
+        """The scale of a metric: ``Scale(100, "points")`` for a fraction, else its glossary unit."""
+        unit = metric_unit(metric)
+        if unit == "fraction":
+            return Scale(100.0, "points")
+        return Scale(1.0, unit or "")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A ``report.metrics`` diagnostic compared level by level (its own family: no claim of the report)."""
+
+    metric: str
+    inference: inference.StudyInference
+
+
+@dataclass(frozen=True)
+class ReportStatistics:
+    """Every number a report shows, before any of it is phrased.
+
+    Attributes:
+        factors: factor name -> column; levels: factor -> level order; baseline: factor -> level.
+        labels: arm name -> short label (levels joined by `` / ``).
+        per_trial: one row per trial (``key, arm, seed, <levels>, objective``).
+        arms: :func:`ablate.inference.arm_table` in design order.
+        inference: the objective's contrasts, model and family of claims.
+        diagnostics: the ``report.metrics`` comparisons.
+        points, fits: compute-efficiency points and per-arm saturating fits.
+        eval_problems: problems per evaluation of the baseline arm (None when unknown).
+        eval_se: the binomial standard error of one trial's accuracy at the study's mean accuracy
+            (objective units; NaN when the objective is not a fraction).
+        warm_start: ``shared``, ``trial`` or ``none``.
+    """
+
+    study: str
+    budget: str
+    description: str
+    metric: str
+    mode: str
+    summary_text: str
+    scale: Scale
+    unit: str | None
+    design: str
+    factors: dict[str, str]
+    levels: dict[str, list[str]]
+    baseline: dict[str, str]
+    labels: dict[str, str]
+    counts: dict[str, int]
+    seeds: tuple[int, ...]
+    min_effect: float | None
+    primary: tuple[str, ...]
+    per_trial: pd.DataFrame
+    arms: pd.DataFrame
+    inference: inference.StudyInference
+    diagnostics: tuple[Diagnostic, ...]
+    points: pd.DataFrame
+    fits: pd.DataFrame
+    eval_problems: int | None
+    eval_se: float
+    warm_start: str
+
+    @property
+    def legend_title(self) -> str:
+        return " / ".join(self.factors)
+
+
+def summary_text(objective: object, unit: str | None) -> str:
+    """``maximize eval/accuracy (fraction), summarised per trial as ...``."""
+    o = objective
+    how = {"last": f"the mean of its last {o.last_n} logged value(s)", "mean": "the mean over training",  # type: ignore[attr-defined]
+           "max": "its maximum", "min": "its minimum", "auc": "the area under its curve divided by the steps"}
+    return f"{o.mode}imize {o.metric} ({unit or 'unit unknown'}), summarised per trial as {how[o.summary]}"  # type: ignore[attr-defined]
+
+
+def _in_order(frame: pd.DataFrame, order: dict[str, int]) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    return frame.sort_values("arm", key=lambda s: s.map(order).fillna(len(order)), kind="stable").reset_index(drop=True)
+
+
+def _warm_start(study: Study, budget: str) -> tuple[str, int | None]:
+    if not study.arms:
+        return "none", None
+    cfg = study.config(study.arms[0], budget if budget in study.budgets else "default")
+    ws = getattr(cfg, "warmstart", None)
+    mode = "none" if ws is None or not getattr(ws, "enabled", False) else str(getattr(ws, "seed", "shared"))
+    return mode, int(cfg.eval.n_problems)
+
+
+def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, seed: int = 0) -> ReportStatistics:
+    """Step 1: the statistics of ``results`` under ``study``'s design, objective, ``primary:`` and
+    ``min_effect:``.
+
+    Args:
+        study: the loaded study.
+        results: its results at one budget.
+        fit_boot: bootstrap refits of the compute-efficiency fits' intervals.
+        seed: the generator of those refits (a report is reproducible).
+    """
+    obj = study.objective
+    scale = Scale.of(obj.metric)
+    unit = metric_unit(obj.metric)
+    factors = {f: results.columns[f] for f in results.factors}
+    levels = {f.name: f.level_names() for f in study.factors}
+    baseline = study.baseline_levels
+    labels = {a.name: " / ".join(str(a.levels[f]) for f in results.factors) for a in study.arms}
+    table = results.table
+    per_trial = analysis.trial_objectives(table, obj.metric, obj.summary, obj.last_n, list(factors.values()))
+    order = {a.name: i for i, a in enumerate(study.arms)}
+    run = inference.infer(per_trial, factors, levels, baseline, design=study.design_name, mode=obj.mode,
+                          min_effect=study.min_effect, primary=study.primary)
+    arms = _in_order(inference.arm_table(per_trial, list(factors.values())), order)
+    diagnostics = []
+    for metric in study.report_metrics:
+        if table.empty:
+            break
+        values = analysis.final_values(table, metric, level_columns=list(factors.values()))
+        if values.empty:
+            continue
+        diagnostics.append(Diagnostic(metric, inference.infer(values, factors, levels, baseline,
+                                                              design=study.design_name, value="value")))
+    value_range = (0.0, 1.0) if unit == "fraction" else None
+    points = analysis.compute_points(table, obj.metric) if not table.empty else pd.DataFrame()
+    fits = _in_order(analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed, value_range=value_range), order) \
+        if not points.empty else pd.DataFrame()
+    warm, n_problems = _warm_start(study, results.budget)
+    mean_acc = float(per_trial["objective"].mean()) if not per_trial.empty else math.nan
+    eval_se = (math.sqrt(mean_acc * (1 - mean_acc) / n_problems) if unit == "fraction" and n_problems
+               and np.isfinite(mean_acc) else math.nan)
+    return ReportStatistics(
+        study=results.study, budget=results.budget, description=study.description or "", metric=obj.metric,
+        mode=obj.mode, summary_text=summary_text(obj, unit), scale=scale, unit=unit, design=study.design_name,
+        factors=factors, levels=levels, baseline=baseline, labels=labels, counts=count_states(results.trials),
+        seeds=tuple(sorted(int(s) for s in set(per_trial["seed"]))) if not per_trial.empty else (),
+        min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
+        diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
+        warm_start=warm,
+    )
