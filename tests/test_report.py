@@ -16,11 +16,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from ablate import inference as inf
 from ablate.analysis import saturating_curve
-from ablate.report.build import ReportData, Scale, analyse, comparison_sentence, metric_unit, write_report
+from ablate.report.build import write_report
 from ablate.report.figures import pareto_front
+from ablate.report.findings import claim_sentence, phrase
 from ablate.report.html import render_html
 from ablate.report.markdown import md
+from ablate.report.page import ReportPage, Section
+from ablate.report.statistics import Scale, compute_statistics, metric_unit
 from ablate.results import Results, build_table, level_column
 from ablate.study import load_study
 from ablate.tracking import history_csv
@@ -86,38 +90,48 @@ def synthetic(study, rng: np.random.Generator, *, effect: float = 0.1, interacti
                    parent={"ablate.version.ablate": "0.1.0", "ablate.git_commit": "abc123", "ablate.git_dirty": "false"})
 
 
-FAST = {"n_boot": 500, "fit_boot": 10}
+FAST = {"fit_boot": 10}
 
 
 # ---------------------------------------------------------------------------------------- findings
 
 
-def test_sentence_format_hand_example():
-    row = {"factor": "loss_norm", "level": "token-mean", "baseline": "seq-mean-token-mean", "n_seeds": 5,
-           "diff": 0.031, "ci_low": 0.004, "ci_high": 0.059, "p_holm": 0.02, "prob_improvement": 0.84,
-           "hedges_g": 1.26, "ci_excludes_zero": True, "detected": True, "improved": True, "seeds_needed": 4.0}
+def _contrast(**kw):
+    base = dict(factor="loss_norm", level="token-mean", baseline="seq-mean", method=inf.PAIRED, n_seeds=5, cells=1,
+                level_mean=0.6, baseline_mean=0.569, estimate=0.031, se=0.01, df=4.0, ci_low=0.004, ci_high=0.059,
+                p=0.02, p_tost=math.nan, seeds=(0, 1, 2, 3, 4), per_seed=(0.02, 0.03, 0.04, 0.03, 0.035),
+                d_z=1.26, improved=inf.Improvement(5, 5, 1.0, 0.478, 1.0))
+    return inf.Contrast(**{**base, **kw})
+
+
+def test_claim_sentences_hand_examples():
     scale = Scale(100.0, "points")
-    assert comparison_sentence(row, scale, "eval/accuracy", "max") == (
-        "loss_norm: token-mean vs seq-mean-token-mean: +3.1 points [0.4, 5.9] in eval/accuracy (better), "
-        "p = 0.02 (Holm), P(improvement) = 0.84, Hedges' g = 1.3, 5 seeds.")
-    null = {**row, "diff": 0.004, "ci_low": -0.02, "ci_high": 0.03, "p_holm": 0.71, "ci_excludes_zero": False,
-            "detected": False, "improved": False, "seeds_needed": 40.0}
-    assert comparison_sentence(null, scale, "eval/accuracy", "max") == (
-        "loss_norm: token-mean vs seq-mean-token-mean: no detectable effect (+0.4 points [-2, 3] in eval/accuracy, "
-        "p = 0.71 (Holm), P(improvement) = 0.84, Hedges' g = 1.3, 5 seeds); about 40 seeds would resolve a "
-        "difference of this size.")
-    worse = {**row, "diff": -0.031, "ci_low": -0.059, "ci_high": -0.004, "improved": False}
-    assert "+" not in comparison_sentence(worse, scale, "m", "max") and "(worse)" in comparison_sentence(
-        worse, scale, "m", "max")
-    unsure = {**worse, "p_holm": 0.2, "detected": False}
-    assert comparison_sentence(unsure, scale, "m", "max").startswith(
-        "loss_norm: token-mean vs seq-mean-token-mean: inconclusive: -3.1 points [-5.9, -0.4] in m; the interval "
-        "excludes 0 but the difference is not significant after Holm's correction (p = 0.2 (Holm)")
-    same = {**null, "diff": 0.0, "ci_low": 0.0, "ci_high": 0.0}
-    assert comparison_sentence(same, scale, "m", "max") == (
-        "loss_norm: token-mean vs seq-mean-token-mean: no detectable effect: m was identical on all 5 seeds.")
-    one = {**row, "n_seeds": 1, "ci_low": math.nan, "ci_high": math.nan}
-    assert "no interval can be computed from one seed" in comparison_sentence(one, scale, "m", "max")
+    fam = inf.Family((), 3, 0.05, None, inf.PAIRED, 5)
+    c = _contrast()
+    det = inf.Claim(c.name, c, None, 0.04, math.nan, inf.DETECTED, "", 8.0, True)
+    assert claim_sentence(det, fam, scale, "max") == (
+        "loss_norm: token-mean vs seq-mean: detected: +3.1 points [0.4, 5.9] (95% paired t-interval over 5 seeds "
+        "(4 df); p = 0.04 (Holm over a family of 3); d_z = 1.3; higher on 5 of 5 untied seeds (exact 95% interval "
+        "of the fraction [47.8, 100]%)).")
+    fam_me = inf.Family((), 3, 0.05, 0.02, inf.PAIRED, 5)
+    eq = inf.Claim(c.name, _contrast(estimate=0.001, ci_low=-0.01, ci_high=0.012), None, 0.9, 0.01, inf.EQUIVALENT,
+                   "", 8.0, False)
+    assert claim_sentence(eq, fam_me, scale, "max") == (
+        "loss_norm: token-mean vs seq-mean: equivalent: no effect as large as ±2 points (+0.1 points [-1, 1.2]; "
+        "TOST p = 0.01, Holm over a family of 3; 95% paired t-interval over 5 seeds (4 df)).")
+    nr = inf.Claim(c.name, _contrast(ci_low=-0.01, ci_high=0.07), None, 0.3, 0.6, inf.NOT_RESOLVED,
+                   "the interval includes 0 and reaches beyond ±0.02", 12.0, False)
+    text = claim_sentence(nr, fam_me, scale, "max")
+    assert text.startswith("loss_norm: token-mean vs seq-mean: not resolved at 5 seeds: +3.1 points [-1, 7] (")
+    assert text.endswith("; the interval includes 0 and reaches beyond ±0.02; about 12 seeds would give 80% power "
+                         "for a difference of 2 points (the study's min_effect).")
+    two = _contrast(n_seeds=2, seeds=(0, 1), per_seed=(0.01, 0.05), ci_low=math.nan, ci_high=math.nan, df=1.0)
+    few = inf.Claim(c.name, two, None, math.nan, math.nan, inf.NOT_RESOLVED, "2 seeds", 20.0, False)
+    assert claim_sentence(few, fam, scale, "max").startswith(
+        "loss_norm: token-mean vs seq-mean: not resolved at 2 seeds: per-seed differences +1, +5 points; no interval "
+        "is given below 3 seeds; about 20 seeds")
+    for sentence in (claim_sentence(x, fam_me, scale, "max") for x in (det, eq, nr, few)):
+        assert not re.search(r"\b(significant|inconclusive|better|worse|no detectable)\b", sentence)
 
 
 def test_units_come_from_the_metric_glossary():
@@ -128,30 +142,65 @@ def test_units_come_from_the_metric_glossary():
 
 
 @pytest.mark.parametrize("draw", range(3))
-def test_report_finds_the_planted_effect_and_calls_the_other_not_detectable(study, draw):
+def test_report_finds_the_planted_effect_and_leaves_the_null_one_unresolved(study, draw):
     res = synthetic(study, np.random.default_rng(draw), effect=0.1)
-    an = analyse(study, res, seed=draw, **FAST)
-    by_factor = an.comparisons.set_index("factor")
-    assert by_factor.loc["loss_norm", "detected"] and by_factor.loc["loss_norm", "ci_low"] > 0
-    assert not by_factor.loc["clip_high", "detected"]
-    planted, null = an.data.findings
-    d = by_factor.loc["loss_norm"]
-    assert planted.startswith(f"loss_norm: {TOKEN} vs sequence: +{d['diff'] * 100:.3g} points "
-                              f"[{d['ci_low'] * 100:.3g}, {d['ci_high'] * 100:.3g}] in eval/accuracy (better), ")
-    assert "(Holm)" in planted and "no detectable effect" not in planted
-    assert null.startswith("clip_high: 0.28 vs 0.2: no detectable effect (")
-    assert an.data.interaction_findings[0].startswith("interaction loss_norm × clip_high: no detectable interaction")
-    assert len(an.data.compute_findings) == 4 and all("asymptote A = " in s for s in an.data.compute_findings)
+    stats = compute_statistics(study, res, seed=draw, **FAST)
+    fam = stats.inference.family
+    assert stats.inference.method == inf.MODEL and fam.size == 3  # two contrasts and one interaction
+    by = {c.name: c for c in fam.claims}
+    planted, null = by[f"loss_norm: {TOKEN} vs sequence"], by["clip_high: 0.28 vs 0.2"]
+    assert planted.verdict == inf.DETECTED and planted.contrast.ci_low > 0
+    assert null.verdict == inf.NOT_RESOLVED  # no min_effect: equivalence cannot be claimed
+    findings = phrase(stats)
+    items = [s for sec in findings.sections for s in sec.items]
+    c = planted.contrast
+    assert f"loss_norm: {TOKEN} vs sequence: detected: +{c.estimate * 100:.3g} points " \
+           f"[{c.ci_low * 100:.3g}, {c.ci_high * 100:.3g}] (95% t-interval from the study's linear model (15 residual " \
+           "df; 6 seeds, 2 matched cells); " in " ".join(items)
+    assert any(s.startswith("clip_high: 0.28 vs 0.2: not resolved at 6 seeds: ") for s in items)
+    assert any(s.startswith("interaction loss_norm × clip_high: not resolved: F(1, 15) = ") for s in items)
+    assert sum("asymptote A = " in s for s in items) == 4
 
 
 @pytest.mark.parametrize("draw", range(2))
 def test_report_finds_a_planted_interaction(study, draw):
     res = synthetic(study, np.random.default_rng(10 + draw), effect=0.0, interaction=0.08)
-    an = analyse(study, res, seed=draw, **FAST)
-    (sentence,) = an.data.interaction_findings
-    assert sentence.startswith("interaction loss_norm × clip_high: F(1, 15) = ")
+    stats = compute_statistics(study, res, seed=draw, **FAST)
+    (term,) = [c for c in stats.inference.family.claims if c.term is not None]
+    assert term.verdict == inf.DETECTED and term.term.df == 1 and term.term.df_resid == 15
+    sentence = claim_sentence(term, stats.inference.family, stats.scale, "max")
+    assert sentence.startswith("interaction loss_norm × clip_high: detected: F(1, 15) = ")
     assert "the effect of one factor depends on the level of the other" in sentence
-    assert an.anova.set_index("term").loc["loss_norm:clip_high", "p"] < 0.01
+
+
+def test_primary_contrast_and_min_effect_give_a_headline_and_equivalence(tmp_path):
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "primary: [clip_high]\nmin_effect: 0.03\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1)
+    stats = compute_statistics(study, res, **FAST)
+    fam = stats.inference.family
+    assert [c.name for c in fam.primary] == ["clip_high: 0.28 vs 0.2"] and fam.claims[0].primary
+    # clip_high has no effect; the paired noise is ~1 point, so the interval lies inside ±3 points
+    assert fam.primary[0].verdict == inf.EQUIVALENT
+    first = phrase(stats).sections[0]
+    assert first.title == "Primary contrasts"
+    assert first.items[0].startswith("clip_high: 0.28 vs 0.2: equivalent: no effect as large as ±3 points")
+
+
+def test_two_seeds_give_no_interval_and_say_what_would(tmp_path):
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY.replace("seeds: 6", "seeds: 2") + "primary: [loss_norm]\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(1), effect=0.1)
+    stats = compute_statistics(study, res, **FAST)
+    fam = stats.inference.family
+    assert fam.size == 0 and all(c.verdict == inf.NOT_RESOLVED for c in fam.claims)
+    assert all(math.isnan(c.contrast.ci_low) for c in fam.claims if c.contrast is not None)
+    first = phrase(stats).sections[0]
+    assert first.items[0].startswith("This study could not answer its primary question at 2 seeds")
+    index = write_report(study, res, tmp_path / "out", **FAST)
+    assert (index.parent / "claims.png").is_file()
 
 
 def test_a_partial_study_with_nothing_finished_still_reports(study, tmp_path):
@@ -172,12 +221,12 @@ def report(study, tmp_path_factory):
     res = synthetic(study, np.random.default_rng(42))
     res.study = '<script>alert("name")</script>'  # a name no study file allows: the renderer must still escape it
     out = tmp_path_factory.mktemp("report")
-    index = write_report(study, res, out, n_boot=500, fit_boot=20, figure_boot=100)
+    index = write_report(study, res, out, fit_boot=20)
     return index
 
 
-FIGURES = ["learning_curves", "final_by_level", "interactions", "arm_heatmap", "response_length", "reward_vs_kl",
-           "diagnostics", "compute_efficiency"]
+FIGURES = ["claims", "paired_seeds", "learning_curves", "interactions", "arm_heatmap", "response_length",
+           "reward_vs_kl", "diagnostics", "compute_efficiency"]
 
 
 def test_every_file_is_written(report):
@@ -187,6 +236,7 @@ def test_every_file_is_written(report):
         assert (out / f"{name}.svg").read_text().lstrip().startswith("<?xml")
     summary = pd.read_csv(out / "results.csv")
     assert len(summary) == 24 and {"objective", "eval/accuracy", "loss_norm", "clip_high"} <= set(summary.columns)
+    assert (out / "samples.json").is_file()
     tidy = pd.read_csv(out / "tidy.csv.gz")
     assert {"study", "key", "arm", "seed", "step", "tokens", "metric", "value"} <= set(tidy.columns)
 
@@ -216,8 +266,9 @@ def test_user_strings_are_escaped(report, study):
     assert "<script" not in prose.lower() and "<img src=x" not in prose and "<answer>" not in prose
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in prose
     # a page of nothing but markup in every field renders it as text
-    page = render_html(ReportData(study="<i>x</i>", description="<u>d</u>", budget="<s>b</s>", objective="<o>",
-                                  generated="<g>", counts={}, findings=["<em>f</em>"], notes=["<n>"]))
+    page = render_html(ReportPage(study="<i>x</i>", description="<u>d</u>", budget="<s>b</s>", objective="<o>",
+                                  generated="<g>", counts={}, sections=(Section("<h>", ("<em>f</em>",), "<p>"),),
+                                  notes=("<n>",)))
     assert not re.search(r"<(i|u|s|o|g|em|n)>", page)
     assert "&lt;i&gt;x&lt;/i&gt;" in page and "&lt;em&gt;f&lt;/em&gt;" in page
 
@@ -226,11 +277,12 @@ def test_both_pages_state_the_same_findings(report):
     text = html.unescape(report.read_text())
     readme = (report.parent / "README.md").read_text()
     findings = re.findall(r'<li class="finding">(.*?)</li>', report.read_text())
-    assert len(findings) == 2 + 1 + 4  # two comparisons, one interaction, four compute fits
+    # the study's question (no primary, no min_effect), two contrasts, one interaction, four compute fits
+    assert len(findings) == 2 + 2 + 1 + 4
     for f in findings:
         assert f"- {md(html.unescape(f))}" in readme
-    for section in ("Design", "Configuration", "Sample completions", "Versions", "Analysis of variance",
-                    "Objective per arm", "Levels against the baseline level", "Compute efficiency (saturating fits)"):
+    for section in ("Design", "Configuration", "Sample completions", "Versions", "Analysis of variance (Type II)",
+                    "Objective per arm", "Claims (one family)", "Compute efficiency (saturating fits)"):
         assert section in text and section in readme
     assert "git commit: abc123" in text and "loss.aggregation: seq-mean-token-mean" in text
     assert "![Learning curves](learning_curves.png)" in readme
@@ -282,18 +334,18 @@ def test_figures_have_labelled_axes(study):
     from ablate.report import figures as figs
 
     res = synthetic(study, np.random.default_rng(3))
-    an = analyse(study, res, **FAST)
-    fig = figs.learning_curves(res.table, "eval/accuracy", an.factors, levels=an.levels, unit="fraction", n_boot=50)
+    an = compute_statistics(study, res, **FAST)
+    fig = figs.learning_curves(res.table, "eval/accuracy", an.factors, levels=an.levels, unit="fraction")
     for ax in fig.axes:
         assert ax.get_xlabel() == "step (RL updates)" and ax.get_ylabel() == "eval/accuracy (fraction)"
         assert [t.get_text() for t in ax.get_legend().get_texts()] in (["sequence", TOKEN], ["0.2", "0.28"])
-    fig = figs.final_by_level(an.per_trial, an.factors, metric="eval/accuracy", levels=an.levels, unit="fraction",
-                              n_boot=50)
+    fig = figs.paired_seed_lines(an.per_trial, an.factors, metric="eval/accuracy", levels=an.levels, unit="fraction")
+    assert all(len(ax.lines) >= 6 for ax in fig.axes)  # one line per seed
     assert [ax.get_xlabel() for ax in fig.axes] == ["level of loss_norm", "level of clip_high"]
     assert {ax.get_ylabel() for ax in fig.axes} == {"eval/accuracy (fraction)"}
     assert list(itertools.chain(*[[t.get_text() for t in ax.get_xticklabels()] for ax in fig.axes])) == [
         "sequence", TOKEN, "0.2", "0.28"]
-    fig = figs.diagnostics(res.table, an.factors, n_boot=50)
+    fig = figs.diagnostics(res.table, an.factors)
     assert [ax.get_ylabel() for ax in fig.axes] == ["entropy (nats)", "", "clipped (low + high) (fraction)", "",
                                                     "grad norm (L2 norm)", ""]
 
@@ -308,24 +360,22 @@ def test_report_metrics_are_compared_without_a_direction_and_the_command_is_show
     assert study.report_metrics == ("response/length_incorrect", "response/length_correct")
     res = synthetic(study, np.random.default_rng(3))
     res.parent["ablate.command"] = "ablate run studies/synth.yaml --workers 2"
-    an = analyse(study, res, **FAST)
-    found = an.data.secondary_findings
+    stats = compute_statistics(study, res, **FAST)
+    diag = {d.metric: {c.name: c.contrast for c in d.inference.family.claims if c.contrast} for d in stats.diagnostics}
     # planted: incorrect completions of the sequence level grow by one token a step (to ~40 tokens at the
     # end); the token level's stay at ~25; correct completions' lengths do not differ
-    incorrect = next(s for s in found if "loss_norm" in s and "length_incorrect" in s)
-    diff = float(re.search(r": (-\d+(\.\d+)?) tokens \[", incorrect).group(1))
-    assert -17 < diff < -13 and incorrect.endswith("6 seeds.") and "(lower)" in incorrect
-    assert "better" not in " ".join(found) and "worse" not in " ".join(found)
-    correct = next(s for s in found if "loss_norm" in s and "length_correct" in s)
-    assert "no detectable effect" in correct
-    assert an.data.provenance == {"produced by": "ablate run studies/synth.yaml --workers 2",
-                                  "at commit": "abc123"}
-    index = write_report(study, res, tmp_path / "out", figure_boot=50, **FAST)
+    incorrect = diag["response/length_incorrect"][f"loss_norm: {TOKEN} vs sequence"]
+    assert -17 < incorrect.estimate < -13 and incorrect.n_seeds == 6 and incorrect.ci_high < 0
+    correct = diag["response/length_correct"][f"loss_norm: {TOKEN} vs sequence"]
+    assert correct.ci_low < 0 < correct.ci_high
+    assert stats.inference.family.size == 3  # the diagnostics are not claims of the family
+    index = write_report(study, res, tmp_path / "out", **FAST)
     readme = (index.parent / "README.md").read_text()
     head = readme.split("## Findings")[0]
     assert "produced by: `ablate run studies/synth.yaml --workers 2` · at commit: `abc123`" in head
-    assert "### Secondary metrics (diagnostics)" in readme and f"- {md(incorrect)}" in readme
-    assert "Secondary metrics against the baseline level" in index.read_text()
+    assert "Diagnostics against the baseline level" in readme and "Diagnostics against the baseline level" in \
+        index.read_text()
+    assert "better" not in readme.split("## Tables")[1].split("## Missing")[0].split("Diagnostics against")[1]
 
 
 def test_an_unknown_report_metric_is_named_with_the_nearest_one(tmp_path):

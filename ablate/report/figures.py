@@ -199,10 +199,12 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
             ax.annotate(verdict, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize="small",
                         color=colours[cl.verdict])
         ax.set_yticks(range(len(claims)), names[::-1])
+        ax.set_ylim(-0.6, len(claims) - 0.35)
         ax.set_xlabel(f"difference level − baseline in {metric} ({unit})" if unit else "difference level − baseline")
         ax.set_title(f"Claims (family of {family.size}, Holm): diamond = estimate, bar = 95% interval "
                      f"({'model t' if family.method == inference.MODEL else 'paired t'}), dots = seeds; ★ primary")
-        ax.legend(fontsize="small", loc="lower right")
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(claims)), ncol=2,
+                  frameon=False)
     return fig
 
 

@@ -1,0 +1,95 @@
+"""Inference per design, on real study files: a fractional design's contrasts come from the
+main-effects model (no arm differs from another in one factor alone), a one-at-a-time design's from
+paired t-tests against the baseline arm, and the committed reward_granularity table (empty cells)
+gets the right degrees of freedom."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ablate import inference as inf
+from ablate.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+FRACTIONAL = """\
+name: frac
+factors:
+  a: {path: loss.clip_high, values: [0.2, 0.28]}
+  b: {path: loss.clip_low, values: [0.2, 0.25]}
+  c: {path: optim.lr, values: [1.0e-5, 2.0e-5]}
+  d: {path: loss.aggregation, values: [token-mean, seq-mean-token-mean]}
+design: {name: fractional, resolution: 4}
+seeds: 4
+objective: {metric: eval/accuracy, mode: max}
+"""
+ONE_AT_A_TIME = """\
+name: oat
+factors:
+  a: {path: loss.clip_high, values: [0.2, 0.28]}
+  b: {path: loss.clip_low, values: [0.2, 0.25]}
+design: one_at_a_time
+baseline: {a: 0.2, b: 0.2}
+seeds: 5
+objective: {metric: eval/accuracy, mode: max}
+"""
+
+
+def _per_trial(study, effect, rng, noise=0.02):
+    rows = []
+    for s in study.seeds:
+        offset = rng.normal(0, 0.05)
+        for arm in study.arms:
+            y = 0.5 + offset + effect(arm.levels) + rng.normal(0, noise)
+            rows.append({"arm": arm.name, "seed": s, **arm.levels, "objective": y})
+    return pd.DataFrame(rows)
+
+
+def _infer(study, per_trial):
+    factors = {f.name: f.name for f in study.factors}
+    levels = {f.name: f.level_names() for f in study.factors}
+    return inf.infer(per_trial, factors, levels, study.baseline_levels, design=study.design_name)
+
+
+def test_fractional_design_contrasts_come_from_the_main_effects_model(tmp_path):
+    path = tmp_path / "frac.yaml"
+    path.write_text(FRACTIONAL)
+    study = load_study(path)
+    assert study.aliasing is not None and len(study.arms) == 8
+    run = _infer(study, _per_trial(study, lambda lv: 0.1 * (lv["a"] == "0.28"), np.random.default_rng(0)))
+    assert run.method == inf.MODEL and not run.model.interactions
+    # 32 trials - (intercept + 3 seed + 4 main effects) = 24 residual df
+    assert run.model.df_resid == 24 and [t.term for t in run.model.anova if t.kind == "main"] == list("abcd")
+    by = {c.factor: c for c in run.contrasts}
+    assert by["a"].cells == 0 and by["a"].estimate == pytest.approx(0.1, abs=0.02)
+    assert {c.name: c.verdict for c in run.family.claims}["a: 0.28 vs 0.2"] == inf.DETECTED
+    assert run.family.size == 4  # four contrasts, no interaction tested
+
+
+def test_one_at_a_time_design_uses_paired_t_against_the_baseline_arm(tmp_path):
+    path = tmp_path / "oat.yaml"
+    path.write_text(ONE_AT_A_TIME)
+    study = load_study(path)
+    assert len(study.arms) == 3
+    per_trial = _per_trial(study, lambda lv: 0.05 * (lv["b"] == "0.25"), np.random.default_rng(1))
+    run = _infer(study, per_trial)
+    assert run.method == inf.PAIRED and run.model is None
+    c = {c.factor: c for c in run.contrasts}["b"]
+    base = per_trial[(per_trial["a"] == "0.2") & (per_trial["b"] == "0.2")].set_index("seed")["objective"]
+    lvl = per_trial[per_trial["b"] == "0.25"].set_index("seed")["objective"]
+    d = (lvl - base).to_numpy()
+    assert c.estimate == pytest.approx(d.mean()) and c.df == 4
+    assert c.se == pytest.approx(d.std(ddof=1) / np.sqrt(5))
+
+
+def test_committed_reward_granularity_table_has_the_reward_factors_four_df():
+    table = pd.read_csv(ROOT / "reports" / "reward_granularity" / "results.csv")
+    study = load_study(ROOT / "studies" / "reward_granularity.yaml")
+    run = _infer(study, table)
+    rows = {t.term: t for t in run.model.anova}
+    assert (rows["reward"].df, rows["reward"].df_resid) == (4, 33)
+    assert rows["advantage"].df == 2 and rows["reward:advantage"].df == 5
+    assert rows["reward"].F == pytest.approx(49.13, abs=0.01)
