@@ -251,13 +251,13 @@ def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boo
 
     if "png" not in formats:
         raise ValueError(f"formats must include 'png' (the pages embed it), got {list(formats)}")
+    stats = compute_statistics(study, results, fit_boot=fit_boot, seed=seed)
+    findings = phrase(stats)  # both before anything in out_dir is touched: a failure leaves the old report whole
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*"):
         if old.is_file() and old.suffix in (".png", ".svg"):
             old.unlink()
-    stats = compute_statistics(study, results, fit_boot=fit_boot, seed=seed)
-    findings = phrase(stats)
     figures, figure_notes = draw_figures(stats, results, out, formats)
     trial_summary(results, stats.per_trial).to_csv(out / "results.csv", index=False)
     results.table.to_csv(out / "tidy.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})

@@ -298,14 +298,17 @@ def phrase(stats: ReportStatistics) -> Findings:
             f"Model: {run.model.formula} ({run.model.n} trials). Type II sums of squares by model comparison, in "
             "the objective's own units squared; p-values uncorrected here (the interactions' Holm-adjusted values "
             "are in the claims).", "anova"))
+    frames = []
     if stats.diagnostics:
-        frames = []
         for d in stats.diagnostics:
             f = claims_frame(d.inference.family)
+            if f.empty:
+                continue
             f = f[f["interval"] != "F-test"]
             sc = Scale.of(d.metric).factor
             frames.append(f.assign(metric=d.metric, estimate=f["estimate"] * sc, ci_low=f["ci_low"] * sc,
                                    ci_high=f["ci_high"] * sc))
+    if stats.diagnostics and frames:
         frame = pd.concat(frames, ignore_index=True)
         tables.append(Table("Diagnostics against the baseline level", _fmt_frame(
             frame, {"metric": "metric", "claim": "contrast", "seeds": "seeds", "estimate": "difference",
