@@ -7,6 +7,12 @@ Usage::
                        generator=torch.Generator().manual_seed(0))
     # {"accuracy": ..., "step_accuracy": ..., "format_rate": ..., "partial": ..., "mean_length": ...,
     #  "truncated_rate": ..., "num_problems": 200.0, "pass@4": ...}
+    metrics, records = evaluate_with_records(policy, task, problems)
+    # records[i]: a ProblemRecord of problems[i] (correct, step_accuracy, format_ok, partial, length,
+    # truncated); the greedy metrics are their means
+
+The per-problem records let an analysis pair arms and seeds problem by problem (the trainer logs them
+as the ``eval_problems.csv`` artifact of a trial, see :mod:`ablate.tracking`).
 
 Greedy metrics decode with temperature 0 through :func:`generate_rollouts` (the same sampling code
 as training rollouts); pass@k draws ``num_samples`` completions per problem at ``temperature`` and
@@ -17,6 +23,7 @@ Code"). Grading goes through :meth:`Task.grade`, which never raises.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -40,6 +47,44 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
     return 1.0 - prod
+
+
+@dataclass(frozen=True)
+class ProblemRecord:
+    """The greedy result of one eval problem.
+
+    Attributes:
+        problem: the problem's position in the ``problems`` evaluated (the trainer evaluates
+            ``task.sample("eval", eval.n_problems, seed=task.data_seed)``, whose smaller sizes are
+            prefixes of larger ones, so an index names the same problem in every trial of a study).
+        correct: the final answer is correct (:attr:`Grade.answer_correct`).
+        step_accuracy: correct steps over the reference's step count (:attr:`Grade.step_accuracy`).
+        format_ok: the completion follows the task's format exactly.
+        partial: partial credit in [0, 1].
+        length: generated tokens, EOS included.
+        truncated: no EOS within the generation budget.
+    """
+
+    problem: int
+    correct: bool
+    step_accuracy: float
+    format_ok: bool
+    partial: float
+    length: int
+    truncated: bool
+
+
+def problem_records(grades: Sequence[Grade], lengths: Sequence[int],
+                    truncated: Sequence[bool]) -> list[ProblemRecord]:
+    """One :class:`ProblemRecord` per graded completion, numbered from 0 in the order given."""
+    if not len(grades) == len(lengths) == len(truncated):
+        raise AblateError(f"problem_records: {len(grades)} grades, {len(lengths)} lengths, {len(truncated)} "
+                          "truncated flags; give one of each per problem")
+    return [
+        ProblemRecord(problem=i, correct=bool(g.answer_correct), step_accuracy=float(g.step_accuracy),
+                      format_ok=bool(g.format_ok), partial=float(g.partial), length=int(n), truncated=bool(t))
+        for i, (g, n, t) in enumerate(zip(grades, lengths, truncated))
+    ]
 
 
 def summarize_grades(grades: Sequence[Grade], lengths: Sequence[int] | None = None,
@@ -84,6 +129,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Greedy metrics of ``policy`` on ``problems``, and pass@k when ``pass_k > 1``.
 
+    The metrics of :func:`evaluate_with_records`, without the per-problem records.
+
     Args:
         policy: the policy to evaluate (its training mode is restored afterwards).
         task: grades each completion.
@@ -100,6 +147,37 @@ def evaluate(
 
     Returns:
         :func:`summarize_grades` of the greedy completions, plus ``"pass@{k}"`` when ``pass_k > 1``.
+    """
+    metrics, _ = evaluate_with_records(
+        policy, task, problems, batch_size=batch_size, max_new_tokens=max_new_tokens, pass_k=pass_k,
+        num_samples=num_samples, temperature=temperature, top_p=top_p, generator=generator, fast=fast,
+    )
+    return metrics
+
+
+def evaluate_with_records(
+    policy: Policy,
+    task: Task,
+    problems: Sequence[Problem],
+    *,
+    batch_size: int = 64,
+    max_new_tokens: int = 128,
+    pass_k: int = 1,
+    num_samples: int | None = None,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    fast: bool | None = None,
+) -> tuple[dict[str, float], list[ProblemRecord]]:
+    """Greedy metrics of ``policy`` on ``problems`` and one record per problem.
+
+    Arguments as :func:`evaluate`.
+
+    Returns:
+        ``(metrics, records)``: the metrics of :func:`evaluate`, and ``records[i]``, the
+        :class:`ProblemRecord` of the greedy completion of ``problems[i]``. The greedy metrics are the
+        records' means (``accuracy`` = mean of ``correct``, ``format_rate`` of ``format_ok``,
+        ``mean_length`` of ``length``, ``truncated_rate`` of ``truncated``, ...).
     """
     if batch_size < 1:
         raise AblateError(f"evaluate: batch_size={batch_size} must be >= 1")
@@ -125,6 +203,7 @@ def evaluate(
         lengths += r.lengths.tolist()
         truncated += r.truncated.tolist()
     metrics = summarize_grades(grades, lengths, truncated)
+    records = problem_records(grades, lengths, truncated)
 
     if pass_k > 1:
         per_batch = max(1, batch_size // n)
@@ -137,4 +216,4 @@ def evaluate(
                 correct = sum(task.grade(p, r.texts[i * n + j]).answer_correct for j in range(n))
                 scores.append(pass_at_k(n, correct, pass_k))
         metrics[f"pass@{pass_k}"] = sum(scores) / len(scores)
-    return metrics
+    return metrics, records

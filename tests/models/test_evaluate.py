@@ -1,4 +1,5 @@
-"""evaluate: greedy metrics through the real rollout and grading path; pass@k (Chen et al. 2021)."""
+"""evaluate: greedy metrics through the real rollout and grading path; pass@k (Chen et al. 2021);
+per-problem records that agree with the means."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import torch
 
 from ablate.errors import AblateError
 from ablate.models import Policy, load_policy
-from ablate.models.evaluate import evaluate, pass_at_k, summarize_grades
+from ablate.models.evaluate import (
+    ProblemRecord,
+    evaluate,
+    evaluate_with_records,
+    pass_at_k,
+    problem_records,
+    summarize_grades,
+)
 from ablate.models.logprobs import token_logprobs
 from ablate.models.rollout import left_pad
 from ablate.tasks import TASKS, Problem, Task
@@ -106,6 +114,38 @@ def test_memorised_policy_scores_perfectly_through_rollouts(task, problems, memo
     m = evaluate(memorised, task, problems, max_new_tokens=40, pass_k=2, num_samples=4, temperature=0.3,
                  generator=torch.Generator().manual_seed(0))
     assert m["pass@2"] == 1.0 and m["accuracy"] == 1.0
+
+
+def test_records_are_one_per_problem_and_agree_with_the_means(task, problems, memorised):
+    # the 3 memorised problems, then 3 the policy never saw: records that differ from problem to problem
+    mixed = [*problems, *task.sample("eval", 6, seed=1)[3:]]
+    metrics, records = evaluate_with_records(memorised, task, mixed, max_new_tokens=40, batch_size=4)
+    assert metrics == evaluate(memorised, task, mixed, max_new_tokens=40, batch_size=4)
+    assert [r.problem for r in records] == list(range(6))
+    assert records[:3] == [ProblemRecord(problem=i, correct=True, step_accuracy=1.0, format_ok=True, partial=1.0,
+                                         length=n, truncated=False) for i, n in enumerate([25, 22, 22])]
+
+    def mean(values) -> float:
+        values = [float(v) for v in values]
+        return sum(values) / len(values)
+
+    assert metrics["accuracy"] == pytest.approx(mean(r.correct for r in records))
+    assert metrics["step_accuracy"] == pytest.approx(mean(r.step_accuracy for r in records))
+    assert metrics["format_rate"] == pytest.approx(mean(r.format_ok for r in records))
+    assert metrics["partial"] == pytest.approx(mean(r.partial for r in records))
+    assert metrics["mean_length"] == pytest.approx(mean(r.length for r in records))
+    assert metrics["truncated_rate"] == pytest.approx(mean(r.truncated for r in records))
+    assert metrics["num_problems"] == len(records)
+    assert len({(r.correct, r.length) for r in records}) > 1, "the unseen problems should score differently"
+
+
+def test_problem_records_by_hand(task, problems):
+    grades = [task.grade(problems[0], problems[0].solution), task.grade(problems[1], "")]
+    assert problem_records(grades, [25, 32], [False, True]) == [
+        ProblemRecord(0, True, 1.0, True, 1.0, 25, False), ProblemRecord(1, False, 0.0, False, 0.0, 32, True),
+    ]
+    with pytest.raises(AblateError, match="2 grades, 1 lengths"):
+        problem_records(grades, [25], [False, True])
 
 
 def test_untrained_policy_scores_zero(task, problems):
