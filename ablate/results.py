@@ -19,6 +19,17 @@ The tidy table (``Results.table``) has one row per trial x logged step x metric:
   :func:`ablate.tracking.metric_name`); ``value``: finite values only (a NaN logged, e.g. the mean
   length of correct answers when none was correct, is left out).
 
+The per-problem table (``Results.problems``) has one row per finished trial x evaluation x eval
+problem, from each trial's ``eval_problems.csv`` artifact (see :mod:`ablate.tracking`)::
+
+    key  arm  seed  <factor columns>  step  problem  correct  step_accuracy  format_ok  length  truncated  partial
+
+``problem`` is the problem's index in the trial's eval problems, which are fixed by the task settings
+(``task.name``, ``difficulty``, ``options``) and ``task.data_seed``, never by the trial seed: the same
+index is the same problem in every seed and in every arm that does not change those settings (a smaller
+``eval.n_problems`` evaluates a prefix), so arms can be compared problem by problem. Trials logged before the artifact existed contribute no
+rows (and the table is empty, with these columns, when none has it).
+
 Downloaded files of finished runs are cached in ``cache_dir`` (when given), keyed by run id and end
 time: a report built again downloads only what changed. The cache folder ignores itself in git (a
 ``.gitignore`` of ``*``), so a report folder can be committed as it is.
@@ -37,19 +48,27 @@ import numpy as np
 import pandas as pd
 
 from ablate.errors import AblateError
+from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 
 #: Fixed columns of the tidy table (a factor column never takes one of these names).
 TABLE_COLUMNS = ("study", "budget", "key", "arm", "seed", "step", "tokens", "metric", "value")
 #: The metric that gives the compute axis.
 TOKENS_METRIC = "compute/tokens"
+#: Columns of ``Results.problems`` after ``key, arm, seed`` and the factor columns: the artifact's
+#: (:data:`ablate.metrics.EVAL_PROBLEM_GLOSSARY` says what each holds).
+PROBLEM_COLUMNS: tuple[str, ...] = tuple(EVAL_PROBLEM_GLOSSARY)
+#: Integer columns of the per-problem table (the others are floats).
+_PROBLEM_INTS = ("step", "problem", "correct", "format_ok", "length", "truncated")
 #: Trial states in ``Results.trials``.
 STATES = ("done", "failed", "running", "not started")
 
 
 def level_column(factor: str) -> str:
     """The table column of a factor's levels: the factor's name, or ``level.<name>`` when the name is
-    one of :data:`TABLE_COLUMNS` (a factor called ``seed``)."""
-    return f"level.{factor}" if factor in TABLE_COLUMNS or factor == "state" else factor
+    one of the tables' own columns (:data:`TABLE_COLUMNS`, :data:`PROBLEM_COLUMNS`, ``state``,
+    ``run_id``, ``error``: a factor called ``seed`` or ``length``)."""
+    taken = factor in TABLE_COLUMNS or factor in PROBLEM_COLUMNS or factor in ("state", "run_id", "error")
+    return f"level.{factor}" if taken else factor
 
 
 def history_frame(csv_text: str) -> pd.DataFrame:
@@ -72,6 +91,63 @@ def history_frame(csv_text: str) -> pd.DataFrame:
     return long.sort_values(["step", "metric"], kind="stable").reset_index(drop=True)
 
 
+def problems_frame(csv_text: str) -> pd.DataFrame:
+    """Parse an ``eval_problems.csv`` artifact into the columns :data:`PROBLEM_COLUMNS` (integers for
+    ``step, problem, length`` and the 0/1 flags, floats for the rest; a column the file lacks is NaN).
+
+    Raises:
+        ValueError: the text has no ``step`` or ``problem`` column, or an integer column has a gap.
+    """
+    frame = pd.read_csv(io.StringIO(csv_text), na_values=["", "nan"], keep_default_na=True)
+    for c in ("step", "problem"):
+        if c not in frame.columns:
+            raise ValueError(f"eval_problems.csv has no {c!r} column")
+    out = pd.DataFrame(index=frame.index)
+    for c in PROBLEM_COLUMNS:
+        col = pd.to_numeric(frame[c], errors="coerce") if c in frame.columns else pd.Series(np.nan, index=frame.index)
+        if c in _PROBLEM_INTS and c in frame.columns:
+            if col.isna().any():
+                raise ValueError(f"eval_problems.csv: column {c!r} has an empty or non-numeric cell")
+            col = col.astype(int)
+        else:
+            col = col.astype(float)
+        out[c] = col
+    return out.sort_values(["step", "problem"], kind="stable").reset_index(drop=True)
+
+
+def empty_problems(level_columns: Sequence[str] = ()) -> pd.DataFrame:
+    """A per-problem table with no rows (the right columns and dtypes)."""
+    cols = {"key": pd.Series(dtype=object), "arm": pd.Series(dtype=object), "seed": pd.Series(dtype=int)}
+    cols.update({c: pd.Series(dtype=object) for c in level_columns})
+    cols.update({c: pd.Series(dtype=int if c in _PROBLEM_INTS else float) for c in PROBLEM_COLUMNS})
+    return pd.DataFrame(cols)
+
+
+def build_problems(frames: Mapping[str, pd.DataFrame], trials: pd.DataFrame,
+                   level_columns: Sequence[str]) -> pd.DataFrame:
+    """The per-problem table from the parsed ``eval_problems.csv`` of finished trials.
+
+    Args:
+        frames: trial key -> :func:`problems_frame` of its ``eval_problems.csv``.
+        trials: one row per trial with ``key, arm, seed`` and the level columns.
+        level_columns: the factor columns to copy from ``trials``.
+    """
+    by_key = trials.set_index("key")
+    parts = []
+    for key, frame in frames.items():
+        frame = frame.copy()
+        row = by_key.loc[key]
+        frame.insert(0, "key", key)
+        frame.insert(1, "arm", row["arm"])
+        frame.insert(2, "seed", int(row["seed"]))
+        for i, c in enumerate(level_columns):
+            frame.insert(3 + i, c, row[c])
+        parts.append(frame)
+    if not parts:
+        return empty_problems(level_columns)
+    return pd.concat(parts, ignore_index=True)
+
+
 @dataclass
 class Results:
     """A study's results at one budget.
@@ -83,6 +159,9 @@ class Results:
         trials: one row per trial of the design: ``key, arm, seed, <factor columns>, state, run_id,
             error``; ``state`` is one of :data:`STATES`.
         samples: trial key -> its sample completions (``prompt, completion, correct, reward/<c>``).
+        problems: the per-problem table (see the module docstring): ``key, arm, seed, <factor
+            columns>,`` then :data:`PROBLEM_COLUMNS`; empty when no finished trial logged
+            ``eval_problems.csv``.
         parent: the parent run's tags (code versions, git commit), {} when there is none.
         notes: things the reader should know (runs not in the current design ...).
     """
@@ -96,6 +175,7 @@ class Results:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     parent: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    problems: pd.DataFrame = field(default_factory=empty_problems)
 
     @property
     def level_columns(self) -> list[str]:
@@ -178,7 +258,7 @@ def load_results(study: Any, budget: str = "default", *, tracking_uri: str | Non
     Raises:
         AblateError: ``budget`` is not a budget of the study.
     """
-    from ablate.tracking import TAG_ERROR, TAG_KEY, Tracker, read_run_file, study_runs
+    from ablate.tracking import EVAL_PROBLEMS_FILE, TAG_ERROR, TAG_KEY, Tracker, read_run_file, study_runs
 
     study.check_budget(budget)
     tracker = Tracker(tracking_uri)
@@ -197,23 +277,30 @@ def load_results(study: Any, budget: str = "default", *, tracking_uri: str | Non
                      "file changed?) and are left out")
     cache = Path(cache_dir) if cache_dir is not None else None
 
-    def fetch(run: Any, name: str) -> str | None:
+    def fetch(run: Any, name: str, *, remember_absent: bool = False) -> str | None:
+        # remember_absent: a finished run without this (optional) file never gets it (a retry ends at
+        # another end time), so its absence is cached too, as an empty "<file>.absent" marker.
         path = None
         if cache is not None and run.status == "FINISHED":
             path = cache / f"{run.run_id}.{run.end_time or 0}.{name}"
             if path.exists():
                 return path.read_text(encoding="utf-8")
+            if remember_absent and path.with_name(path.name + ".absent").exists():
+                return None
         text = read_run_file(tracker, run.run_id, name)
-        if text is not None and path is not None:
+        if path is not None and (text is not None or remember_absent):
             if not path.parent.is_dir():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 (path.parent / ".gitignore").write_text("# ablate's download cache\n*\n", encoding="utf-8")
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
+            if text is None:
+                path.with_name(path.name + ".absent").write_text("", encoding="utf-8")
+            else:
+                tmp = path.with_suffix(path.suffix + ".tmp")
+                tmp.write_text(text, encoding="utf-8")
+                tmp.replace(path)
         return text
 
-    rows, histories, samples = [], {}, {}
+    rows, histories, samples, problem_frames = [], {}, {}, {}
     for spec in specs:
         row = {"key": spec.key, "arm": spec.arm, "seed": spec.seed,
                **{columns[f]: spec.levels[f] for f in factors}, "state": "not started", "run_id": "", "error": ""}
@@ -235,14 +322,26 @@ def load_results(study: Any, budget: str = "default", *, tracking_uri: str | Non
                             samples[spec.key] = list(json.loads(sample_text))
                         except (ValueError, TypeError):
                             notes.append(f"samples.json of trial {spec.key} is not valid JSON; its samples are left out")
+                    problems_text = fetch(run, EVAL_PROBLEMS_FILE, remember_absent=True)
+                    if problems_text is not None:
+                        try:
+                            problem_frames[spec.key] = problems_frame(problems_text)
+                        except (ValueError, pd.errors.ParserError) as exc:
+                            notes.append(f"{EVAL_PROBLEMS_FILE} of trial {spec.key} cannot be read ({exc}); "
+                                         "its problems are left out")
         rows.append(row)
     trials = pd.DataFrame(rows, columns=["key", "arm", "seed", *columns.values(), "state", "run_id", "error"])
     try:
         table = build_table(study.name, budget, histories, trials, list(columns.values()))
     except ValueError as exc:
         raise AblateError(f"cannot read the results of study {study.name!r} from {tracker.uri}: {exc}") from None
+    if problem_frames and len(problem_frames) < len(histories):
+        notes.append(f"{len(histories) - len(problem_frames)} of {len(histories)} finished trials have no "
+                     f"readable {EVAL_PROBLEMS_FILE} (logged before it existed?): Results.problems holds the others only")
+    problems = build_problems(problem_frames, trials, list(columns.values()))
     return Results(study=study.name, budget=budget, factors=factors, columns=columns, table=table, trials=trials,
-                   samples=samples, parent=dict(parent.tags) if parent is not None else {}, notes=notes)
+                   samples=samples, parent=dict(parent.tags) if parent is not None else {}, notes=notes,
+                   problems=problems)
 
 
 def count_states(trials: pd.DataFrame) -> dict[str, int]:

@@ -18,9 +18,21 @@ This is the only module that imports mlflow. Layout in MLflow::
           params  the flattened resolved TrialConfig (``loss.clip_high`` ...) and ``level.<factor>``
           metrics every metric the trainer logs (docs/metrics.md), by step
           files   config.yaml, history.csv (every logged step x metric: one file, so that reports
-                  need not fetch metric by metric), samples.json (sample completions with their
-                  per-component rewards), result.json (final metrics, objective, warm start),
-                  error.txt (failed trials)
+                  need not fetch metric by metric), eval_problems.csv (every evaluation x eval
+                  problem, see below), samples.json (sample completions with their per-component
+                  rewards), result.json (final metrics, objective, warm start), error.txt (failed
+                  trials)
+
+``eval_problems.csv`` holds one row per evaluation of the trial x eval problem, with the columns
+:data:`EVAL_PROBLEM_COLUMNS`: ``step`` (the RL step evaluated after; 0 = the start policy),
+``problem`` (the problem's index in the trial's eval problems, ``task.sample("eval", eval.n_problems,
+seed=task.data_seed)``: fixed by the task, its difficulty and options and ``task.data_seed``, never by
+the trial seed, so index i is the same problem in every seed, and in every arm that leaves those task
+settings alone; a smaller ``eval.n_problems`` evaluates a prefix), ``correct`` (final answer right,
+0/1), ``step_accuracy`` (correct steps over the reference's steps), ``format_ok`` (0/1), ``length``
+(generated tokens, EOS included), ``truncated`` (no EOS within rollout.max_new_tokens, 0/1) and
+``partial`` (partial credit). Greedy decoding; the means over problems of one step are that step's ``eval/*`` metrics.
+Trials logged before this file existed have none (:mod:`ablate.results` then gives no rows for them).
 
 The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
 the working directory (MLflow's own default); ``mlflow ui`` (or ``mlflow ui --backend-store-uri
@@ -57,6 +69,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from ablate.errors import AblateError
+from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 
 #: MLflow's default when nothing else is given: a SQLite file in the working directory.
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -154,6 +167,33 @@ def history_csv(history: Sequence[tuple[int, Mapping[str, float]]]) -> str:
         for n in names:
             v = row.get(n)
             cells.append("" if v is None else ("nan" if math.isnan(float(v)) else repr(float(v))))
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+#: The columns of a trial's ``eval_problems.csv`` artifact, in order (see the module docstring; their
+#: glossary is :data:`ablate.metrics.EVAL_PROBLEM_GLOSSARY`).
+EVAL_PROBLEM_COLUMNS: tuple[str, ...] = tuple(EVAL_PROBLEM_GLOSSARY)
+#: The artifact's file name.
+EVAL_PROBLEMS_FILE = "eval_problems.csv"
+
+
+def eval_problems_csv(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per-problem evaluation rows (``TrialResult.eval_problems``) as CSV with the columns
+    :data:`EVAL_PROBLEM_COLUMNS`: integers for ``step, problem, length`` and the 0/1 flags, floats in
+    their shortest round-trip form, ``nan`` for NaN, an empty cell for a value a row lacks."""
+    ints = {"step", "problem", "correct", "format_ok", "length", "truncated"}
+    lines = [",".join(EVAL_PROBLEM_COLUMNS)]
+    for row in rows:
+        cells = []
+        for c in EVAL_PROBLEM_COLUMNS:
+            v = row.get(c)
+            if v is None:
+                cells.append("")
+            elif c in ints:
+                cells.append(str(int(v)))
+            else:
+                cells.append("nan" if math.isnan(float(v)) else repr(float(v)))
         lines.append(",".join(cells))
     return "\n".join(lines) + "\n"
 
@@ -407,14 +447,21 @@ class Tracker:
         return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every, hold_logged_step=resuming)
 
     def finish_trial(self, run_id: str, *, config_yaml: str, history: Sequence[tuple[int, Mapping[str, float]]],
-                     samples: Sequence[Mapping[str, Any]], result: Mapping[str, Any], objective: float | None) -> None:
-        """Upload a finished trial's files and mark its run FINISHED."""
+                     samples: Sequence[Mapping[str, Any]], result: Mapping[str, Any], objective: float | None,
+                     eval_problems: Sequence[Mapping[str, Any]] | None = None) -> None:
+        """Upload a finished trial's files and mark its run FINISHED.
+
+        ``eval_problems`` (``TrialResult.eval_problems``) becomes ``eval_problems.csv``; None writes no
+        such file.
+        """
         files = {
             "config.yaml": config_yaml,
             "history.csv": history_csv(history),
             "samples.json": json.dumps(finite_json(list(samples)), indent=1, default=str),
             "result.json": json.dumps(finite_json(dict(result)), indent=1, sort_keys=True, default=str),
         }
+        if eval_problems is not None:
+            files[EVAL_PROBLEMS_FILE] = eval_problems_csv(eval_problems)
         self._log_files(run_id, files)
         self.client.set_tag(run_id, TAG_OBJECTIVE, "null" if objective is None else repr(float(objective)))
         self.client.set_terminated(run_id, status="FINISHED")
@@ -553,10 +600,13 @@ def log_report(tracker: Tracker, run_id: str, folder: str | Path, artifact_path:
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
+    "EVAL_PROBLEMS_FILE",
+    "EVAL_PROBLEM_COLUMNS",
     "RunRecord",
     "Tracker",
     "TrackingError",
     "TrialLogger",
+    "eval_problems_csv",
     "history_csv",
     "log_report",
     "metric_name",

@@ -37,7 +37,7 @@ from torch import nn
 from ablate.config import TrialConfig, autocast_dtype, resolve_device
 from ablate.metrics import METRICS, metrics_glossary_markdown  # noqa: F401  (re-exported)
 from ablate.models import Policy, load_policy
-from ablate.models.evaluate import evaluate
+from ablate.models.evaluate import ProblemRecord, evaluate_with_records
 from ablate.models.heads import BackboneHead
 from ablate.models.logprobs import token_logprobs, token_logprobs_and_entropy
 from ablate.models.rollout import PromptCompletionLayout, generate_rollouts
@@ -73,6 +73,9 @@ class TrialResult:
         resumed_from: the checkpoint step this call resumed from, or None.
         warmstart: the warm start's report (empty when disabled).
         samples: sample completions of the last step with their per-component rewards.
+        eval_problems: one row per evaluation x eval problem, in order: ``step, problem, correct,
+            step_accuracy, format_ok, length, truncated, partial`` (see :func:`eval_problem_rows`);
+            the rows of evaluations before a resume come from the checkpoint.
         learned_prm: the learned PRM's report (held-out AUC, accuracy, log loss ..., see
             :class:`ablate.rewards.learned_prm.LearnedPRMReport`); empty unless reward.prm.source=learned.
     """
@@ -86,6 +89,7 @@ class TrialResult:
     warmstart: dict[str, Any] = field(default_factory=dict)
     samples: list[dict[str, Any]] = field(default_factory=list)
     learned_prm: dict[str, Any] = field(default_factory=dict)
+    eval_problems: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +107,16 @@ def derive_seed(*parts: int | str) -> int:
 
 def _generator(device: torch.device, *parts: int | str) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(derive_seed(*parts))
+
+
+def eval_problem_rows(step: int, records: list[ProblemRecord]) -> list[dict[str, Any]]:
+    """The records of the evaluation at ``step`` as plain rows: ``step, problem, correct, step_accuracy,
+    format_ok, length, truncated, partial`` (flags as 0/1; ``problem``: the index in the eval problems)."""
+    return [
+        {"step": int(step), "problem": r.problem, "correct": int(r.correct), "step_accuracy": r.step_accuracy,
+         "format_ok": int(r.format_ok), "length": r.length, "truncated": int(r.truncated), "partial": r.partial}
+        for r in records
+    ]
 
 
 def build_task(config: TrialConfig) -> Task:
@@ -302,6 +316,8 @@ class Trainer:
         torch.manual_seed(derive_seed(config.seed, "init"))
         self.task = build_task(config)
         self.train_pool: list[Problem] = self.task.sample("train", config.task.train_size, seed=config.task.data_seed)
+        # The eval problems depend on the task (name, difficulty, options) and task.data_seed only, never on
+        # the trial seed: every seed, and every arm that leaves task.* alone, is evaluated on the same problems.
         self.eval_problems: list[Problem] = self.task.sample(
             "eval", config.eval.n_problems, seed=config.task.data_seed
         )
@@ -600,10 +616,12 @@ class Trainer:
             out["policy/kl_ref"] = float((k1 * batch.mask).sum(dim=1).mean())
         return out
 
-    def evaluate(self, step: int) -> dict[str, float]:
+    def evaluate(self, step: int) -> tuple[dict[str, float], list[ProblemRecord]]:
+        """Evaluate the policy on the eval problems: the ``eval/*`` metrics and one record per problem
+        (``records[i]`` is ``self.eval_problems[i]``)."""
         c = self.config
         with self._autocast():
-            m = evaluate(
+            m, records = evaluate_with_records(
                 self.policy, self.task, self.eval_problems,
                 max_new_tokens=c.rollout.max_new_tokens,
                 pass_k=c.eval.pass_k,
@@ -621,7 +639,7 @@ class Trainer:
         }
         if c.eval.pass_k > 1:
             out[f"eval/pass_at_{c.eval.pass_k}"] = m[f"pass@{c.eval.pass_k}"]  # MLflow metric names allow no "@"
-        return out
+        return out, records
 
     def step(self, step: int) -> tuple[dict[str, float], StepBatch]:
         """Run RL step ``step`` (1-based): collect, score, update. Returns its metrics and batch."""
@@ -699,6 +717,7 @@ def run_trial(
     c = config
     trainer = Trainer(c, progress=progress)
     history: list[tuple[int, dict[str, float]]] = []
+    eval_rows: list[dict[str, Any]] = []
     start_step = 1
     resumed_from = None
     ckpt_path = Path(workdir) / CHECKPOINT_FILE if workdir is not None else None
@@ -708,6 +727,7 @@ def run_trial(
             raise RuntimeError(f"{ckpt_path} belongs to trial {state['key']}, not {c.trial_key()}")
         trainer.load_state_dict(state["trainer"])
         history = [(int(s), dict(m)) for s, m in state["history"]]
+        eval_rows = [dict(r) for r in state.get("eval_problems", [])]  # absent in checkpoints of older versions
         start_step = state["step"] + 1
         resumed_from = state["step"]
 
@@ -718,7 +738,8 @@ def run_trial(
 
     if start_step == 1:
         t = time.perf_counter()
-        m = trainer.evaluate(0)
+        m, records = trainer.evaluate(0)
+        eval_rows += eval_problem_rows(0, records)
         m["perf/eval_s"] = time.perf_counter() - t
         m["compute/tokens"] = 0.0
         m["compute/samples"] = 0.0
@@ -738,7 +759,9 @@ def run_trial(
         metrics["perf/eval_s"] = 0.0
         if (c.eval.every and step % c.eval.every == 0) or step == c.train.steps:
             t = time.perf_counter()
-            metrics.update(trainer.evaluate(step))
+            m, records = trainer.evaluate(step)
+            metrics.update(m)
+            eval_rows += eval_problem_rows(step, records)
             metrics["perf/eval_s"] = time.perf_counter() - t
         metrics["perf/step_s"] = time.perf_counter() - t0
         if step % c.train.log_every == 0 or "eval/accuracy" in metrics:
@@ -753,7 +776,8 @@ def run_trial(
         ):
             ckpt_path.parent.mkdir(parents=True, exist_ok=True)
             tmp = ckpt_path.with_suffix(".tmp")
-            torch.save({"key": c.trial_key(), "step": step, "trainer": trainer.state_dict(), "history": history}, tmp)
+            torch.save({"key": c.trial_key(), "step": step, "trainer": trainer.state_dict(), "history": history,
+                        "eval_problems": eval_rows}, tmp)
             os.replace(tmp, ckpt_path)
         if stop_after is not None and done >= stop_after:
             break
@@ -773,5 +797,6 @@ def run_trial(
         warmstart=trainer.warmstart_report,
         samples=_sample_table(last_batch) if last_batch is not None else [],
         learned_prm=dict(trainer.prm_report),
+        eval_problems=eval_rows,
     )
 

@@ -1,25 +1,38 @@
 """Results read back from a real MLflow SQLite store written through ablate.tracking: the tidy table
-from history.csv artifacts, trial states of a partial study, the download cache, the report logged
-to the parent run, and `ablate report` finding a study by file or by name."""
+from history.csv artifacts, the per-problem table from eval_problems.csv artifacts of real tiny
+trials, trial states of a partial study, the download cache, the report logged to the parent run, and
+`ablate report` finding a study by file or by name."""
 
 from __future__ import annotations
 
 import math
 import shutil
+import warnings
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import servers
+import torch
+import yaml
+from conftest import TINY_TRIAL
 from mlflow import MlflowClient
 
 from ablate.cli import main
 from ablate.commands.report import resolve_study
 from ablate.errors import AblateError
 from ablate.report import build_report
-from ablate.results import count_states, history_frame, level_column, load_results
+from ablate.results import (
+    PROBLEM_COLUMNS,
+    count_states,
+    history_frame,
+    level_column,
+    load_results,
+    problems_frame,
+)
 from ablate.study import load_study
-from ablate.tracking import Tracker, history_csv
+from ablate.tracking import EVAL_PROBLEM_COLUMNS, Tracker, eval_problems_csv, history_csv
+from ablate.train import run_trial
 
 STUDY = """\
 name: res
@@ -62,6 +75,27 @@ def test_history_frame_is_long_finite_and_carries_tokens():
 def test_level_column_avoids_the_table_columns():
     assert level_column("loss_norm") == "loss_norm"
     assert level_column("step") == "level.step" and level_column("seed") == "level.seed"
+    assert level_column("length") == "level.length" and level_column("problem") == "level.problem"
+
+
+def test_problems_frame_types_and_errors():
+    assert PROBLEM_COLUMNS == EVAL_PROBLEM_COLUMNS
+    rows = [{"step": 2, "problem": 1, "correct": 1, "step_accuracy": 1.0, "format_ok": 1, "length": 9, "truncated": 0,
+             "partial": 1.0},
+            {"step": 0, "problem": 0, "correct": 0, "step_accuracy": 0.5, "format_ok": 0, "length": 16, "truncated": 1,
+             "partial": float("nan")}]
+    frame = problems_frame(eval_problems_csv(rows))
+    assert list(frame.columns) == list(PROBLEM_COLUMNS)
+    assert frame[["step", "problem", "correct", "length", "truncated"]].values.tolist() == [[0, 0, 0, 16, 1],
+                                                                                         [2, 1, 1, 9, 0]]
+    assert str(frame["correct"].dtype).startswith("int") and frame["step_accuracy"].tolist() == [0.5, 1.0]
+    assert math.isnan(frame["partial"][0])
+    # a file of an older layout without a column still parses (the column is NaN); a broken one does not
+    assert problems_frame("step,problem,correct\n0,3,1\n")["length"].isna().all()
+    with pytest.raises(ValueError, match="'problem'"):
+        problems_frame("step,correct\n0,1\n")
+    with pytest.raises(ValueError, match="'correct'"):
+        problems_frame("step,problem,correct\n0,3,\n")
 
 
 @pytest.fixture
@@ -118,12 +152,16 @@ def test_load_results_of_a_partial_study(store):
     assert set(res.samples) == {s.key for s in specs[:5]}
     assert res.parent["ablate.study"] == "res" and "ablate.version.python" in res.parent
     assert res.metrics == ["compute/tokens", "eval/accuracy", "eval/pass_at_4", "reward/total"]
+    # runs logged without eval_problems.csv (as before it existed): an empty per-problem table
+    assert res.problems.empty
+    assert list(res.problems.columns) == ["key", "arm", "seed", "loss_norm", "level.step", *PROBLEM_COLUMNS]
 
 
 def test_cached_histories_survive_a_lost_artifact_store(store):
     study, tmp = store["study"], store["tmp"]
     first = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
     assert len(list((tmp / "cache").glob("*.history.csv"))) == 5
+    assert len(list((tmp / "cache").glob("*.eval_problems.csv.absent"))) == 5  # known absent: not asked again
     assert (tmp / "cache" / ".gitignore").read_text().splitlines()[-1] == "*"
     shutil.rmtree(tmp / "mlruns")  # the artifacts of every run are gone; the cache still has them
     cached = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
@@ -144,6 +182,72 @@ def test_results_of_a_study_that_never_ran(tmp_path, monkeypatch):
         build_report(study, tracking_uri=uri, out_dir=tmp_path / "r")
     with pytest.raises(AblateError, match="budget"):
         load_results(study, "nope", tracking_uri=uri)
+
+
+@pytest.fixture
+def tiny_study(tmp_path, monkeypatch, ws_cache):
+    """A study of two real tiny trials (tests/conftest.py TINY_TRIAL: 8 eval problems, evaluated at
+    steps 0 and 2), run and logged to a real MLflow SQLite store with their eval_problems.csv."""
+    monkeypatch.chdir(tmp_path)
+    base = {k: yaml.safe_load(v) for k, v in (o.split("=", 1) for o in TINY_TRIAL)}
+    base["warmstart.cache_dir"] = ws_cache
+    path = tmp_path / "prob.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "prob", "description": "Per-problem records of real tiny trials.", "base": base,
+        "factors": {"loss_norm": {"levels": {"sequence": {"loss.aggregation": "seq-mean-token-mean"},
+                                             "token": {"loss.aggregation": "token-mean"}}}},
+        "seeds": 1, "objective": {"metric": "eval/accuracy", "mode": "max"},
+    }))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study = load_study(path)
+    uri = servers.fresh_mlflow_db(tmp_path)
+    tracker = Tracker(uri)
+    parent = tracker.parent_run(study, "default")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    results = {}
+    try:
+        for spec in study.expand("default"):
+            logger = tracker.start_trial(parent, study=study.name, key=spec.key, arm=spec.arm, seed=spec.seed,
+                                         budget="default", levels=spec.levels, flat_config=spec.config.to_flat_dict())
+            result = run_trial(spec.config, logger)
+            logger.close()
+            tracker.finish_trial(logger.run_id, config_yaml=spec.config.to_yaml(), history=result.history,
+                                 samples=result.samples, result={"key": spec.key},
+                                 objective=result.final["eval/accuracy"], eval_problems=result.eval_problems)
+            results[spec.key] = result
+    finally:
+        torch.set_num_threads(threads)
+    return {"study": study, "uri": uri, "results": results, "tmp": tmp_path}
+
+
+def test_problems_of_real_trials(tiny_study):
+    study, tmp = tiny_study["study"], tiny_study["tmp"]
+    res = load_results(study, tracking_uri=tiny_study["uri"], cache_dir=tmp / "cache")
+    assert count_states(res.trials)["done"] == 2 and res.notes == []
+    p = res.problems
+    assert list(p.columns) == ["key", "arm", "seed", "loss_norm", *PROBLEM_COLUMNS]
+    n_problems, evaluations = 8, 2  # TINY_TRIAL: eval.n_problems=8, eval.every=0 and 2 steps: steps 0 and 2
+    assert len(p) == len(res.trials) * n_problems * evaluations
+    for key, one in p.groupby("key"):
+        assert sorted(set(one["step"])) == [0, 2]
+        assert one.groupby("step")["problem"].apply(list).tolist() == [list(range(n_problems))] * evaluations
+        assert set(one["arm"]) == {res.trials.set_index("key").loc[key, "arm"]}
+        # the records' means are the logged eval metrics of their step
+        table = res.table[res.table["key"] == key].set_index(["step", "metric"])["value"]
+        means = one.groupby("step")[["correct", "format_ok", "length", "truncated"]].mean()
+        for step in (0, 2):
+            assert means.loc[step, "correct"] == pytest.approx(table[(step, "eval/accuracy")])
+            assert means.loc[step, "format_ok"] == pytest.approx(table[(step, "eval/format_rate")])
+            assert means.loc[step, "length"] == pytest.approx(table[(step, "eval/length")])
+            assert means.loc[step, "truncated"] == pytest.approx(table[(step, "eval/truncated_frac")])
+    # both arms start from the same warm start and are evaluated on the same problems: step 0 is identical
+    start = p[p["step"] == 0].pivot(index="problem", columns="arm", values="length")
+    assert (start.iloc[:, 0] == start.iloc[:, 1]).all()
+    assert len(list((tmp / "cache").glob("*.eval_problems.csv"))) == 2
+    again = load_results(study, tracking_uri=tiny_study["uri"], cache_dir=tmp / "cache")
+    pd.testing.assert_frame_equal(again.problems, p)
 
 
 FAST = {"n_boot": 200, "fit_boot": 10, "figure_boot": 50, "formats": ("png",)}

@@ -14,6 +14,7 @@ from ablate.config import TrialConfig
 from ablate.study import load_study
 from ablate.tracking import (
     DEFAULT_TRACKING_URI,
+    EVAL_PROBLEM_COLUMNS,
     MAX_PARAM_VALUE,
     MAX_TAG_VALUE,
     TAG_LOGGED_STEP,
@@ -21,6 +22,7 @@ from ablate.tracking import (
     Tracker,
     TrackingError,
     code_version,
+    eval_problems_csv,
     history_csv,
     metric_name,
     param_value,
@@ -83,6 +85,25 @@ def test_history_csv_is_one_row_per_step_one_column_per_metric():
                     "0,0.25,0.5,\n"
                     "1,,,nan\n"
                     "2,0.5,,-1.5\n")
+
+
+def test_eval_problems_csv_is_one_row_per_evaluation_and_problem():
+    assert EVAL_PROBLEM_COLUMNS == ("step", "problem", "correct", "step_accuracy", "format_ok", "length",
+                                    "truncated", "partial")
+    rows = [
+        {"step": 0, "problem": 0, "correct": 1, "step_accuracy": 1.0, "format_ok": 1, "length": 25, "truncated": 0,
+         "partial": 1.0},
+        {"step": 0, "problem": 1, "correct": False, "step_accuracy": 2 / 3, "format_ok": True, "length": 32,
+         "truncated": True, "partial": float("nan")},
+        {"step": 10, "problem": 0, "correct": 0, "step_accuracy": 0.5, "format_ok": 0, "length": 7, "truncated": 0},
+    ]
+    assert eval_problems_csv(rows) == (
+        "step,problem,correct,step_accuracy,format_ok,length,truncated,partial\n"
+        "0,0,1,1.0,1,25,0,1.0\n"
+        "0,1,0,0.6666666666666666,1,32,1,nan\n"
+        "10,0,0,0.5,0,7,0,\n"
+    )
+    assert eval_problems_csv([]) == ",".join(EVAL_PROBLEM_COLUMNS) + "\n"
 
 
 def test_tracking_uri_resolution(tmp_path, monkeypatch):
@@ -161,12 +182,22 @@ def test_child_run_params_tags_batched_metrics_and_artifacts(tracker, study):
     run = c.get_run(logger.run_id)
     assert run.info.status == "FINISHED" and run.data.tags["ablate.objective"] == "0.5"
     files = {a.path for a in c.list_artifacts(logger.run_id)}
-    assert files == {"config.yaml", "history.csv", "samples.json", "result.json"}
+    assert files == {"config.yaml", "history.csv", "samples.json", "result.json"}  # no eval_problems given: none
     read = lambda name: Path(c.download_artifacts(logger.run_id, name)).read_text()  # noqa: E731
     assert TrialConfig.from_overrides(__import__("yaml").safe_load(read("config.yaml"))).trial_key() == spec.key
     assert read("history.csv") == "step,eval/accuracy\n0,0.0\n1,0.5\n"
     assert json.loads(read("samples.json")) == samples
     assert json.loads(read("result.json"))["final"] == {"eval/accuracy": 0.5, "x": None}
+
+    # a trial that gives its per-problem records gets eval_problems.csv beside the other files
+    other = start(tracker, parent, study.expand("default")[0])
+    rows = [{"step": s, "problem": p, "correct": p % 2, "step_accuracy": 0.5, "format_ok": 1, "length": 20,
+             "truncated": 0, "partial": 0.5} for s in (0, 1) for p in range(3)]
+    tracker.finish_trial(other.run_id, config_yaml="", history=history, samples=[], result={}, objective=None,
+                         eval_problems=rows)
+    assert {a.path for a in c.list_artifacts(other.run_id)} == {
+        "config.yaml", "history.csv", "samples.json", "result.json", "eval_problems.csv"}
+    assert Path(c.download_artifacts(other.run_id, "eval_problems.csv")).read_text() == eval_problems_csv(rows)
 
 
 def test_large_steps_are_split_into_batches_within_mlflow_limits(tracker, study):

@@ -1,5 +1,5 @@
 """The trainer: every reward granularity x aggregation x ratio level trains; accumulation,
-determinism, resume and the NaN guard."""
+determinism, resume and the NaN guard; per-problem eval records on eval problems fixed by the data seed."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from conftest import TINY_TRIAL
 
 from ablate.cli import main
 from ablate.config import TrialConfig
+from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 from ablate.rewards import REWARDS
 from ablate.train import METRICS, NonFiniteError, Trainer, metrics_glossary_markdown, run_trial
 
@@ -138,6 +139,35 @@ def test_resume_equals_uninterrupted(ws_cache, tmp_path):
     rest = run_trial(cfg, workdir=tmp_path)
     assert rest.resumed_from == 2 and rest.steps == 3
     _same(_stable(full.history), _stable(rest.history))
+    # the per-problem records of the evaluations before the checkpoint (steps 0, 2) come back from it
+    assert [r["step"] for r in rest.eval_problems] == [0] * 8 + [2] * 8 + [3] * 8
+    assert rest.eval_problems == full.eval_problems
+
+
+def test_eval_records_agree_with_the_logged_eval_metrics(ws_cache):
+    result = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1"))
+    rows = result.eval_problems
+    assert len(rows) == 8 * 3  # eval.n_problems x evaluations (steps 0, 1, 2)
+    assert all(list(r) == list(EVAL_PROBLEM_GLOSSARY) for r in rows)
+    logged = {s: m for s, m in result.history if "eval/accuracy" in m}
+    assert sorted(logged) == [0, 1, 2]
+    pairs = {"correct": "eval/accuracy", "step_accuracy": "eval/step_accuracy", "format_ok": "eval/format_rate",
+             "partial": "eval/partial", "length": "eval/length", "truncated": "eval/truncated_frac"}
+    for step, metrics in logged.items():
+        mine = [r for r in rows if r["step"] == step]
+        assert [r["problem"] for r in mine] == list(range(8))
+        for column, metric in pairs.items():
+            assert sum(r[column] for r in mine) / 8 == pytest.approx(metrics[metric]), (step, column)
+        assert all(r[c] in (0, 1) for r in mine for c in ("correct", "format_ok", "truncated"))
+
+
+def test_eval_problems_are_fixed_by_the_task_and_data_seed_not_the_trial_seed(ws_cache):
+    prompts = lambda *o: [p.prompt for p in Trainer(tiny(ws_cache, *o)).eval_problems]  # noqa: E731
+    seed0 = prompts("seed=0")
+    assert len(seed0) == 8 and prompts("seed=1") == seed0
+    assert prompts("seed=1", "loss.aggregation=token-mean") == seed0  # another arm
+    assert prompts("eval.n_problems=12")[:8] == seed0  # a larger evaluation extends a smaller one
+    assert prompts("task.data_seed=1") != seed0
 
 
 def test_nan_guard_names_step_and_quantity(ws_cache):
