@@ -360,9 +360,14 @@ class WarmstartConfig(_Section):
     seed: int | None = Field(
         0,
         ge=0,
-        description=_d("""Seed of the warm start. An integer gives every trial of a study the same start
-        policy (built once, cached), so that seeds measure RL noise only; null uses the trial seed (one
-        warm start per seed: start-policy noise included, at the cost of one warm start per seed)."""),
+        description=_d("""Which warm start each trial starts from. An integer (shared): one warm start, trained
+        with that seed, built once and cached, shared by every arm and seed of a study; seed-to-seed
+        variation then measures RL noise alone, from one start policy (the usual choice: cheap, and
+        arms are compared from the same start). null (per trial): each trial seed starts from its own
+        warm start, trained with the trial seed and cached per seed, so that seed-to-seed variation
+        also covers the start policy and a finding holds over start policies, not for one of them; it
+        costs one warm start per seed. A learned PRM (reward.prm.source=learned) follows the same
+        warm-start seed."""),
     )
     cache_dir: str | None = Field(
         None,

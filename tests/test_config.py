@@ -432,8 +432,11 @@ def test_trial_key_is_the_same_in_another_process():
 def test_trial_key_changes_with_what_the_trial_computes():
     base = TrialConfig().trial_key()
     for override in ["seed=1", "loss.clip_high=0.28", "optim.lr=1.1e-4", "task.options.path=x.jsonl",
-                     "reward.prm.weight=0.5", "model.dtype=float32", "algo.minibatches=1"]:
+                     "reward.prm.weight=0.5", "model.dtype=float32", "algo.minibatches=1",
+                     "warmstart.seed=null", "warmstart.seed=1"]:
         assert build(override).trial_key() != base, override
+    # a warm start per trial seed (warmstart.seed=null) is another experiment than the shared one
+    assert build("seed=1", "warmstart.seed=null").trial_key() != build("seed=1").trial_key()
     # the order of the components is a different configuration (placement order is logged)
     a = build("reward.components=[final_answer, prm]").trial_key()
     assert a != build("reward.components=[prm, final_answer]").trial_key()

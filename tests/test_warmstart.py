@@ -1,4 +1,5 @@
-"""The SFT warm start: reaches its band, is cached, and concurrent builders build it once."""
+"""The SFT warm start: reaches its band, is cached, concurrent builders build it once, and
+warmstart.seed shares one warm start between trial seeds or trains one per trial seed."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import multiprocessing as mp
 from pathlib import Path
 
 import pytest
+import torch
 
 from ablate.cli import main
+from ablate.config import TrialConfig
 from ablate.errors import ConfigError
+from ablate.train import build_policy
 from ablate.warmstart import WarmStartSpec, warm_start
 
 #: The same spec as the trainer tests' warm start (tests/test_train.py), so the session builds it once.
@@ -91,3 +95,26 @@ def test_cli_warmstart_json(built, capsys):
 def test_cli_warmstart_unknown_model(capsys):
     assert main(["warmstart", "--model", "tiny-lama"]) == 2
     assert "did you mean 'tiny-llama'" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_warmstart_seed_shared_or_per_trial_seed(tmp_path):
+    """warmstart.seed=0 (shared): trial seeds 0 and 1 start from the same weights; null (per trial): each
+    trial seed from its own warm start, trained with that seed. A 3-step warm start keeps it to seconds."""
+    tiny = ["model.name=micro-llama", "task.difficulty=1", "device=cpu", "warmstart.max_steps=3",
+            "warmstart.batch_size=8", "rollout.max_new_tokens=4", f"warmstart.cache_dir={tmp_path}"]
+
+    def start(seed: int, ws_seed: str) -> tuple[list[torch.Tensor], str]:
+        config = TrialConfig.from_overrides([*tiny, f"seed={seed}", f"warmstart.seed={ws_seed}"])
+        policy, report = build_policy(config, torch.device("cpu"))
+        return [p.detach().clone() for p in policy.model.parameters()], report["key"]
+
+    def same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+        return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    shared0, shared1 = start(0, "0"), start(1, "0")
+    assert shared0[1] == shared1[1] and same(shared0[0], shared1[0])
+    trial0, trial1 = start(0, "null"), start(1, "null")
+    assert trial0[1] != trial1[1] and not same(trial0[0], trial1[0])
+    assert trial0[1] == shared0[1]  # trial seed 0 trains with seed 0: the shared warm start of seed 0
+    assert len(list((tmp_path / "warmstart").glob("*/report.json"))) == 2
