@@ -77,6 +77,8 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
         if claim.verdict == inference.DETECTED:
             return (f"{claim.name}: detected: {fstat}, {p_text(claim.p_holm)} ({fam}); the effect of one factor "
                     "depends on the level of the other (read the interaction plot).")
+        if not math.isfinite(t.p):
+            return f"{claim.name}: not resolved: not tested ({t.note or 'no F-test'})."
         why = f"; {claim.reason}" if claim.reason else ""
         return f"{claim.name}: not resolved: {fstat}, {p_text(claim.p_holm)} ({fam}){why}."
     c = claim.contrast
@@ -88,7 +90,8 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
     need = claim.seeds_needed
     target = (f"a difference of {num(family.min_effect * scale.factor)}{unit} (the study's min_effect)"
               if family.min_effect else f"a difference of the observed size ({est})")
-    plan = (f"about {int(need)} seeds would give 80% power for {target}" if math.isfinite(need)
+    rough = f", a rough guide from the spread of {seeds_text(c.n_seeds)}" if c.n_seeds < 5 else ""
+    plan = (f"about {int(need)} seeds would give 80% power for {target}{rough}" if math.isfinite(need)
             else f"no seed count up to {inference.MAX_SEEDS} gives 80% power for {target}"
             if not math.isnan(need) else "")
     if c.n_seeds < inference.MIN_SEEDS:
@@ -148,9 +151,10 @@ def method_sentence(stats: ReportStatistics) -> str:
     eq = (f"equivalent (the two one-sided tests at ±{num(fam.min_effect * stats.scale.factor)} "
           f"{stats.scale.unit or ''} reject after Holm: no effect as large as the study's min_effect)"
           if fam.min_effect else "equivalent (not available: the study declares no min_effect)")
-    return (f"Inference: {how}. The unit of replication is the seed. Every claim below belongs to one family of "
-            f"{fam.size} test{'s' if fam.size != 1 else ''} corrected with Holm's method at a family-wise "
-            f"{fam.alpha:g}; a claim is detected (Holm-adjusted p < {fam.alpha:g}: its interval excludes 0), {eq}, "
+    family = (f"Every claim below belongs to one family of {fam.size} test{'s' if fam.size != 1 else ''} corrected "
+              f"with Holm's method at a family-wise {fam.alpha:g}" if fam.size else
+              f"No claim below could be tested (every contrast has fewer than {inference.MIN_SEEDS} seeds)")
+    return (f"Inference: {how}. The unit of replication is the seed. {family}; a claim is detected (Holm-adjusted p < {fam.alpha:g}: its interval excludes 0), {eq}, "
             f"or not resolved at n seeds. Below {inference.MIN_SEEDS} seeds no interval is given.")
 
 

@@ -144,7 +144,9 @@ def _warm_start(study: Study, budget: str) -> tuple[str, int | None]:
         return "none", None
     cfg = study.config(study.arms[0], budget if budget in study.budgets else "default")
     ws = getattr(cfg, "warmstart", None)
-    mode = "none" if ws is None or not getattr(ws, "enabled", False) else str(getattr(ws, "seed", "shared"))
+    # warmstart.seed: an integer = one warm start shared by every trial seed; null = one per trial seed
+    mode = "none" if ws is None or not getattr(ws, "enabled", False) else (
+        "trial" if getattr(ws, "seed", 0) is None else "shared")
     return mode, int(cfg.eval.n_problems)
 
 
