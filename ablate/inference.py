@@ -600,9 +600,11 @@ def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *
         elif min_effect and tost[i] < alpha:
             verdict, reason = EQUIVALENT, ""
         else:
-            verdict, reason = NOT_RESOLVED, ("the interval includes 0" + (
-                f" and reaches beyond ±{min_effect:g}" if min_effect else "; no min_effect declared, so "
-                "equivalence cannot be claimed"))
+            first = ("the 95% interval excludes 0 but the test does not survive Holm's correction over the family"
+                     if c.p < alpha else "the interval includes 0")
+            verdict, reason = NOT_RESOLVED, first + (
+                " and reaches beyond the ±min_effect band" if min_effect else "; no min_effect declared, so "
+                "equivalence cannot be claimed")
         claims.append(Claim(c.name, c, None, float(p_holm[i]), float(tost[i]), verdict, reason, need, c.primary))
     for j, t in enumerate(terms):
         ph = float(p_holm[len(contrasts) + j])

@@ -120,10 +120,10 @@ def test_claim_sentences_hand_examples():
         "loss_norm: token-mean vs seq-mean: equivalent: no effect as large as ±2 points (+0.1 points [-1, 1.2]; "
         "TOST p = 0.01, Holm over a family of 3; 95% paired t-interval over 5 seeds (4 df)).")
     nr = inf.Claim(c.name, _contrast(ci_low=-0.01, ci_high=0.07), None, 0.3, 0.6, inf.NOT_RESOLVED,
-                   "the interval includes 0 and reaches beyond ±0.02", 12.0, False)
+                   "the interval includes 0 and reaches beyond the ±min_effect band", 12.0, False)
     text = claim_sentence(nr, fam_me, scale, "max")
     assert text.startswith("loss_norm: token-mean vs seq-mean: not resolved at 5 seeds: +3.1 points [-1, 7] (")
-    assert text.endswith("; the interval includes 0 and reaches beyond ±0.02; about 12 seeds would give 80% power "
+    assert text.endswith("; the interval includes 0 and reaches beyond the ±min_effect band; about 12 seeds would give 80% power "
                          "for a difference of 2 points (the study's min_effect).")
     two = _contrast(n_seeds=2, seeds=(0, 1), per_seed=(0.01, 0.05), ci_low=math.nan, ci_high=math.nan, df=1.0)
     few = inf.Claim(c.name, two, None, math.nan, math.nan, inf.NOT_RESOLVED, "2 seeds", 20.0, False)
