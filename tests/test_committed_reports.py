@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/README.md"))
 PROVENANCE = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{40})(?P<dirty>[^`]*)`$",
                         re.M)
+ANALYSED = re.compile(r"^analysed by: `(?P<command>.+?) · at commit: (?P<commit>[0-9a-f]{40})(?P<dirty>[^`]*)`$", re.M)
 
 
 def test_the_required_reports_are_committed():
@@ -48,6 +49,11 @@ def test_report_matches_its_study_file(report):
     for _, row in results.iterrows():
         spec = expected[row["key"]]
         assert (row["arm"], int(row["seed"])) == (spec.arm, spec.seed)
-    for name in ("index.html", "learning_curves.png", "final_by_level.png"):
+    for name in ("index.html", "claims.png", "paired_seeds.png", "learning_curves.png"):
         assert (report / name).is_file(), name
-    assert f"Budget **{budget}**" in (report / "README.md").read_text(encoding="utf-8")
+    text = (report / "README.md").read_text(encoding="utf-8")
+    assert f"Budget **{budget}**" in text
+    analysed = ANALYSED.search(text)
+    if analysed:  # analysed again by a later commit's statistics (ablate report --from): from a clean tree
+        assert analysed["dirty"] == "", f"{report.name} was analysed from a working tree with uncommitted changes"
+        assert shlex.split(analysed["command"])[:2] == ["ablate", "report"]
