@@ -172,7 +172,7 @@ class FitResult:
 
     Attributes:
         ok: the fit converged away from its bounds; when False, ``reason`` says why and the
-            parameters are NaN.
+            parameters are NaN; when True, ``reason`` is empty or says why A and B have no interval.
         r0: performance at no compute (the mean of the step-0 values, or fitted when there are none).
         a, b, c_mid: asymptote, efficiency exponent, midpoint compute.
         a_ci, b_ci: 95% bootstrap CIs over seeds (NaN when too few resamples could be fitted).
@@ -253,7 +253,7 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
     R0 is the mean of the values at zero compute (the start policy) when there are any, otherwise it
     is fitted too. A, B and log C_mid are fitted by bounded least squares on the points with C > 0
     (B in [0.05, 20], A within ten value-ranges of the data). The CIs resample whole seeds
-    (``groups``) with replacement and refit (expanded percentile intervals, as :func:`bootstrap_ci`).
+    (``groups``) with replacement and refit (expanded percentile intervals, :func:`expanded_alpha`), from ``min_seeds`` seeds on.
 
     Args:
         tokens: compute of each point (generated tokens so far), [n].
