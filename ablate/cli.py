@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "run": "ablate.commands.run",
     "worker": "ablate.commands.worker",
     "status": "ablate.commands.status",
+    "plan": "ablate.commands.plan",
     "report": "ablate.commands.report",
 }
 

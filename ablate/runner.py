@@ -7,6 +7,9 @@ A study with ``tune:`` is first tuned per arm (:mod:`ablate.tuner`, sequentially
 ``ablate run``); its main trials then carry each arm's best values.
 ``ablate worker FILE --storage URL`` = :func:`run_worker` alone, on any machine that reaches the
 store and the tracking server.
+A study with ``seeds: {min: a, max: b}`` runs in rounds: after each, :func:`adaptive_round` may add
+seeds (variance-only re-estimation, :mod:`ablate.planning`) and the workers run them; workers take
+the seed count from the store's frozen design (:func:`adaptive_study`), and only ``ablate run`` decides.
 
 The worker loop, in every worker::
 
@@ -146,6 +149,98 @@ def parent_run_id(study: Any, store: StudyStore, tracker: Any, budget: str) -> s
         return tracker.parent_run(study, budget, storage=store.description, design=store.frozen_design(budget))
 
 
+def adaptive_study(study: Any, store: StudyStore, budget: str) -> Any:
+    """A study with ``seeds: {min, max}`` at the seed count the store holds for ``budget``: seeds
+    0..n-1 with n = the largest of ``min``, the frozen design's seed count and the study's own
+    (adaptive rounds add seeds; see :mod:`ablate.planning`). Other studies are returned unchanged."""
+    if study.seed_range is None:
+        return study
+    from ablate.planning import seeds_in_design
+
+    n = max(study.seed_range.min, seeds_in_design(store.frozen_design(budget)), len(study.seeds))
+    return study if tuple(study.seeds) == tuple(range(n)) else study.with_seeds(range(n))
+
+
+def adaptive_rounds(store: StudyStore, budget: str) -> list[Any]:
+    """The adaptive-seed decisions kept in the store for ``budget`` (:class:`ablate.planning.AdaptiveRound`)."""
+    from ablate.planning import STORE_NOTE, AdaptiveRound
+
+    note = store.note(STORE_NOTE + budget) or {}
+    return [AdaptiveRound.from_dict(d) for d in note.get("rounds", [])]
+
+
+def tag_adaptive(tracker: Any, parent: str, study: Any, rounds: list[Any]) -> None:
+    """Record the adaptive rule and the current seed count on the parent run
+    (:data:`ablate.planning.TAG_ADAPTIVE`, :data:`ablate.planning.TAG_ADAPTIVE_N`)."""
+    from ablate.planning import TAG_ADAPTIVE, TAG_ADAPTIVE_N, adaptive_summary
+
+    text = adaptive_summary(rounds, min_seeds=study.seed_range.min, max_seeds=study.seed_range.max,
+                            min_effect=study.min_effect)
+    try:
+        tracker.client.set_tag(parent, TAG_ADAPTIVE, text)
+        tracker.client.set_tag(parent, TAG_ADAPTIVE_N, str(len(study.seeds)))
+    except Exception as exc:  # noqa: BLE001 - the store keeps the decisions; MLflow only records them
+        print(f"warning: the adaptive seeds could not be recorded in MLflow: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+
+
+def adaptive_round(study: Any, store: StudyStore, settings: RunSettings, counts: dict[str, int], *,
+                   stream: TextIO) -> Any | None:
+    """Decide whether a study with ``seeds: {min, max}`` runs more seeds, and print the decision.
+
+    The decision at the current seed count n is taken once and kept in the store: a decision found
+    there (a rerun) is reused, never taken again. Otherwise, when every trial of seeds 0..n-1 is
+    done, n < max and fewer than :data:`ablate.planning.MAX_ROUNDS` rounds ran, the seeds needed
+    are re-estimated from the finished trials (the report's inference, read from MLflow) for the
+    study's ``min_effect`` (:func:`ablate.planning.reestimate`: variance only).
+
+    Returns:
+        The round (its ``n_new`` may exceed n: run those seeds), or None: no more seeds.
+    """
+    from ablate.inference import ALPHA, POWER
+    from ablate.planning import MAX_ROUNDS, STORE_NOTE, plan_seeds, read_pilot, reestimate
+
+    budget = settings.budget
+    n, top = len(study.seeds), study.seed_range.max
+    rounds = adaptive_rounds(store, budget)
+    scale, unit = _objective_scale(study)
+    before = [r for r in rounds if r.n == n]
+    if before:
+        print(before[-1].line(scale, unit) + " (decided before)", file=stream)
+        return before[-1]
+    if n >= top:
+        print(f"adaptive seeds: {n} seeds, the max: no more rounds", file=stream)
+        return None
+    if len(rounds) >= MAX_ROUNDS:
+        print(f"adaptive seeds: stays at {n} seeds after {MAX_ROUNDS} rounds (the most)", file=stream)
+        return None
+    missing = sum(counts.values()) - counts.get("done", 0)
+    if missing:
+        print(f"adaptive seeds: {missing} trial(s) of seeds 0-{n - 1} are not done; the seeds needed are "
+              "re-estimated once every trial of the current seeds is done: run the same command again", file=stream)
+        return None
+    pilot = read_pilot(study, budget, settings.tracking_uri)
+    plan = plan_seeds(pilot.inference.contrasts, min_effect=study.min_effect, alpha=ALPHA, power=POWER)
+    if not plan.contrasts:
+        print(f"adaptive seeds: no contrast could be estimated from the {pilot.finished} finished trials (is the "
+              f"objective {study.objective.metric} logged?); stays at {n} seeds", file=stream)
+        return None
+    decision = reestimate(plan, n, top, len(rounds) + 1)
+    with store.lock():
+        store.set_note(STORE_NOTE + budget, {"rule": "variance-only re-estimation",
+                                              "rounds": [r.to_dict() for r in [*rounds, decision]]})
+    print(decision.line(scale, unit), file=stream)
+    return decision
+
+
+def _objective_scale(study: Any) -> tuple[float, str]:
+    """How the report shows the objective: (factor, unit), e.g. (100, "points") for a fraction."""
+    from ablate.report.statistics import Scale
+
+    sc = Scale.of(study.objective.metric)
+    return sc.factor, sc.unit
+
+
 def record_stale(tracker: Any, stale: list[StaleAttempt]) -> None:
     """Mark the MLflow runs of attempts failed as stale (a retry reopens them)."""
     for s in stale:
@@ -185,9 +280,10 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Any = 
     if study is None:
         study = load_study(settings.study_file)
     budget = settings.budget
+    store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
+    study = adaptive_study(study, store, budget)
     best = best_values(study, settings)
     specs = {s.key: s for s in expand(study, budget, best)}
-    store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
     tracker = Tracker(settings.tracking_uri)
     if prepare:
         prepare_store(study, store, budget, best=best)
@@ -201,6 +297,11 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Any = 
             if not store.has_work(budget):
                 tracker.finish_parent(parent, failed=store.counts(budget)["failed"] > 0)
                 return stats
+            grown = adaptive_study(study, store, budget)  # a round of `ablate run` may have added seeds
+            if grown.seeds != study.seeds:
+                study = grown
+                specs = {s.key: s for s in expand(study, budget, best)}
+                continue
             time.sleep(settings.poll_seconds)
             continue
         state = run_attempt(study, specs[attempt.key], attempt, store, tracker, parent, settings, worker, events)
@@ -260,6 +361,7 @@ def run_attempt(study: Any, spec: Any, attempt: Attempt, store: StudyStore, trac
         warm = {k: v for k, v in result.warmstart.items() if k != "history"}
         tracker.finish_trial(
             logger.run_id, config_yaml=config.to_yaml(), history=result.history, samples=result.samples,
+            eval_problems=result.eval_problems,
             result={**record, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
                     "levels": spec.levels, "objective": value, "objective_metric": obj.metric, "final": final,
                     "warmstart": warm, "learned_prm": {k: v for k, v in result.learned_prm.items() if k != "history"}},
@@ -483,6 +585,7 @@ class StudyRun:
         tracking_uri: where the runs are.
         storage: the study store's description.
         seconds: wall time.
+        seeds: the seeds of the design at the end (a study with ``seeds: {min, max}`` may have added some).
     """
 
     counts: dict[str, int]
@@ -491,6 +594,7 @@ class StudyRun:
     tracking_uri: str
     storage: str
     seconds: float
+    seeds: tuple[int, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -501,6 +605,11 @@ class StudyRun:
 def run_study(study: Any, settings: RunSettings, *, workers: int = 1, extend: bool = False,
               progress: bool = True, stream: TextIO | None = None, live: bool | None = None) -> StudyRun:
     """Run a study to completion with ``workers`` local worker processes.
+
+    A study with ``seeds: {min: a, max: b}`` runs in rounds: the seeds the store holds (at first
+    0..a-1), then, as long as :func:`adaptive_round` asks for more, the added seeds (see
+    :mod:`ablate.planning`); the rounds' decisions are printed, kept in the store and tagged on the
+    MLflow parent run.
 
     Args:
         study: the loaded Study (its file is ``settings.study_file``).
@@ -519,11 +628,38 @@ def run_study(study: Any, settings: RunSettings, *, workers: int = 1, extend: bo
     store = settings.open_store(study.name, "maximize" if study.objective.mode == "max" else "minimize")
     # per-arm tuning (tune:) runs here, sequentially in this process, before any main trial
     best = best_values(study, settings, tune=True, stream=stream)
-    specs = expand(study, budget, best)
+    study = adaptive_study(study, store, budget)  # adaptive seeds: the seeds already in the store count
     prepared = prepare_store(study, store, budget, extend=extend, best=best)
+    first = prepared
     tracker = Tracker(settings.tracking_uri)
     parent = parent_run_id(study, store, tracker, budget)
     record_stale(tracker, prepared.stale)
+    if study.seed_range is not None:
+        tag_adaptive(tracker, parent, study, adaptive_rounds(store, budget))
+    while True:
+        counts = _run_round(study, settings, store, tracker, parent, prepared, best, workers=workers,
+                            progress=progress, stream=stream, live=live)
+        if study.seed_range is None:
+            break
+        decision = adaptive_round(study, store, settings, counts, stream=stream)
+        if decision is None or decision.n_new <= len(study.seeds):
+            break
+        study = study.with_seeds(range(decision.n_new))
+        prepared = prepare_store(study, store, budget, extend=True, best=best)  # adds the new seeds' trials
+        parent = parent_run_id(study, store, tracker, budget)  # running again
+        record_stale(tracker, prepared.stale)
+        tag_adaptive(tracker, parent, study, adaptive_rounds(store, budget))
+    if not store.has_work(budget):
+        tracker.finish_parent(parent, failed=counts["failed"] > 0)
+    return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, tuple(study.seeds))
+
+
+def _run_round(study: Any, settings: RunSettings, store: StudyStore, tracker: Any, parent: str,
+               prepared: PrepareResult, best: dict[str, dict[str, Any]] | None, *, workers: int, progress: bool,
+               stream: TextIO, live: bool | None) -> dict[str, int]:
+    """Run the workers until no trial of the prepared design waits or runs; the counts at the end."""
+    budget = settings.budget
+    specs = expand(study, budget, best)
     counts = store.counts(budget)
     workers = max(1, min(workers, counts["pending"] + counts["running"]))  # no idle processes to start
     if settings.threads == 0 and workers > 1:
@@ -552,9 +688,7 @@ def run_study(study: Any, settings: RunSettings, *, workers: int = 1, extend: bo
     if display is not None:
         display.set_counts(counts)
         display.close()
-    if not store.has_work(budget):
-        tracker.finish_parent(parent, failed=counts["failed"] > 0)
-    return StudyRun(counts, prepared, parent, tracker.uri, store.description, time.time() - t0)
+    return counts
 
 
 def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: Progress | None) -> None:
@@ -620,6 +754,8 @@ def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: P
 
 __all__ = [
     "Progress",
+    "adaptive_round",
+    "adaptive_study",
     "RunSettings",
     "StudyRun",
     "WorkerStats",

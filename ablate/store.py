@@ -96,6 +96,7 @@ _HEARTBEAT = "ablate:heartbeat"
 _ERROR = "ablate:error"
 _RESULT = "ablate:result"
 _RUN_ID = "ablate:mlflow_run_id"
+_NOTE_ATTR = "ablate:note:"  # + name (study system attribute)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -765,6 +766,15 @@ class StudyStore:
         """The budgets with a frozen design, in the order they were first run."""
         attrs = self.storage.get_study_system_attrs(self.study_id)
         return [k[len(_DESIGN_ATTR):] for k in attrs if k.startswith(_DESIGN_ATTR)]
+
+    def note(self, name: str) -> Any:
+        """A JSON value kept in the store under ``name`` by :meth:`set_note` (None when absent), e.g.
+        the decisions of adaptive seeds (:mod:`ablate.planning`)."""
+        return self.storage.get_study_system_attrs(self.study_id).get(_NOTE_ATTR + name)
+
+    def set_note(self, name: str, value: Any) -> None:
+        """Keep the JSON value ``value`` in the store under ``name`` (replacing any earlier one)."""
+        self.storage.set_study_system_attr(self.study_id, _NOTE_ATTR + name, _jsonable(value))
 
     def status(self, budget: str, design: Mapping[str, Any] | None = None) -> list[TrialStatus]:
         """Every trial of the design of ``budget`` (the frozen one unless ``design`` is given) with its

@@ -48,7 +48,8 @@ Keys, one by one:
 - ``seeds``: ``n`` (a positive int: seeds 0, 1, ..., n-1) or a list of distinct ints. Every arm runs
   the same seeds, so arms can be compared seed by seed (paired). ``{min: a, max: b}`` (1 <= a <= b)
   makes the seed count adaptive: the study runs seeds 0..a-1 first, and ``ablate run`` adds seeds in
-  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.planning`).
+  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.planning`); it
+  needs ``min_effect``, the effect the seeds are planned for.
 - ``budgets``: budget name (``[a-z0-9_-]+``) -> dotted overrides (e.g. ``train.steps``), chosen with
   ``--budget``; ``default`` always exists (``{}`` unless given).
 - ``objective``: ``metric`` (a logged metric name), ``mode`` (``max`` | ``min``), ``summary``
@@ -1355,6 +1356,10 @@ def load_study(path: str | Path) -> Study:
         else:
             ck.add(_line(doc, "min_effect"), "min_effect", f"must be a number > 0 in the objective's units (e.g. "
                                                           f"0.03 for 3 points of accuracy), got {plain(v)!r}")
+    if seed_range is not None and doc.get("min_effect") is None:
+        ck.add(_line(doc, "seeds"), "seeds", "adaptive seeds {min, max} are re-estimated for the study's min_effect, "
+               "which is missing; add 'min_effect:' (the smallest difference worth finding, in the objective's "
+               "units, e.g. 0.03 for 3 points of accuracy) or give a fixed number of seeds")
 
     arms: list[Arm] = []
     excluded: list[Arm] = []

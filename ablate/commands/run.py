@@ -19,6 +19,14 @@ failed ones and those of killed workers run again, each from its last checkpoint
 <key>/). The design is frozen when the study first runs; if the file later expands to other trials,
 the run is refused with the differences, unless it only adds trials and --extend is given.
 
+A study with `seeds: {min: a, max: b}` (adaptive seeds; it needs `min_effect:`) runs seeds 0..a-1
+first, then, in rounds, re-estimates from the finished trials how many seeds its primary contrasts
+(every contrast when it declares none) need for 80% power at min_effect (from their SD only, never from
+the observed difference: see ablate/planning.py and `ablate plan --help`), adds seeds up to that count
+(at most b) and runs them, until the count stops growing. Each round's decision is printed as one line,
+kept in the store (a rerun reuses it) and tagged on the MLflow parent run (ablate.adaptive_seeds,
+ablate.adaptive_seeds.n).
+
 MLflow: --tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory
 (browse with `mlflow ui --backend-store-uri sqlite:///mlflow.db`).
 
@@ -147,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
     from ablate.commands.report import upload_report
     from ablate.report import build_report
 
+    if study.seed_range is not None and result.seeds:
+        study = study.with_seeds(result.seeds)  # adaptive seeds: the report covers the seeds that ran
     try:
         path = build_report(study, budget=args.budget, tracking_uri=result.tracking_uri)
         upload_report(study.name, args.budget, result.tracking_uri, path.parent)

@@ -58,6 +58,10 @@ def collect(study: Any, store: Any, budget: str, storage: str | None = None) -> 
     """Everything ``ablate status`` prints, as JSON-ready data (``store`` may be None: never run;
     ``storage``: its URL, to read a tuned study's best values)."""
     design = store.frozen_design(budget) if store is not None else None
+    if store is not None and study.seed_range is not None:
+        from ablate.runner import adaptive_study
+
+        study = adaptive_study(study, store, budget)  # adaptive seeds: the seeds the runner added count
     current, note = current_trials(study, storage if store is not None else None, budget)
     if design is None:
         design = {"trials": current}
