@@ -492,8 +492,11 @@ def model_contrast(model: LinearModel, per_trial: pd.DataFrame, factor: str, lev
     if not np.allclose(proj, lvec, atol=1e-8 * max(1.0, np.abs(lvec).max())):
         return None  # not estimable from this design
     est = float(lvec @ np.asarray(model.fit.params))  # type: ignore[attr-defined]
-    cov = np.asarray(model.fit.cov_params())  # type: ignore[attr-defined]
-    se = float(math.sqrt(max(0.0, lvec @ cov @ lvec)))
+    if model.df_resid > 0:
+        cov = np.asarray(model.fit.cov_params())  # type: ignore[attr-defined]
+        se = float(math.sqrt(max(0.0, lvec @ cov @ lvec)))
+    else:  # a saturated model has no residual variance to estimate a standard error from
+        se = math.nan
     df = float(model.df_resid)
     n = int(len(frame))
     d = (frame["x"] - frame["y"]).to_numpy(float)

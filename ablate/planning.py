@@ -11,13 +11,13 @@ difference's standard error is ``sd / sqrt(n)``. From it:
   ``effect`` is the study's ``min_effect`` (the smallest difference worth finding), or, when the
   study declares none, each contrast's observed difference (which makes the plan only as good as
   a noisy pilot estimate: say ``min_effect:``).
-- **At the Bonferroni level alpha / m**, m = the number of contrasts planned for: the study's
-  ``primary:`` contrasts, or every contrast when it declares none. Testing each of m contrasts at
-  alpha / m keeps the chance of any false detection among them at most alpha, whatever their
-  correlation; Holm's step-down test (what the report uses) rejects at least what Bonferroni
-  rejects, so seeds that power the Bonferroni test power Holm's too. The report corrects the primary
-  contrasts together with its exploratory claims (one Holm family); :attr:`SeedPlan.family_size`
-  says how many claims that family holds, and ``ablate plan`` prints the seeds at alpha / that size.
+- **At the Bonferroni level alpha / m**, m = the size of the report's family of claims (every
+  contrast and testable interaction: the report corrects them together with Holm's method), or,
+  when the family size is not given, the number of contrasts planned for. Testing each of m claims
+  at alpha / m keeps the chance of any false detection at most alpha, whatever their correlation;
+  Holm's step-down test rejects at least what Bonferroni rejects, so seeds that power the
+  Bonferroni test power the report's Holm test too. The contrasts planned for are the study's
+  ``primary:`` contrasts, or every contrast when it declares none.
 - **The recommendation** is the largest count over the planned contrasts (the contrast with the
   largest SD relative to its effect *drives* it), and never below :data:`~ablate.inference.MIN_SEEDS`
   (the report gives no interval below 3 seeds).
@@ -171,12 +171,13 @@ def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None
         min_effect: the study's minimum effect (objective units); None: plan each contrast for its
             observed difference.
         alpha: family-wise error rate; power: the power aimed for.
-        family_size: claims in the report's family (only recorded, see :class:`SeedPlan`).
+        family_size: claims in the report's family: the level is alpha / family_size (0: unknown, then
+            alpha / the number of contrasts planned for).
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise AblateError(f"alpha ({alpha:g}) and power ({power:g}) must lie strictly between 0 and 1")
     chosen, declared = planned_contrasts(contrasts)
-    m = max(1, len(chosen))
+    m = max(1, family_size or len(chosen))  # the report tests every claim of its family together
     level = alpha / m
     out = []
     for c in chosen:

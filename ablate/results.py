@@ -263,6 +263,10 @@ def load_results(study: Any, budget: str = "default", *, tracking_uri: str | Non
     study.check_budget(budget)
     tracker = Tracker(tracking_uri)
     parent, runs = study_runs(tracker, study.name, budget)
+    if parent is not None:
+        from ablate.planning import study_at_recorded_seeds
+
+        study = study_at_recorded_seeds(study, parent.tags)  # the seeds an adaptive study's runner added
     factors = [f.name for f in study.factors]
     columns = {f: level_column(f) for f in factors}
     specs = study.expand(budget)

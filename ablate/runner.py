@@ -220,7 +220,8 @@ def adaptive_round(study: Any, store: StudyStore, settings: RunSettings, counts:
               "re-estimated once every trial of the current seeds is done: run the same command again", file=stream)
         return None
     pilot = read_pilot(study, budget, settings.tracking_uri)
-    plan = plan_seeds(pilot.inference.contrasts, min_effect=study.min_effect, alpha=ALPHA, power=POWER)
+    plan = plan_seeds(pilot.inference.contrasts, min_effect=study.min_effect, alpha=ALPHA, power=POWER,
+                      family_size=len(pilot.inference.family.claims))
     if not plan.contrasts:
         print(f"adaptive seeds: no contrast could be estimated from the {pilot.finished} finished trials (is the "
               f"objective {study.objective.metric} logged?); stays at {n} seeds", file=stream)

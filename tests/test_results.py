@@ -250,18 +250,22 @@ def test_problems_of_real_trials(tiny_study):
     pd.testing.assert_frame_equal(again.problems, p)
 
 
-FAST = {"n_boot": 200, "fit_boot": 10, "figure_boot": 50, "formats": ("png",)}
+FAST = {"fit_boot": 10, "formats": ("png",)}
 
 
-def test_build_report_logs_the_report_to_the_parent_run(store):
+def test_build_report_then_upload_it_to_the_parent_run(store):
+    from ablate.commands.report import upload_report
+
     out = store["tmp"] / "report"
     index = build_report(store["study"], tracking_uri=store["uri"], out_dir=out, **FAST)
+    client = MlflowClient(tracking_uri=store["uri"])
+    assert not client.list_artifacts(store["parent"], "report")  # building does not upload: the caller does
+    assert upload_report(store["study"].name, "default", store["uri"], out)
     assert index == out / "index.html" and index.exists() and (out / "README.md").exists()
     assert (out / ".cache").is_dir()
     text = index.read_text()
     assert "Missing trials" in text and "NonFiniteError: NaN loss at step 2" in text
     assert "&lt;b&gt;0&lt;/b&gt;" in text and "<b>0</b>" not in text  # a sample completion, escaped
-    client = MlflowClient(tracking_uri=store["uri"])
     files = {a.path for a in client.list_artifacts(store["parent"], "report")}
     assert {"report/index.html", "report/README.md", "report/results.csv", "report/learning_curves.png"} <= files
     assert not any(".cache" in f for f in files)

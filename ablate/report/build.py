@@ -251,6 +251,9 @@ def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boo
 
     if "png" not in formats:
         raise ValueError(f"formats must include 'png' (the pages embed it), got {list(formats)}")
+    from ablate.planning import study_at_recorded_seeds
+
+    study = study_at_recorded_seeds(study, results.parent)  # an adaptive study's added seeds are in its design
     stats = compute_statistics(study, results, fit_boot=fit_boot, seed=seed)
     findings = phrase(stats)  # both before anything in out_dir is touched: a failure leaves the old report whole
     out = Path(out_dir)

@@ -168,6 +168,10 @@ def scope_sentences(stats: ReportStatistics) -> list[str]:
     elif stats.warm_start == "trial":
         out.append("Each seed started from its own warm start (warmstart.seed: trial): the intervals cover the "
                    "start policy's variation as well as the RL run's.")
+    if stats.seed_rule:
+        out.append(f"Adaptive seeds ({stats.seed_rule}): the seed count was re-estimated from the variance alone, "
+                   "never from the observed effect (internal pilot: Wittes & Brittain 1990; Kieser & Friede 2003), "
+                   "so the intervals and tests are computed as for a fixed n.")
     if math.isfinite(stats.eval_se) and stats.eval_problems:
         out.append(f"One evaluation on {stats.eval_problems} problems has a binomial standard error of about "
                    f"{num(stats.eval_se * stats.scale.factor, 2)} {stats.scale.unit} at the study's mean accuracy; "

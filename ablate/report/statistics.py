@@ -91,6 +91,8 @@ class ReportStatistics:
         eval_se: the binomial standard error of one trial's accuracy at the study's mean accuracy
             (objective units; NaN when the objective is not a fraction).
         warm_start: ``shared``, ``trial`` or ``none``.
+        seed_rule: how the seed count was decided, for an adaptive study (the parent run's
+            ``ablate.adaptive_seeds`` tag); empty for a fixed seed count.
     """
 
     study: str
@@ -119,6 +121,7 @@ class ReportStatistics:
     eval_problems: int | None
     eval_se: float
     warm_start: str
+    seed_rule: str = ""
 
     @property
     def legend_title(self) -> str:
@@ -197,5 +200,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         seeds=tuple(sorted(int(s) for s in set(per_trial["seed"]))) if not per_trial.empty else (),
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
-        warm_start=warm,
+        warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""),
     )
