@@ -17,12 +17,12 @@ observed difference, which makes the plan only as good as that noisy estimate), 
 trials and estimated time at the recommended seed count with 1 and 2 workers. Nothing is run or
 written.
 
-Each of the m planned contrasts is tested at the Bonferroni level alpha / m: the chance of any false
-detection among them stays at most alpha whatever their correlation, and Holm's correction (the
-report's) rejects at least what Bonferroni rejects. The recommendation is the largest count over the
+Each planned contrast is tested at the Bonferroni level alpha / m, m = the claims of the report's
+family (every contrast and testable interaction: the report corrects them together with Holm's
+method): the chance of any false detection stays at most alpha whatever their correlation, and Holm's
+correction rejects at least what Bonferroni rejects. The recommendation is the largest count over the
 contrasts (the contrast that needs it "drives" it), never below 3 (the report gives no interval below
-3 seeds). The report corrects the primary contrasts together with its exploratory claims; a note says
-how many seeds that stricter family would need.
+3 seeds).
 
 A pilot at a shorter budget (--pilot smoke) is quick, but its SD is that budget's: a guide, not a
 measurement. A study with seeds: {min: a, max: b} re-estimates its seeds itself while `ablate run`
