@@ -1,0 +1,409 @@
+"""ablate.inference: hand-computed values of every public function, the linear model against statsmodels'
+own model comparisons, model contrasts against cell means, and small calibration checks (coverage of the
+95% intervals, family-wise false detections) on a realistic seed-level generator."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from ablate import inference as inf
+
+ROOT = Path(__file__).resolve().parents[1]
+NAN = math.nan
+
+
+def t3_cdf(t: float) -> float:
+    """CDF of Student's t with 3 df in closed form: 1/2 + (x / (1 + x^2) + atan x) / pi, x = t / sqrt(3)."""
+    x = t / math.sqrt(3)
+    return 0.5 + (x / (1 + x * x) + math.atan(x)) / math.pi
+
+
+def t2_cdf(t: float) -> float:
+    """CDF of Student's t with 2 df in closed form: 1/2 + t / (2 sqrt(2 + t^2))."""
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+#: t_{2, 0.975} in closed form (2 df: t = (2p - 1) / sqrt(2 p (1 - p))); t_{3, 0.975} from tables.
+T2 = 0.95 / math.sqrt(2 * 0.975 * 0.025)
+T3 = 3.182446305
+
+
+# ------------------------------------------------------------------------------------ one sample
+
+
+def test_t_interval_hand_values():
+    lo, hi = inf.t_interval([1, 2, 3])  # mean 2, sd 1, n 3: 2 +- 4.3027 / sqrt(3)
+    assert T2 == pytest.approx(4.302652730, abs=1e-9)
+    assert (lo, hi) == pytest.approx((2 - T2 / math.sqrt(3), 2 + T2 / math.sqrt(3)), abs=1e-12)
+    assert inf.t_interval([1, 2, 3, NAN, math.inf]) == pytest.approx((lo, hi))  # non-finite values dropped
+    assert inf.t_interval([5, 5, 5]) == (5.0, 5.0)  # zero width when every value is equal
+    # 1 df: t_{1, 0.975} = tan(0.475 pi) (Cauchy); [1, 3]: mean 2, sd sqrt(2), half = t sqrt(2) / sqrt(2)
+    assert inf.t_interval([1, 3], min_n=2) == pytest.approx((2 - math.tan(0.475 * math.pi), 2 + math.tan(0.475 * math.pi)))
+    # 90%: t_{2, 0.95} = 0.9 / sqrt(2 * 0.95 * 0.05)
+    assert inf.t_interval([1, 2, 3], confidence=0.9)[1] == pytest.approx(2 + 0.9 / math.sqrt(0.095) / math.sqrt(3))
+
+
+@pytest.mark.parametrize("values", [[], [1.0], [1.0, 2.0], [1.0, 2.0, NAN], [1.0, NAN, NAN]])
+def test_t_interval_none_below_three_values(values):
+    lo, hi = inf.t_interval(values)
+    assert math.isnan(lo) and math.isnan(hi)
+
+
+def test_d_z_hand_values():
+    assert inf.d_z([2, 3, 3, 2]) == pytest.approx(2.5 * math.sqrt(3))  # mean 2.5, sd sqrt(1/3)
+    assert inf.d_z([-1, NAN, -3]) == pytest.approx(-2 / math.sqrt(2))  # NaN dropped: mean -2, sd sqrt(2)
+    for d in ([1.0, 1.0, 1.0], [1.0], [], [NAN, 2.0]):
+        assert math.isnan(inf.d_z(d))
+
+
+def test_seeds_improved_counts_ties_and_mode():
+    d = [0.1, -0.2, 0.0, 0.3, NAN]  # the tie (0) and the NaN are left out: 2 of 3 improve when maximising
+    up, down = inf.seeds_improved(d), inf.seeds_improved(d, mode="min")
+    assert (up.k, up.n, up.fraction) == (2, 3, pytest.approx(2 / 3))
+    assert (down.k, down.n, down.fraction) == (1, 3, pytest.approx(1 / 3))
+    none = inf.seeds_improved([0.0, 0.0])
+    assert (none.k, none.n) == (0, 0) and math.isnan(none.fraction) and math.isnan(none.low)
+
+
+def test_seeds_improved_clopper_pearson_hand_values():
+    # k = n: lower bound solves p^n = 0.025; k = 0: the upper bound solves (1 - p)^n = 0.025
+    four = inf.seeds_improved([1, 2, 3, 4])
+    assert four.low == pytest.approx(0.025 ** 0.25, abs=1e-9) and four.low == pytest.approx(0.3976, abs=1e-4)
+    assert four.high == 1.0
+    zero = inf.seeds_improved([-1, -2, -3, -4])
+    assert zero.low == 0.0 and zero.high == pytest.approx(1 - 0.025 ** 0.25, abs=1e-9)
+    # k = 1 of 3: lower solves 1 - (1 - p)^3 = 0.025; upper is Beta(2, 2)'s 0.975 quantile: 3p^2 - 2p^3 = 0.975
+    one = inf.seeds_improved([1, -1, -2])
+    assert one.low == pytest.approx(1 - 0.975 ** (1 / 3), abs=1e-9)
+    assert 3 * one.high ** 2 - 2 * one.high ** 3 == pytest.approx(0.975, abs=1e-9)
+
+
+def test_holm_hand_values_and_nan():
+    # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, max(2 * 0.03, .) = 0.06, max(1 * 0.04, 0.06) = 0.06
+    np.testing.assert_allclose(inf.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    out = inf.holm([0.01, NAN, 0.04])  # NaN is not a test: m = 2
+    np.testing.assert_allclose(out[[0, 2]], [0.02, 0.04])
+    assert math.isnan(out[1])
+    np.testing.assert_allclose(inf.holm([0.5, 0.6]), [1.0, 1.0])  # capped at 1
+    assert np.isnan(inf.holm([NAN, NAN])).all() and inf.holm([]).size == 0
+
+
+def test_tost_p_hand_values():
+    # est 0.5, se 1, 2 df, bound 2: max(P(T >= 2.5), P(T <= -1.5)) = P(T <= -1.5) = 1/2 - 1.5 / (2 sqrt(4.25))
+    hand = 0.5 - 1.5 / (2 * math.sqrt(4.25))
+    assert hand == pytest.approx(1 - t2_cdf(1.5))
+    assert inf.tost_p(0.5, 1.0, 2, 2.0) == pytest.approx(hand, abs=1e-12)
+    assert inf.tost_p(-0.5, 1.0, 2, 2.0) == pytest.approx(hand, abs=1e-12)  # symmetric
+    assert inf.tost_p(0.5, 0.0, 2, 2.0) == 0.0 and inf.tost_p(3.0, 0.0, 2, 2.0) == 1.0  # se 0: inside or not
+    assert inf.tost_p(0.0, 1.0, 2, 2.0) < inf.tost_p(1.0, 1.0, 2, 2.0) < inf.tost_p(2.0, 1.0, 2, 2.0)
+    assert inf.tost_p(2.0, 1.0, 2, 2.0) == pytest.approx(0.5)  # exactly at the bound
+    for args in ((0.5, 1.0, 2, 0.0), (0.5, 1.0, 2, NAN), (0.5, NAN, 2, 2.0), (0.5, 1.0, 0, 2.0), (NAN, 1.0, 2, 2.0)):
+        assert math.isnan(inf.tost_p(*args))
+
+
+def _power(d: float, n: int, alpha: float) -> float:
+    """Two-sided paired t power from the noncentral t (scipy), independent of statsmodels."""
+    crit = stats.t.ppf(1 - alpha / 2, n - 1)
+    nc = d * math.sqrt(n)
+    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+
+
+def test_seeds_for_power_hand_values():
+    assert inf.seeds_for_power(1.0, 1.0) == 10  # d = 1 at alpha 0.05, 80% power
+    assert inf.seeds_for_power(2.0, 1.0) == 34  # d = 0.5
+    assert inf.seeds_for_power(2.0, -1.0) == 34  # the sign does not matter
+    for d, n in ((1.0, 10), (0.5, 34)):
+        assert _power(d, n, 0.05) >= 0.8 > _power(d, n - 1, 0.05)
+    n = inf.seeds_for_power(1.0, 0.5, alpha=0.05 / 3)  # Bonferroni over 3 claims needs more
+    assert n > 34 and _power(0.5, int(n), 0.05 / 3) >= 0.8 > _power(0.5, int(n) - 1, 0.05 / 3)
+    assert inf.seeds_for_power(1.0, 0.0) == math.inf
+    assert inf.seeds_for_power(0.0, 1.0) == 2
+    assert inf.seeds_for_power(1.0, 0.01, max_n=100) == math.inf
+    assert math.isnan(inf.seeds_for_power(NAN, 1.0))
+
+
+# -------------------------------------------------------------------------------------- contrasts
+
+
+def test_paired_contrast_hand_values():
+    c = inf.paired_contrast([3, 5, 7, 6], [1, 2, 4, 4], [0, 1, 2, 3], factor="f", level="b", baseline="a",
+                            min_effect=3.0)
+    # d = [2, 3, 3, 2]: mean 2.5, sd sqrt(1/3), se sqrt(1/3) / 2, 3 df, t = 5 sqrt(3)
+    se = math.sqrt(1 / 3) / 2
+    assert (c.estimate, c.se, c.df, c.n_seeds, c.method) == (2.5, pytest.approx(se), 3.0, 4, inf.PAIRED)
+    assert (c.level_mean, c.baseline_mean) == (5.25, 2.75)
+    assert (c.ci_low, c.ci_high) == (pytest.approx(2.5 - T3 * se, abs=1e-8), pytest.approx(2.5 + T3 * se, abs=1e-8))
+    assert c.p == pytest.approx(2 * (1 - t3_cdf(5 * math.sqrt(3))), rel=1e-9)  # = 0.00324
+    assert c.p == pytest.approx(0.003239, abs=1e-6)
+    # TOST at +-3: max(P(T >= 5.5 / se), P(T <= -0.5 / se = -sqrt(3))) = t3_cdf(-sqrt(3)) = 1/4 - 1/(2 pi)
+    assert c.p_tost == pytest.approx(0.25 - 0.5 / math.pi, rel=1e-9)
+    assert c.d_z == pytest.approx(2.5 * math.sqrt(3)) and c.sd_per_seed == pytest.approx(math.sqrt(1 / 3))
+    assert (c.improved.k, c.improved.n) == (4, 4) and c.per_seed == (2, 3, 3, 2) and c.seeds == (0, 1, 2, 3)
+    assert c.name == "f: b vs a"
+    assert math.isnan(inf.paired_contrast([3, 5, 7], [1, 2, 4], [0, 1, 2], factor="f", level="b",
+                                          baseline="a").p_tost)  # no min_effect: no TOST
+    low = inf.paired_contrast([3, 5, 7, 6], [1, 2, 4, 4], [0, 1, 2, 3], factor="f", level="b", baseline="a",
+                              mode="min")
+    assert low.improved.k == 0
+
+
+def test_paired_contrast_below_three_seeds_and_constant_differences():
+    c = inf.paired_contrast([1, 2], [0, 0], [0, 1], factor="f", level="b", baseline="a", min_effect=1.0)
+    assert c.estimate == 1.5 and c.per_seed == (1, 2) and c.n_seeds == 2
+    assert math.isnan(c.ci_low) and math.isnan(c.ci_high) and math.isnan(c.p) and math.isnan(c.p_tost)
+    one = inf.paired_contrast([1], [0], [0], factor="f", level="b", baseline="a")
+    assert one.estimate == 1 and math.isnan(one.se) and math.isnan(one.p)
+    same = inf.paired_contrast([2, 3, 4], [1, 2, 3], [0, 1, 2], factor="f", level="b", baseline="a")
+    assert (same.ci_low, same.ci_high, same.p) == (1.0, 1.0, 0.0)
+    zero = inf.paired_contrast([1, 2, 3], [1, 2, 3], [0, 1, 2], factor="f", level="b", baseline="a")
+    assert zero.p == 1.0
+
+
+def _contrast(d, name: str, min_effect: float | None = None) -> inf.Contrast:
+    d = np.asarray(d, float)
+    return inf.paired_contrast(d, np.zeros_like(d), range(d.size), factor="f", level=name, baseline="base",
+                               min_effect=min_effect)
+
+
+def _term(p: float, note: str = "") -> inf.TermTest:
+    return inf.TermTest("f:g", "interaction", 1, 10, 1.0, 1.0, p, note)
+
+
+def test_make_family_verdicts_size_and_order():
+    me = 1.0
+    big = _contrast([10.1, 10.2, 9.9, 10.0, 10.3], "big", me)           # far from 0: detected
+    tiny = _contrast([0.01, -0.02, 0.0, 0.015, -0.005], "tiny", me)     # well inside +-1: equivalent
+    wide = _contrast([1.0, -1.0, 2.0, -2.0, 0.5], "wide", me)           # includes 0 and +-1: not resolved
+    two = _contrast([5.0, 6.0], "two", me)                              # 2 seeds: not tested
+    wide = replace(wide, primary=True)
+    fam = inf.make_family([big, tiny, wide, two], [_term(1e-4), _term(NAN, "not estimable")], min_effect=me)
+    by = {c.name: c for c in fam.claims}
+    assert fam.size == 4  # big, tiny, wide and the testable term; neither "two" nor the NaN term
+    assert [c.name for c in fam.claims][0] == "f: wide vs base" and fam.primary == (by["f: wide vs base"],)
+    assert by["f: big vs base"].verdict == inf.DETECTED
+    assert by["f: tiny vs base"].verdict == inf.EQUIVALENT
+    assert by["f: wide vs base"].verdict == inf.NOT_RESOLVED and "±1" in by["f: wide vs base"].reason
+    assert by["f: two vs base"].verdict == inf.NOT_RESOLVED and "no interval below 3" in by["f: two vs base"].reason
+    assert math.isnan(by["f: two vs base"].p_holm)
+    terms = [c for c in fam.claims if c.term is not None]
+    assert [t.verdict for t in terms] == [inf.DETECTED, inf.NOT_RESOLVED] and terms[1].reason == "not estimable"
+    assert terms[0].name == "interaction f × g"
+    # Holm over the 4 testable p-values; TOST Holm over the 3 testable contrasts
+    p = [big.p, tiny.p, wide.p, 1e-4]
+    np.testing.assert_allclose([by[n].p_holm for n in ("f: big vs base", "f: tiny vs base", "f: wide vs base")]
+                               + [terms[0].p_holm], inf.holm(p))
+    np.testing.assert_allclose([by["f: big vs base"].p_tost_holm, by["f: tiny vs base"].p_tost_holm],
+                               inf.holm([big.p_tost, tiny.p_tost, wide.p_tost])[:2])
+    # seeds needed: at min_effect, from the contrast's per-seed SD, at the family's Bonferroni alpha
+    assert by["f: wide vs base"].seeds_needed == inf.seeds_for_power(wide.sd_per_seed, me, alpha=0.05 / 4)
+    assert (fam.n_seeds, fam.method, fam.alpha, fam.min_effect) == (2, inf.PAIRED, 0.05, me)
+
+
+def test_make_family_without_min_effect_claims_no_equivalence():
+    tiny = _contrast([0.01, -0.02, 0.0, 0.015, -0.005], "tiny")
+    fam = inf.make_family([tiny])
+    (c,) = fam.claims
+    assert c.verdict == inf.NOT_RESOLVED and "no min_effect" in c.reason and fam.size == 1
+    assert c.seeds_needed == inf.seeds_for_power(tiny.sd_per_seed, abs(tiny.estimate), alpha=0.05)
+
+
+def test_contrast_keys_is_primary_uses_model():
+    levels = {"r": ["a", "b", "c"], "s": ["x", "y"]}
+    assert inf.contrast_keys(levels, {"r": "a", "s": "y"}) == [("r", "b"), ("r", "c"), ("s", "x")]
+    assert inf.is_primary("r", "b", ["r"]) and inf.is_primary("r", "b", ["r=b"])
+    assert not inf.is_primary("r", "c", ["r=b", "s"])
+    assert inf.uses_model("full", 2) and inf.uses_model("fractional", 3) and inf.uses_model("random", 2)
+    assert not inf.uses_model("one_at_a_time", 3) and not inf.uses_model("full", 1)
+
+
+def test_paired_values_matched_cells_and_marginal_means():
+    rows = [("a0", "b0", 0, 1.0), ("a1", "b0", 0, 3.0), ("a0", "b1", 0, 2.0), ("a1", "b1", 0, 6.0),
+            ("a0", "b0", 1, 0.0), ("a1", "b0", 1, 1.0), ("a0", "b1", 1, 1.0)]  # seed 1 lacks (a1, b1)
+    df = pd.DataFrame(rows, columns=["a", "b", "seed", "objective"])
+    frame, cells = inf.paired_values(df, "a", "a1", "a0", ["a", "b"])
+    assert cells == 2  # (b0) and (b1) both matched somewhere
+    assert frame["x"].tolist() == [4.5, 1.0] and frame["y"].tolist() == [1.5, 0.0]  # seed 1: only b0 matched
+    # fractional: a0 only with b0, a1 only with b1 -> no matched cell: marginal means, cells 0
+    frac = df[(df.a + df.b).isin(["a0b0", "a1b1"])]
+    frame, cells = inf.paired_values(frac, "a", "a1", "a0", ["a", "b"])
+    assert cells == 0 and frame["x"].tolist() == [6.0] and frame["y"].tolist() == [1.0] and frame["seed"].tolist() == [0]
+
+
+def test_arm_table_hand_values():
+    df = pd.DataFrame({"arm": ["x"] * 4 + ["y"] * 2, "lr": ["1"] * 4 + ["2"] * 2, "seed": [0, 1, 2, 3, 0, 1],
+                       "objective": [1.0, 2.0, 3.0, 10.0, 5.0, 7.0]})
+    t = inf.arm_table(df, ["lr"]).set_index("arm")
+    assert t.loc["x", "n_seeds"] == 4 and t.loc["x", "mean"] == 4.0 and t.loc["x", "iqm"] == 2.5  # mean(2, 3)
+    assert t.loc["x", "ci_low"] == pytest.approx(4.0 - T3 * t.loc["x", "std"] / 2)
+    assert t.loc["y", "n_seeds"] == 2 and math.isnan(t.loc["y", "ci_low"]) and t.loc["y", "lr"] == "2"
+
+
+# ---------------------------------------------------------------------------------- linear model
+
+
+def test_fit_model_reward_granularity_matches_statsmodels_model_comparison():
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
+    df = pd.read_csv(ROOT / "reports" / "reward_granularity" / "results.csv")
+    df = df[np.isfinite(df["objective"])]
+    model = inf.fit_model(df, {"reward": "reward", "advantage": "advantage"})
+    rows = {t.term: t for t in model.anova}
+    reward = rows["reward"]
+    assert (reward.df, reward.df_resid, model.df_resid) == (4, 33, 33)
+    assert rows["advantage"].df == 2 and rows["reward:advantage"].df == 5  # 12 cells - 1 - 4 - 2
+    reduced = smf.ols("objective ~ C(seed) + C(advantage, Sum)", df).fit()
+    with_reward = smf.ols("objective ~ C(seed) + C(advantage, Sum) + C(reward, Sum)", df).fit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rank-deficient on purpose: grpo_process only at 2 of 5 rewards
+        full = smf.ols("objective ~ C(seed) + C(reward, Sum) * C(advantage, Sum)", df).fit()
+    cmp = anova_lm(reduced, with_reward).iloc[1]
+    assert full.df_resid == 33
+    assert reward.sum_sq == pytest.approx(cmp["ss_diff"], abs=1e-8) and reward.df == cmp["df_diff"]
+    f = cmp["ss_diff"] / cmp["df_diff"] / full.mse_resid  # against the full model's residual mean square
+    assert reward.F == pytest.approx(f, abs=1e-8)
+    assert reward.p == pytest.approx(stats.f.sf(f, 4, 33), abs=1e-8)
+    assert model.sigma == pytest.approx(math.sqrt(full.mse_resid), abs=1e-10)
+
+
+def _balanced(rng: np.random.Generator, levels: dict[str, list[str]], n: int) -> pd.DataFrame:
+    import itertools
+
+    rows = [{**dict(zip(levels, combo)), "seed": s} for s in range(n) for combo in itertools.product(*levels.values())]
+    df = pd.DataFrame(rows)
+    return df.assign(objective=rng.normal(0.5, 0.05, len(df)) + 0.02 * df["seed"])
+
+
+def test_fit_model_balanced_equals_anova_lm_type2():
+    import statsmodels.formula.api as smf
+    from statsmodels.stats.anova import anova_lm
+
+    df = _balanced(np.random.default_rng(3), {"a": ["p", "q"], "b": ["x", "y", "z"]}, 4)
+    model = inf.fit_model(df, {"a": "a", "b": "b"})
+    ref = anova_lm(smf.ols("objective ~ C(seed) + C(a, Sum) * C(b, Sum)", df).fit(), typ=2)
+    names = {"seed (block)": "C(seed)", "a": "C(a, Sum)", "b": "C(b, Sum)", "a:b": "C(a, Sum):C(b, Sum)",
+             "residual": "Residual"}
+    for t in model.anova:
+        r = ref.loc[names[t.term]]
+        assert t.sum_sq == pytest.approx(r["sum_sq"], abs=1e-8) and t.df == r["df"]
+        if t.kind != "residual":
+            assert t.F == pytest.approx(r["F"], abs=1e-8) and t.p == pytest.approx(r["PR(>F)"], abs=1e-8)
+    assert model.df_resid == 3 * 5  # 24 trials - (4 seeds + 5 cell parameters)
+
+
+def _two_by_two_hand(y: np.ndarray) -> tuple[float, float]:
+    """[n, 4] objectives of cells (a0,b0), (a0,b1), (a1,b0), (a1,b1) -> the hand estimate of a1 - a0 (mean
+    over b of the cell-mean differences) and the residual variance of the seed-block + cell-means model
+    (two-way seed x cell residual, (n - 1)(4 - 1) df)."""
+    n = y.shape[0]
+    m = y.mean(axis=0)
+    est = ((m[2] - m[0]) + (m[3] - m[1])) / 2
+    r = y - y.mean(axis=1, keepdims=True) - m + y.mean()
+    return est, float((r ** 2).sum() / ((n - 1) * 3))
+
+
+def test_model_contrast_equals_cell_mean_difference_and_hand_se():
+    # Balanced 2 x 2 with seed blocks: the model's fitted cell means are the raw ones, so the contrast is
+    # mean_b(ybar[a1, b] - ybar[a0, b]) = sum_c w_c ybar_c with w = +-1/2 on 4 cells, and
+    # Var = sigma^2 sum_c w_c^2 / n = sigma^2 / n = 2 sigma^2 / (n * cells) with cells = 2 matched cells.
+    n = 5
+    df = _balanced(np.random.default_rng(7), {"a": ["a0", "a1"], "b": ["b0", "b1"]}, n)
+    model = inf.fit_model(df, {"a": "a", "b": "b"})
+    c = inf.model_contrast(model, df, "a", "a1", "a0")
+    y = df.pivot_table(index="seed", columns=["a", "b"], values="objective").to_numpy()  # [n, 4]
+    est, s2 = _two_by_two_hand(y)
+    assert c.cells == 2 and c.n_seeds == n and c.method == inf.MODEL and c.df == 3 * (n - 1)
+    assert c.estimate == pytest.approx(est, abs=1e-12)
+    assert s2 == pytest.approx(model.sigma ** 2, rel=1e-10)
+    assert c.se == pytest.approx(math.sqrt(2 * s2 / (n * c.cells)), rel=1e-10)
+    half = stats.t.ppf(0.975, 3 * (n - 1)) * c.se
+    assert (c.ci_low, c.ci_high) == (pytest.approx(est - half, abs=1e-12), pytest.approx(est + half, abs=1e-12))
+
+
+def test_infer_paired_and_model_paths():
+    rng = np.random.default_rng(11)
+    one = _balanced(rng, {"r": ["a", "b", "c"]}, 4)
+    res = inf.infer(one, {"r": "r"}, {"r": ["a", "b", "c"]}, {"r": "a"}, min_effect=0.1, primary=["r=c"])
+    assert res.method == inf.PAIRED and res.model is None and [c.level for c in res.contrasts] == ["b", "c"]
+    x = one[one.r == "c"].objective.to_numpy()
+    y = one[one.r == "a"].objective.to_numpy()
+    ref = inf.paired_contrast(x, y, range(4), factor="r", level="c", baseline="a", min_effect=0.1)
+    c = res.contrasts[1]
+    assert (c.estimate, c.ci_low, c.ci_high, c.p, c.primary) == (pytest.approx(ref.estimate), pytest.approx(ref.ci_low),
+                                                                 pytest.approx(ref.ci_high), pytest.approx(ref.p), True)
+    assert res.family.claims[0].name == "r: c vs a" and res.family.size == 2
+    two = _balanced(rng, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, 2)  # 2 seeds: nothing is tested
+    res = inf.infer(two, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"})
+    assert res.method == inf.MODEL and res.family.size == 0
+    assert all(c.verdict == inf.NOT_RESOLVED for c in res.family.claims) and len(res.family.claims) == 3
+
+
+# ------------------------------------------------------------------------------------- calibration
+#
+# A realistic generator of one study's per-trial accuracies: a per-seed random effect shared by every
+# arm, an arm x seed RL-run noise, and the binomial noise of an accuracy measured on P eval problems.
+# 2000 draws: Monte-Carlo SE of a 95% coverage is 0.49 points, so [93%, 97%] is +-4 SE.
+
+DRAWS = 2000
+
+
+def simulate(rng: np.random.Generator, means: np.ndarray, n: int, draws: int = DRAWS) -> np.ndarray:
+    """[draws, n, arms] accuracies: Binomial(P, clip(m + u_seed + e_arm,seed)) / P, P in 100..500 per study."""
+    problems = rng.choice([100, 200, 300, 500], size=(draws, 1, 1))
+    u = rng.normal(0.0, 0.05, (draws, n, 1))
+    e = rng.normal(0.0, 0.03, (draws, n, means.size))
+    return rng.binomial(problems, np.clip(means + u + e, 0, 1)) / problems
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_paired_t_interval_coverage(n):
+    rng = np.random.default_rng(100 + n)
+    v = simulate(rng, np.array([0.5, 0.54]), n)
+    d = v[:, :, 1] - v[:, :, 0]
+    ci = np.array([inf.t_interval(x) for x in d])
+    coverage = np.mean((ci[:, 0] <= 0.04) & (0.04 <= ci[:, 1]))
+    assert 0.93 <= coverage <= 0.97, coverage
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_linear_model_contrast_coverage(n):
+    # The model contrast of a balanced full 2 x 2 is the hand formula above (checked against
+    # model_contrast on the first draw); its coverage over draws, vectorised.
+    rng = np.random.default_rng(200 + n)
+    means = np.array([0.5, 0.52, 0.55, 0.53])  # a1 - a0 = (0.05 + 0.01) / 2 = 0.03, with an interaction
+    v = simulate(rng, means, n)
+    df = pd.DataFrame([{"a": a, "b": b, "seed": s} for s in range(n) for a in ("a0", "a1") for b in ("b0", "b1")])
+    first = df.assign(objective=v[0].reshape(-1))
+    c = inf.model_contrast(inf.fit_model(first, {"a": "a", "b": "b"}), first, "a", "a1", "a0")
+    est, s2 = _two_by_two_hand(v[0])
+    assert c.estimate == pytest.approx(est, abs=1e-12) and c.se == pytest.approx(math.sqrt(s2 / n), rel=1e-9)
+    m = v.mean(axis=1)  # [draws, 4]
+    est = ((m[:, 2] - m[:, 0]) + (m[:, 3] - m[:, 1])) / 2
+    r = v - v.mean(axis=2, keepdims=True) - m[:, None, :] + v.mean(axis=(1, 2))[:, None, None]
+    se = np.sqrt((r ** 2).sum(axis=(1, 2)) / ((n - 1) * 3) / n)
+    half = stats.t.ppf(0.975, 3 * (n - 1)) * se
+    coverage = np.mean(np.abs(est - 0.03) <= half)
+    assert 0.93 <= coverage <= 0.97, coverage
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_family_wise_false_detections_under_the_global_null(n):
+    # One factor, 3 levels, all equal: two paired t-tests, Holm at 0.05: any detected iff 2 min(p) < 0.05.
+    rng = np.random.default_rng(300 + n)
+    v = simulate(rng, np.full(3, 0.5), n)
+    d = v[:, :, 1:] - v[:, :, :1]  # [draws, n, 2]
+    with np.errstate(divide="ignore", invalid="ignore"):  # all-equal differences (P = 100): t = +-inf or NaN
+        t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
+    p = 2 * stats.t.sf(np.abs(t), n - 1)
+    np.testing.assert_allclose(p[0], [inf.paired_contrast(d[0, :, k], np.zeros(n), range(n), factor="f", level="x",
+                                                          baseline="b").p for k in range(2)])
+    fwer = np.mean(2 * p.min(axis=1) < 0.05)
+    assert fwer <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / DRAWS), fwer
