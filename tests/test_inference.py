@@ -190,7 +190,8 @@ def test_make_family_verdicts_size_and_order():
     assert [c.name for c in fam.claims][0] == "f: wide vs base" and fam.primary == (by["f: wide vs base"],)
     assert by["f: big vs base"].verdict == inf.DETECTED
     assert by["f: tiny vs base"].verdict == inf.EQUIVALENT
-    assert by["f: wide vs base"].verdict == inf.NOT_RESOLVED and "±1" in by["f: wide vs base"].reason
+    assert by["f: wide vs base"].verdict == inf.NOT_RESOLVED
+    assert by["f: wide vs base"].reason == "the interval includes 0 and reaches beyond the ±min_effect band"
     assert by["f: two vs base"].verdict == inf.NOT_RESOLVED and "no interval below 3" in by["f: two vs base"].reason
     assert math.isnan(by["f: two vs base"].p_holm)
     terms = [c for c in fam.claims if c.term is not None]
@@ -213,6 +214,16 @@ def test_make_family_without_min_effect_claims_no_equivalence():
     (c,) = fam.claims
     assert c.verdict == inf.NOT_RESOLVED and "no min_effect" in c.reason and fam.size == 1
     assert c.seeds_needed == inf.seeds_for_power(tiny.sd_per_seed, abs(tiny.estimate), alpha=0.05)
+
+
+def test_make_family_says_when_only_holm_keeps_a_claim_unresolved():
+    # unadjusted p = 0.047 (its 95% interval excludes 0); Holm over 3 claims: 3 * 0.047 > 0.05
+    near = _contrast([1.0, 1.2, 0.9, 1.1, -0.3], "near")
+    wide = _contrast([1.0, -1.0, 2.0, -2.0, 0.5], "wide")
+    assert near.p < 0.05 and near.ci_low > 0
+    c = inf.make_family([near, wide, replace(wide, level="wide2")]).claims[0]
+    assert c.p_holm == pytest.approx(3 * near.p) and c.verdict == inf.NOT_RESOLVED
+    assert c.reason.startswith("the 95% interval excludes 0 but the test does not survive Holm's correction")
 
 
 def test_contrast_keys_is_primary_uses_model():
@@ -326,6 +337,16 @@ def test_model_contrast_equals_cell_mean_difference_and_hand_se():
     assert c.se == pytest.approx(math.sqrt(2 * s2 / (n * c.cells)), rel=1e-10)
     half = stats.t.ppf(0.975, 3 * (n - 1)) * c.se
     assert (c.ci_low, c.ci_high) == (pytest.approx(est - half, abs=1e-12), pytest.approx(est + half, abs=1e-12))
+
+
+def test_model_contrast_of_a_saturated_model_has_no_standard_error():
+    df = _balanced(np.random.default_rng(5), {"a": ["a0", "a1"], "b": ["b0", "b1"]}, 1)  # 4 trials, 4 parameters
+    model = inf.fit_model(df, {"a": "a", "b": "b"})
+    c = inf.model_contrast(model, df, "a", "a1", "a0")
+    y = df.set_index(["a", "b"])["objective"]
+    assert model.df_resid == 0 and math.isnan(model.sigma)
+    assert c.estimate == pytest.approx((y["a1", "b0"] - y["a0", "b0"] + y["a1", "b1"] - y["a0", "b1"]) / 2)
+    assert math.isnan(c.se) and math.isnan(c.ci_low) and math.isnan(c.p)
 
 
 def test_infer_paired_and_model_paths():
