@@ -139,11 +139,11 @@ def holm(pvalues: Sequence[float]) -> np.ndarray:
     return out
 
 
-def tost_p(estimate: float, se: float, df: float, bound: float) -> float:
+def tost_p(estimate: float, se: float, df: float, bound: float | None) -> float:
     """p-value of the two one-sided tests (TOST) that the true difference lies within
     ``(-bound, +bound)``: ``max(P(T >= (est + bound) / se), P(T <= (est - bound) / se))`` flipped to
     the rejecting tails, T ~ t(df). Small p: equivalent. NaN without a bound, se or df."""
-    if not (bound > 0 and math.isfinite(se) and se >= 0 and df > 0 and math.isfinite(estimate)):
+    if not (bound is not None and bound > 0 and math.isfinite(se) and se >= 0 and df > 0 and math.isfinite(estimate)):
         return math.nan
     if se == 0:
         return 0.0 if abs(estimate) < bound else 1.0

@@ -33,6 +33,8 @@ import pandas as pd
 from ablate import analysis
 from ablate.report import figures as figs
 from ablate.report.findings import Findings, num, phrase
+from ablate.report.html import render_html
+from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table
 from ablate.report.statistics import ReportStatistics, compute_statistics
 from ablate.results import Results
@@ -246,9 +248,6 @@ def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boo
     Returns:
         The path of ``index.html``.
     """
-    from ablate.report.html import render_html
-    from ablate.report.markdown import render_markdown
-
     if "png" not in formats:
         raise ValueError(f"formats must include 'png' (the pages embed it), got {list(formats)}")
     from ablate.planning import study_at_recorded_seeds
