@@ -81,6 +81,9 @@ def describe(study: Any, budget: str) -> dict[str, Any]:
         "estimated_seconds": seconds,
         "budgets": budgets,
         "objective": vars(study.objective),
+        "primary": list(study.primary),
+        "min_effect": study.min_effect,
+        "seed_range": None if study.seed_range is None else vars(study.seed_range),
         "tune": None
         if study.tune is None
         else {
@@ -104,7 +107,9 @@ def render(study: Any, budget: str) -> str:
     opts = ", ".join(f"{k}={v}" for k, v in study.design_options.items())
     out.append(f"design: {study.design_name}" + (f" ({opts})" if opts else ""))
     seeds = ", ".join(map(str, study.seeds))
-    out.append(f"seeds: {seeds} (paired: every arm runs every seed)")
+    adaptive = (f"; adaptive: up to {study.seed_range.max}, added in rounds by `ablate run`"
+                if study.seed_range is not None else "")
+    out.append(f"seeds: {seeds} (paired: every arm runs every seed{adaptive})")
     out.append(f"budget {budget}: {_fmt_overrides(study.budgets[budget])} (budgets: {', '.join(study.budgets)})")
     out.append(f"{d['n_arms']} arms x {len(study.seeds)} seeds = {d['n_trials']} trials")
     out.append("budgets (trials, estimated CPU time on 1 worker / 2 workers, warm start cached; a GPU is much faster):")
@@ -137,6 +142,9 @@ def render(study: Any, budget: str) -> str:
     obj = study.objective
     how = f"mean of the last {obj.last_n}" if obj.summary == "last" and obj.last_n > 1 else obj.summary
     out.append(f"objective: {obj.metric} ({how}), {'higher' if obj.mode == 'max' else 'lower'} is better")
+    out.append("primary: " + (", ".join(study.primary) if study.primary else "none declared (every contrast is "
+                              "exploratory)") + "; min_effect: " + (f"{study.min_effect:g} ({obj.metric} units)"
+                                                                    if study.min_effect else "none declared"))
     if study.tune is not None:
         t = study.tune
         params = ", ".join(f"{p.path} in [{p.low}, {p.high}]{' (log)' if p.log else ''}" for p in t.params)
