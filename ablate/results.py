@@ -123,6 +123,15 @@ def empty_problems(level_columns: Sequence[str] = ()) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
+def _with_trial(frame: pd.DataFrame, key: str, row: pd.Series, level_columns: Sequence[str],
+                **leading: str) -> pd.DataFrame:
+    """``frame`` with the trial's identity in front: ``<leading>, key, arm, seed, <level columns>``."""
+    ids = {**leading, "key": key, "arm": row["arm"], "seed": int(row["seed"]), **{c: row[c] for c in level_columns}}
+    for i, (name, value) in enumerate(ids.items()):
+        frame.insert(i, name, value)
+    return frame
+
+
 def build_problems(frames: Mapping[str, pd.DataFrame], trials: pd.DataFrame,
                    level_columns: Sequence[str]) -> pd.DataFrame:
     """The per-problem table from the parsed ``eval_problems.csv`` of finished trials.
@@ -133,16 +142,7 @@ def build_problems(frames: Mapping[str, pd.DataFrame], trials: pd.DataFrame,
         level_columns: the factor columns to copy from ``trials``.
     """
     by_key = trials.set_index("key")
-    parts = []
-    for key, frame in frames.items():
-        frame = frame.copy()
-        row = by_key.loc[key]
-        frame.insert(0, "key", key)
-        frame.insert(1, "arm", row["arm"])
-        frame.insert(2, "seed", int(row["seed"]))
-        for i, c in enumerate(level_columns):
-            frame.insert(3 + i, c, row[c])
-        parts.append(frame)
+    parts = [_with_trial(frame.copy(), key, by_key.loc[key], level_columns) for key, frame in frames.items()]
     if not parts:
         return empty_problems(level_columns)
     return pd.concat(parts, ignore_index=True)
@@ -214,18 +214,8 @@ def build_table(study: str, budget: str, histories: Mapping[str, str], trials: p
         level_columns: the factor columns to copy from ``trials``.
     """
     by_key = trials.set_index("key")
-    parts = []
-    for key, text in histories.items():
-        long = history_frame(text)
-        row = by_key.loc[key]
-        long.insert(0, "study", study)
-        long.insert(1, "budget", budget)
-        long.insert(2, "key", key)
-        long.insert(3, "arm", row["arm"])
-        long.insert(4, "seed", int(row["seed"]))
-        for i, c in enumerate(level_columns):
-            long.insert(5 + i, c, row[c])
-        parts.append(long)
+    parts = [_with_trial(history_frame(text), key, by_key.loc[key], level_columns, study=study, budget=budget)
+             for key, text in histories.items()]
     if not parts:
         return empty_table(level_columns)
     return pd.concat(parts, ignore_index=True)

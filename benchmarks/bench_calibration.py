@@ -374,14 +374,9 @@ def markdown(result: dict) -> str:
 
 def write_section(path: Path, body: str) -> None:
     """Replace (or append) this benchmark's delimited section in ``path``; the rest of the file is kept."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    block = f"{BEGIN}\n{body.rstrip()}\n{END}"
-    if BEGIN in text and END in text:
-        start, stop = text.index(BEGIN), text.index(END) + len(END)
-        text = text[:start] + block + text[stop:]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+    from benchmarks.results_md import write_section as write
+
+    write(path, body, BEGIN, END)
 
 
 def run(draws: int, seed: int, noise: Noise, min_effect: float, jobs: int = 1, resamples: int = 2000,
