@@ -183,6 +183,21 @@ def seeds_for_power(sd: float, effect: float, *, alpha: float = ALPHA, power: fl
     return math.inf
 
 
+def paired_eval_variance(x: Sequence[float], y: Sequence[float]) -> float:
+    """The sampling variance of an accuracy difference measured on the same problems: ``x`` and ``y``
+    are [P] 0/1 outcomes of two policies on the same P problems (paired by problem). With b the
+    problems only ``x`` solved and c those only ``y`` solved, the difference of the two accuracies is
+    ``(b - c) / P`` and its variance is estimated by ``((b + c) - (b - c)^2 / P) / P^2`` (the
+    variance behind McNemar's test). Units: squared fraction. NaN for no problem."""
+    a, b_ = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = a.size
+    if n == 0 or b_.size != n:
+        return math.nan
+    b = float(((a == 1) & (b_ == 0)).sum())
+    c = float(((a == 0) & (b_ == 1)).sum())
+    return ((b + c) - (b - c) ** 2 / n) / n**2
+
+
 # -------------------------------------------------------------------------------------- contrasts
 
 

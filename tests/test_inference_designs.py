@@ -93,3 +93,31 @@ def test_committed_reward_granularity_table_has_the_reward_factors_four_df():
     assert (rows["reward"].df, rows["reward"].df_resid) == (4, 33)
     assert rows["advantage"].df == 2 and rows["reward:advantage"].df == 5
     assert rows["reward"].F == pytest.approx(49.13, abs=0.01)
+
+
+def test_paired_eval_variance_hand_values():
+    # 10 problems; x solves 1-6, y solves 4-9: b = 3 (1, 2, 3), c = 3 (7, 8, 9), difference 0
+    x = [1, 1, 1, 1, 1, 1, 0, 0, 0, 0]
+    y = [0, 0, 0, 1, 1, 1, 1, 1, 1, 0]
+    assert inf.paired_eval_variance(x, y) == pytest.approx((6 - 0) / 100)
+    # b = 3, c = 1: ((3 + 1) - (3 - 1)^2 / 10) / 10^2 = 3.6 / 100
+    y2 = [0, 0, 0, 1, 1, 1, 1, 0, 0, 0]
+    assert inf.paired_eval_variance(x, y2) == pytest.approx(3.6 / 100)
+    assert inf.paired_eval_variance(x, x) == 0.0
+    assert np.isnan(inf.paired_eval_variance([], []))
+
+
+def test_paired_eval_variance_matches_the_spread_of_simulated_evaluations():
+    """Two policies whose per-problem solve probabilities differ: the variance of the accuracy
+    difference over many fresh problem sets agrees with the estimate from one set."""
+    rng = np.random.default_rng(0)
+    p_x = rng.uniform(0.2, 0.9, 200_000)
+    p_y = np.clip(p_x + rng.normal(0, 0.2, p_x.size), 0, 1)
+    draws, est = [], []
+    for _ in range(400):
+        idx = rng.integers(0, p_x.size, 100)
+        u = rng.uniform(size=100)  # a shared draw: the two policies' outcomes are correlated on a problem
+        x, y = (u < p_x[idx]).astype(float), (u < p_y[idx]).astype(float)
+        draws.append(x.mean() - y.mean())
+        est.append(inf.paired_eval_variance(x, y))
+    assert np.mean(est) == pytest.approx(np.var(draws), rel=0.15)

@@ -388,3 +388,29 @@ def test_an_unknown_report_metric_is_named_with_the_nearest_one(tmp_path):
     text = str(err.value)
     assert f"{path}:13: report.metrics[0]: unknown metric 'response/length_incorect'" in text
     assert "did you mean 'response/length_incorrect'?" in text
+
+
+def test_evaluation_noise_from_per_problem_records(tmp_path):
+    """With per-problem records of each trial's last evaluation, the report states how much of the
+    seed-to-seed variance the evaluation's problem sampling explains, per contrast, from the
+    discordant problems of each matched pair (hand-computed here)."""
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY.replace("last_n: 2", "last_n: 1"))
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(2), effect=0.1)
+    rows = []
+    for t in res.trials.itertuples():
+        token = t.loss_norm == TOKEN
+        # 10 problems at the last step (16): the token level solves problems 0-5, the sequence level 2-7
+        solved = set(range(0, 6)) if token else set(range(2, 8))
+        rows += [{"key": t.key, "arm": t.arm, "seed": t.seed, "loss_norm": t.loss_norm, "clip_high": t.clip_high,
+                  "step": 16, "problem": i, "correct": int(i in solved), "step_accuracy": 0.0, "format_ok": 1,
+                  "length": 10, "truncated": 0, "partial": 0.0} for i in range(10)]
+    res.problems = pd.DataFrame(rows)
+    stats = compute_statistics(study, res, **FAST)
+    # loss_norm: b = 2 (0, 1), c = 2 (6, 7) on each of 2 matched cells: ((2 + 2) - 0) / 100 = 0.04 per pair;
+    # a seed's difference averages 2 cells: 2 * 0.04 / 4 = 0.02 -> SD sqrt(0.02)
+    assert stats.eval_sd[f"loss_norm: {TOKEN} vs sequence"] == pytest.approx(math.sqrt(0.02))
+    assert stats.eval_sd["clip_high: 0.28 vs 0.2"] == 0.0  # the same outcomes on both levels
+    intro = phrase(stats).sections[0].intro
+    assert "Evaluation noise, from the per-problem records" in intro and "(estimated from 6 seeds)" in intro

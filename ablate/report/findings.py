@@ -172,6 +172,26 @@ def scope_sentences(stats: ReportStatistics) -> list[str]:
         out.append(f"Adaptive seeds ({stats.seed_rule}): the seed count was re-estimated from the variance alone, "
                    "never from the observed effect (internal pilot: Wittes & Brittain 1990; Kieser & Friede 2003), "
                    "so the intervals and tests are computed as for a fixed n.")
+    shares = [(name, sd, c.sd_per_seed) for c in stats.inference.contrasts
+              if (name := c.name) in stats.eval_sd and math.isfinite(sd := stats.eval_sd[name])
+              and c.n_seeds >= 2 and c.sd_per_seed > 0]
+    if shares:
+        f = stats.scale.factor
+        frac = sorted(min(1.0, (e / o) ** 2) for _, e, o in shares)
+
+        def span(values: list[float], fmt: Any) -> str:
+            lo, hi = fmt(min(values)), fmt(max(values))
+            return lo if lo == hi else f"{lo}-{hi}"
+
+        n = min(c.n_seeds for c in stats.inference.contrasts if c.name in stats.eval_sd)
+        out.append(f"Evaluation noise, from the per-problem records (paired by problem on each trial's last "
+                   f"evaluation): sampling the problems alone gives one seed's difference an SD of "
+                   f"{span([e for _, e, _ in shares], lambda v: num(v * f, 2))} {stats.scale.unit}, against an "
+                   f"SD between seeds of {span([o for _, _, o in shares], lambda v: num(v * f, 2))} "
+                   f"{stats.scale.unit} (estimated from {seeds_text(n)}): the evaluation accounts for about "
+                   f"{span(frac, lambda v: f'{v:.0%}')} of that variance ({len(shares)} contrast"
+                   f"{'s' if len(shares) != 1 else ''}); where it is most of it, more evaluation problems narrow the "
+                   "intervals more cheaply than more seeds.")
     if math.isfinite(stats.eval_se) and stats.eval_problems:
         out.append(f"One evaluation on {stats.eval_problems} problems has a binomial standard error of about "
                    f"{num(stats.eval_se * stats.scale.factor, 2)} {stats.scale.unit} at the study's mean accuracy; "

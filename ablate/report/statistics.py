@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -93,6 +93,9 @@ class ReportStatistics:
         warm_start: ``shared``, ``trial`` or ``none``.
         seed_rule: how the seed count was decided, for an adaptive study (the parent run's
             ``ablate.adaptive_seeds`` tag); empty for a fixed seed count.
+        eval_sd: contrast name -> the evaluation's own share of the noise: the SD of one seed's
+            difference that sampling the evaluation problems alone gives (paired by problem on each
+            trial's last evaluation, :func:`eval_noise`); empty without per-problem records.
     """
 
     study: str
@@ -122,6 +125,7 @@ class ReportStatistics:
     eval_se: float
     warm_start: str
     seed_rule: str = ""
+    eval_sd: dict[str, float] = field(default_factory=dict)
 
     @property
     def legend_title(self) -> str:
@@ -151,6 +155,40 @@ def _warm_start(study: Study, budget: str) -> tuple[str, int | None]:
     mode = "none" if ws is None or not getattr(ws, "enabled", False) else (
         "trial" if getattr(ws, "seed", 0) is None else "shared")
     return mode, int(cfg.eval.n_problems)
+
+
+def eval_noise(problems: pd.DataFrame, per_trial: pd.DataFrame, run: inference.StudyInference,
+               factors: dict[str, str]) -> dict[str, float]:
+    """Per contrast, the SD of one seed's difference that the evaluation's problem sampling alone
+    explains (objective units): for every matched pair of trials (the level and the baseline at the
+    same seed and the same other levels), :func:`ablate.inference.paired_eval_variance` of their
+    last evaluations, paired by problem; a seed's variance is the sum over its c matched cells
+    divided by c^2 (its difference is their mean); the seeds' variances are averaged.
+
+    Valid when the objective is one evaluation's accuracy (``summary: last``, ``last_n: 1``); the
+    caller checks that. Empty when there are no per-problem records."""
+    if problems is None or problems.empty or per_trial.empty:
+        return {}
+    last = problems[problems["step"] == problems.groupby("key")["step"].transform("max")]
+    outcomes = {k: g.sort_values("problem")["correct"].to_numpy(float) for k, g in last.groupby("key")}
+    cols = list(factors.values())
+    trials = per_trial.assign(**{c: per_trial[c].astype(str) for c in cols})
+    out: dict[str, float] = {}
+    for c in run.contrasts:
+        col = factors[c.factor]
+        others = [x for x in cols if x != col]
+        xs = trials[trials[col] == c.level][["key", "seed", *others]]
+        ys = trials[trials[col] == c.baseline][["key", "seed", *others]]
+        pairs = xs.merge(ys, on=["seed", *others], suffixes=("_x", "_y"))
+        per_seed = []
+        for _, g in pairs.groupby("seed"):
+            v = [inference.paired_eval_variance(outcomes[kx], outcomes[ky]) for kx, ky in zip(g["key_x"], g["key_y"])
+                 if kx in outcomes and ky in outcomes]
+            if v and len(v) == len(g):
+                per_seed.append(sum(v) / len(v) ** 2)
+        if per_seed:
+            out[c.name] = math.sqrt(float(np.mean(per_seed)))
+    return out
 
 
 def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, seed: int = 0) -> ReportStatistics:
@@ -190,6 +228,8 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
     fits = _in_order(analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed, value_range=value_range), order) \
         if not points.empty else pd.DataFrame()
     warm, n_problems = _warm_start(study, results.budget)
+    single_eval = obj.summary == "last" and obj.last_n == 1 and obj.metric == "eval/accuracy"
+    eval_sd = eval_noise(getattr(results, "problems", None), per_trial, run, factors) if single_eval else {}
     mean_acc = float(per_trial["objective"].mean()) if not per_trial.empty else math.nan
     eval_se = (math.sqrt(mean_acc * (1 - mean_acc) / n_problems) if unit == "fraction" and n_problems
                and np.isfinite(mean_acc) else math.nan)
@@ -200,5 +240,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         seeds=tuple(sorted(int(s) for s in set(per_trial["seed"]))) if not per_trial.empty else (),
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
-        warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""),
+        warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
     )
