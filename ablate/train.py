@@ -628,6 +628,7 @@ class Trainer:
                 temperature=c.rollout.temperature,
                 top_p=c.rollout.top_p,
                 generator=_generator(self.device, c.seed, "eval", step),
+                greedy=c.eval.greedy,
             )
         out = {
             "eval/accuracy": m["accuracy"],

@@ -168,10 +168,12 @@ def evaluate_with_records(
     top_p: float = 1.0,
     generator: torch.Generator | None = None,
     fast: bool | None = None,
+    greedy: bool = True,
 ) -> tuple[dict[str, float], list[ProblemRecord]]:
     """Greedy metrics of ``policy`` on ``problems`` and one record per problem.
 
-    Arguments as :func:`evaluate`.
+    Arguments as :func:`evaluate`; ``greedy=False`` grades one sample per problem at ``temperature``
+    / ``top_p`` (drawn from ``generator``, before any pass@k samples) instead of the greedy completion.
 
     Returns:
         ``(metrics, records)``: the metrics of :func:`evaluate`, and ``records[i]``, the
@@ -186,8 +188,9 @@ def evaluate_with_records(
     n = num_samples if num_samples is not None else pass_k
     if n < pass_k:
         raise AblateError(f"evaluate: num_samples={n} must be >= pass_k={pass_k} (the estimator needs n >= k)")
-    if pass_k > 1 and not temperature > 0:
-        raise AblateError(f"evaluate: temperature={temperature} must be > 0 for pass@k sampling")
+    if (pass_k > 1 or not greedy) and not temperature > 0:
+        raise AblateError(f"evaluate: temperature={temperature} must be > 0 for pass@k or sampled (greedy=False) "
+                          "evaluation")
     problems = list(problems)
     if not problems:
         raise AblateError("evaluate: no problems to grade; pass at least one problem")
@@ -198,7 +201,8 @@ def evaluate_with_records(
     for start in range(0, len(problems), batch_size):
         batch = problems[start : start + batch_size]
         r = generate_rollouts(policy, [p.prompt for p in batch], group_size=1, max_new_tokens=max_new_tokens,
-                              temperature=0.0, fast=fast)
+                              temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
+                              generator=None if greedy else generator, fast=fast)
         grades += [task.grade(p, text) for p, text in zip(batch, r.texts)]
         lengths += r.lengths.tolist()
         truncated += r.truncated.tolist()

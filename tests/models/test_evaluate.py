@@ -166,3 +166,21 @@ def test_argument_errors(task, problems, memorised):
         evaluate(memorised, task, [])
     with pytest.raises(AblateError, match="batch_size=0"):
         evaluate(memorised, task, problems, batch_size=0)
+
+
+def test_sampled_evaluation_when_not_greedy(task, problems):
+    """eval.greedy=false grades one sample per problem at the given temperature: reproducible with the
+    same generator, different with another; greedy decoding ignores the generator."""
+    policy = load_policy("micro-llama", seed=0)
+    mixed = [*problems, *task.sample("eval", 8, seed=2)]
+
+    def lengths(greedy: bool, seed: int) -> list[int]:
+        _, records = evaluate_with_records(policy, task, mixed, max_new_tokens=16, temperature=1.0, greedy=greedy,
+                                           generator=torch.Generator().manual_seed(seed))
+        return [r.length for r in records]
+
+    assert lengths(True, 0) == lengths(True, 1)
+    assert lengths(False, 0) == lengths(False, 0)
+    assert lengths(False, 0) != lengths(False, 1)
+    with pytest.raises(AblateError, match="greedy=False"):
+        evaluate_with_records(policy, task, problems, temperature=0.0, greedy=False)
