@@ -164,9 +164,9 @@ def scope_sentences(stats: ReportStatistics) -> list[str]:
     if stats.warm_start == "shared":
         out.append("Every seed started from one shared warm start and was evaluated on the same problems: the "
                    "intervals cover the RL run's sampling noise and the evaluation's, not the start policy; the "
-                   "conclusions hold for this warm start (warmstart.seed: trial gives each seed its own).")
+                   "conclusions hold for this warm start (warmstart.seed: null gives each seed its own).")
     elif stats.warm_start == "trial":
-        out.append("Each seed started from its own warm start (warmstart.seed: trial): the intervals cover the "
+        out.append("Each seed started from its own warm start (warmstart.seed: null): the intervals cover the "
                    "start policy's variation as well as the RL run's.")
     if stats.seed_rule:
         out.append(f"Adaptive seeds ({stats.seed_rule}): the seed count was re-estimated from the variance alone, "
