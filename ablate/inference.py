@@ -44,10 +44,15 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+if TYPE_CHECKING:
+    from ablate.results import Results
+    from ablate.study import Study
 
 #: Confidence level of every interval.
 CONFIDENCE = 0.95
@@ -415,8 +420,8 @@ def fit_model(per_trial: pd.DataFrame, factors: Mapping[str, str], *, value: str
             for b in names[i + 1:]:
                 terms[f"{a}:{b}"] = (f"{_q(factors[a])}:{_q(factors[b])}", (a, b))
 
-    def formula(keep: Sequence[str]) -> str:
-        rhs = ["1"] + (["C(_block)"] if use_block else []) + [terms[t][0] for t in keep]
+    def formula(keep: Sequence[str], block: bool = use_block) -> str:
+        rhs = ["1"] + (["C(_block)"] if block else []) + [terms[t][0] for t in keep]
         return "_y ~ " + " + ".join(rhs)
 
     full = _ols(formula(list(terms)), data)
@@ -426,7 +431,7 @@ def fit_model(per_trial: pd.DataFrame, factors: Mapping[str, str], *, value: str
     ms_res = rss_full / df_res if df_res > 0 else math.nan
     rows: list[TermTest] = []
     if use_block:
-        without = _ols(formula(list(terms)).replace(" + C(_block)", ""), data)
+        without = _ols(formula(list(terms), block=False), data)
         rows.append(_term_row(f"{block} (block)", "block", without, full, full, df_res, ms_res))
     for t, (_, members) in terms.items():
         others = [u for u, (_, m) in terms.items() if u != t and not set(members) <= set(m)]
@@ -703,6 +708,26 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         terms = [replace(t, p=math.nan, note=f"{n_min} seeds: not tested below {MIN_SEEDS}") for t in terms]
     family = make_family(out, terms, min_effect=min_effect, alpha=alpha, method=method)
     return StudyInference(method, tuple(out), model, family)
+
+
+def study_inference(study: Study, results: Results) -> tuple[pd.DataFrame, StudyInference]:
+    """A study's objective per trial (:func:`ablate.analysis.trial_objectives`) and its inference
+    (:func:`infer` with the study's factors, levels, baseline, design, mode, ``min_effect`` and
+    ``primary:``): what the report (:mod:`ablate.report.statistics`) and the seed planner
+    (:mod:`ablate.planning`) both read.
+
+    Returns:
+        ``(per_trial, inference)``.
+    """
+    from ablate.analysis import trial_objectives
+
+    obj = study.objective
+    factors = {f: results.columns[f] for f in results.factors}
+    levels = {f.name: f.level_names() for f in study.factors}
+    per_trial = trial_objectives(results.table, obj.metric, obj.summary, obj.last_n, list(factors.values()))
+    run = infer(per_trial, factors, levels, study.baseline_levels, design=study.design_name, mode=obj.mode,
+                min_effect=study.min_effect, primary=study.primary)
+    return per_trial, run
 
 
 # ------------------------------------------------------------------------------------------ per arm

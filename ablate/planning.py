@@ -387,14 +387,9 @@ def pilot_inference(study: Study, results: Results) -> StudyInference:
     per finished trial (:func:`ablate.analysis.trial_objectives`), then
     :func:`ablate.inference.infer` with the study's design, mode, ``min_effect`` and ``primary:``.
     The report's other statistics (the compute-efficiency fits, seconds per arm) are not computed."""
-    from ablate import analysis, inference
+    from ablate.inference import study_inference
 
-    obj = study.objective
-    factors = {f: results.columns[f] for f in results.factors}
-    per_trial = analysis.trial_objectives(results.table, obj.metric, obj.summary, obj.last_n, list(factors.values()))
-    levels = {f.name: f.level_names() for f in study.factors}
-    return inference.infer(per_trial, factors, levels, study.baseline_levels, design=study.design_name, mode=obj.mode,
-                           min_effect=study.min_effect, primary=study.primary)
+    return study_inference(study, results)[1]
 
 
 def read_pilot(study: Study, budget: str, tracking_uri: str | None = None) -> Pilot:

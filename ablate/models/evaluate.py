@@ -51,7 +51,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 @dataclass(frozen=True)
 class ProblemRecord:
-    """The greedy result of one eval problem.
+    """The graded completion of one eval problem (greedy, or one sample when ``greedy=False``).
 
     Attributes:
         problem: the problem's position in the ``problems`` evaluated (the trainer evaluates
@@ -177,8 +177,8 @@ def evaluate_with_records(
 
     Returns:
         ``(metrics, records)``: the metrics of :func:`evaluate`, and ``records[i]``, the
-        :class:`ProblemRecord` of the greedy completion of ``problems[i]``. The greedy metrics are the
-        records' means (``accuracy`` = mean of ``correct``, ``format_rate`` of ``format_ok``,
+        :class:`ProblemRecord` of the graded (greedy or sampled) completion of ``problems[i]``. The
+        metrics (all but pass@k) are the records' means (``accuracy`` = mean of ``correct``, ``format_rate`` of ``format_ok``,
         ``mean_length`` of ``length``, ``truncated_rate`` of ``truncated``, ...).
     """
     if batch_size < 1:

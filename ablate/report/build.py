@@ -36,7 +36,7 @@ from ablate.report.findings import Findings, num, phrase
 from ablate.report.html import render_html
 from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table
-from ablate.report.statistics import ReportStatistics, compute_statistics
+from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
 from ablate.results import Results
 
 if TYPE_CHECKING:
@@ -46,11 +46,6 @@ if TYPE_CHECKING:
 REPORTS_DIR = "reports"
 #: Sample completions shown per arm.
 SAMPLES_PER_ARM = 3
-
-
-def arm_label(levels: Mapping[str, str], factors: Sequence[str]) -> str:
-    """An arm's short label: its level names joined by `` / `` in factor order."""
-    return " / ".join(str(levels[f]) for f in factors)
 
 
 def _design_table(study: Study, results: Results) -> Table:
@@ -264,8 +259,8 @@ def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boo
     trial_summary(results, stats.per_trial).to_csv(out / "results.csv", index=False)
     results.table.to_csv(out / "tidy.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
     files = ["results.csv", "tidy.csv.gz"]
-    problems = getattr(results, "problems", None)
-    if problems is not None and not problems.empty:
+    problems = results.problems
+    if not problems.empty:
         problems.to_csv(out / "problems.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
         files.append("problems.csv.gz")
     if results.samples:

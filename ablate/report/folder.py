@@ -79,6 +79,6 @@ def load_report_folder(study: Study, folder: str | Path) -> Results:
     results = Results(study=study.name, budget=budget, factors=factors, columns=columns, table=table, trials=trials,
                       samples=samples, parent=_parent_tags(readme),
                       notes=[f"analysed again from the results saved in {path.as_posix()} (the trials were not rerun)"])
-    if (path / "problems.csv.gz").is_file() and hasattr(results, "problems"):
+    if (path / "problems.csv.gz").is_file():
         results.problems = pd.read_csv(path / "problems.csv.gz", dtype={"key": str, "arm": str})
     return results

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -132,6 +133,11 @@ class ReportStatistics:
         return " / ".join(self.factors)
 
 
+def arm_label(levels: Mapping[str, str], factors: Sequence[str]) -> str:
+    """An arm's short label: its level names joined by `` / `` in factor order."""
+    return " / ".join(str(levels[f]) for f in factors)
+
+
 def summary_text(objective: object, unit: str | None) -> str:
     """``maximize eval/accuracy (fraction), summarised per trial as ...``."""
     o = objective
@@ -167,7 +173,7 @@ def eval_noise(problems: pd.DataFrame, per_trial: pd.DataFrame, run: inference.S
 
     Valid when the objective is one evaluation's accuracy (``summary: last``, ``last_n: 1``); the
     caller checks that. Empty when there are no per-problem records."""
-    if problems is None or problems.empty or per_trial.empty:
+    if problems.empty or per_trial.empty:
         return {}
     last = problems[problems["step"] == problems.groupby("key")["step"].transform("max")]
     outcomes = {k: g.sort_values("problem")["correct"].to_numpy(float) for k, g in last.groupby("key")}
@@ -207,12 +213,10 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
     factors = {f: results.columns[f] for f in results.factors}
     levels = {f.name: f.level_names() for f in study.factors}
     baseline = study.baseline_levels
-    labels = {a.name: " / ".join(str(a.levels[f]) for f in results.factors) for a in study.arms}
+    labels = {a.name: arm_label(a.levels, results.factors) for a in study.arms}
     table = results.table
-    per_trial = analysis.trial_objectives(table, obj.metric, obj.summary, obj.last_n, list(factors.values()))
+    per_trial, run = inference.study_inference(study, results)
     order = {a.name: i for i, a in enumerate(study.arms)}
-    run = inference.infer(per_trial, factors, levels, baseline, design=study.design_name, mode=obj.mode,
-                          min_effect=study.min_effect, primary=study.primary)
     arms = _in_order(inference.arm_table(per_trial, list(factors.values())), order)
     diagnostics = []
     for metric in study.report_metrics:
@@ -229,7 +233,7 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         if not points.empty else pd.DataFrame()
     warm, n_problems = _warm_start(study, results.budget)
     single_eval = obj.summary == "last" and obj.last_n == 1 and obj.metric == "eval/accuracy"
-    eval_sd = eval_noise(getattr(results, "problems", None), per_trial, run, factors) if single_eval else {}
+    eval_sd = eval_noise(results.problems, per_trial, run, factors) if single_eval else {}
     mean_acc = float(per_trial["objective"].mean()) if not per_trial.empty else math.nan
     eval_se = (math.sqrt(mean_acc * (1 - mean_acc) / n_problems) if unit == "fraction" and n_problems
                and np.isfinite(mean_acc) else math.nan)
