@@ -45,7 +45,7 @@ looks promising") inflates the error rate badly, which is why the rule never loo
 Each round's decision is kept in the study store, so that running the same command again reuses it
 for the seeds already enqueued (the seeds in the store count as the current n), and is recorded as
 the MLflow tags :data:`TAG_ADAPTIVE` (the rule and the seed counts, in words) and
-:data:`TAG_ADAPTIVE_N` (the seed count) of the study's parent run. Only ``ablate run`` decides;
+:data:`ablate.plan.TAG_SEEDS` (the seed count) of the study's parent run. Only ``ablate run`` decides;
 ``ablate worker`` runs the seeds the store holds.
 
 The functions in the first part take and return data; :func:`read_pilot` (MLflow) is the edge.
@@ -60,17 +60,17 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
 from ablate.inference import ALPHA, MAX_SEEDS, MIN_SEEDS, POWER, Contrast, seeds_for_power
+from ablate.states import DONE
 
 if TYPE_CHECKING:
     from ablate.inference import StudyInference
+    from ablate.plan import Plan
     from ablate.results import Results
     from ablate.study import Study
 
 #: MLflow tag of the study's parent run: the adaptive rule and its seed counts, in words
 #: (``variance-only re-estimation: 3 -> 5 (max 5), ...``).
 TAG_ADAPTIVE = "ablate.adaptive_seeds"
-#: MLflow tag of the study's parent run: the seed count the adaptive rule settled on (seeds 0..n-1).
-TAG_ADAPTIVE_N = "ablate.adaptive_seeds.n"
 #: Rounds of re-estimation at most (each may add seeds).
 MAX_ROUNDS = 4
 #: Where the rounds' decisions are kept in the study store (``StudyStore.note``), + the budget.
@@ -316,30 +316,16 @@ def seeds_in_design(design: Mapping[str, Any] | None) -> int:
     return 1 + max(int(seed) for _, seed in design["trials"].values())
 
 
-def study_at_recorded_seeds(study: Study, tags: Mapping[str, str]) -> Study:
-    """A study with ``seeds: {min, max}`` at the seed count its parent run records
-    (:data:`TAG_ADAPTIVE_N` among ``tags``); other studies, or no such tag, unchanged. Readers of
-    results (``ablate.results.load_results``) use it so that the seeds the runner added are part of
-    the design."""
-    value = tags.get(TAG_ADAPTIVE_N)
-    if study.seed_range is None or value is None:
-        return study
-    try:
-        n = int(value)
-    except ValueError:
-        return study
-    return study.with_seeds(range(max(n, len(study.seeds))))
-
-
 # --------------------------------------------------------------------------------------------- time
 
 
 def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
     """The estimated one-worker time of ``study`` at ``budget`` with ``seeds`` seeds per arm
     (:mod:`ablate.timing`; a trial's time does not depend on its seed); None without timing constants."""
+    from ablate.plan import Plan
     from ablate.study import estimate_study_seconds
 
-    one = estimate_study_seconds(study.with_seeds([0]).expand(budget))
+    one = estimate_study_seconds(Plan.of(study.with_seeds([0]), budget).specs)
     return None if one is None else one * seeds
 
 
@@ -392,15 +378,14 @@ def pilot_inference(study: Study, results: Results) -> StudyInference:
     return study_inference(study, results)[1]
 
 
-def read_pilot(study: Study, budget: str, tracking_uri: str | None = None) -> Pilot:
-    """Read a study's finished trials at ``budget`` from MLflow (:func:`ablate.results.load_results`;
-    the trials of ``study.seeds``) and make the report's inference on them (:func:`pilot_inference`),
-    so that the SDs planned with are the report's."""
+def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
+    """Read a plan's finished trials from MLflow (:func:`ablate.results.load_results`) and make the
+    report's inference on them (:func:`pilot_inference`), so that the SDs planned with are the report's."""
     from ablate.results import load_results
 
-    results = load_results(study, budget, tracking_uri=tracking_uri)
-    finished = int((results.trials["state"] == "done").sum()) if not results.trials.empty else 0
-    return Pilot(results, pilot_inference(study, results), finished)
+    results = load_results(plan, tracking_uri=tracking_uri)
+    finished = int((results.trials["state"] == DONE).sum()) if not results.trials.empty else 0
+    return Pilot(results, pilot_inference(plan.study, results), finished)
 
 
 __all__ = [
@@ -410,7 +395,6 @@ __all__ = [
     "Pilot",
     "SeedPlan",
     "TAG_ADAPTIVE",
-    "TAG_ADAPTIVE_N",
     "adaptive_summary",
     "at_level",
     "fmt_value",
@@ -421,6 +405,5 @@ __all__ = [
     "read_pilot",
     "reestimate",
     "seeds_in_design",
-    "study_at_recorded_seeds",
     "study_seconds",
 ]

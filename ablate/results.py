@@ -42,13 +42,20 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ablate.errors import AblateError
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
+from ablate.states import DONE, FAILED, PENDING, RUNNING, STATES
+
+if TYPE_CHECKING:
+    from ablate.plan import Plan
+    from ablate.study import TrialSpec
+    from ablate.tracking import RunRecord as Run
+    from ablate.tracking import Tracker
 
 #: Fixed columns of the tidy table (a factor column never takes one of these names).
 TABLE_COLUMNS = ("study", "budget", "key", "arm", "seed", "step", "tokens", "metric", "value")
@@ -59,8 +66,6 @@ TOKENS_METRIC = "compute/tokens"
 PROBLEM_COLUMNS: tuple[str, ...] = tuple(EVAL_PROBLEM_GLOSSARY)
 #: Integer columns of the per-problem table (the others are floats).
 _PROBLEM_INTS = ("step", "problem", "correct", "format_ok", "length", "truncated")
-#: Trial states in ``Results.trials``.
-STATES = ("done", "failed", "running", "not started")
 
 
 def level_column(factor: str) -> str:
@@ -156,8 +161,8 @@ class Results:
         study: the study's name; budget: the budget.
         factors: factor names in file order; columns: factor name -> its column in the tables.
         table: the tidy table (see the module docstring).
-        trials: one row per trial of the design: ``key, arm, seed, <factor columns>, state, run_id,
-            error``; ``state`` is one of :data:`STATES`.
+        trials: one row per trial of the plan: ``key, arm, seed, <factor columns>, state, run_id,
+            error``; ``state`` is one of :data:`ablate.states.STATES` (``pending``: not started).
         samples: trial key -> its sample completions (``prompt, completion, correct, reward/<c>``).
         problems: the per-problem table (see the module docstring): ``key, arm, seed, <factor
             columns>,`` then :data:`PROBLEM_COLUMNS`; empty when no finished trial logged
@@ -184,8 +189,8 @@ class Results:
 
     @property
     def missing(self) -> pd.DataFrame:
-        """The trials that are not done (failed, running, not started)."""
-        return self.trials[self.trials["state"] != "done"].reset_index(drop=True)
+        """The trials that are not done (failed, running, pending)."""
+        return self.trials[self.trials["state"] != DONE].reset_index(drop=True)
 
     @property
     def metrics(self) -> list[str]:
@@ -221,7 +226,7 @@ def build_table(study: str, budget: str, histories: Mapping[str, str], trials: p
     return pd.concat(parts, ignore_index=True)
 
 
-def _pick_run(runs: list[Any]) -> Any:
+def _pick_run(runs: list[Run]) -> Run:
     """Of several runs of one trial: the last FINISHED one, else the last started."""
     finished = [r for r in runs if r.status == "FINISHED"]
     pool = finished or runs
@@ -229,113 +234,149 @@ def _pick_run(runs: list[Any]) -> Any:
 
 
 def _state(status: str) -> str:
-    return {"FINISHED": "done", "FAILED": "failed", "KILLED": "failed"}.get(status, "running")
+    return {"FINISHED": DONE, "FAILED": FAILED, "KILLED": FAILED}.get(status, RUNNING)
 
 
-def load_results(study: Any, budget: str = "default", *, tracking_uri: str | None = None,
-                 cache_dir: str | Path | None = None) -> Results:
-    """Read a study's trials at ``budget`` from MLflow into :class:`Results`.
+class RunFiles:
+    """Reads a trial run's files from MLflow, through a cache of finished runs' files.
 
-    Args:
-        study: the loaded :class:`ablate.study.Study` (its design says which trials should exist).
-        budget: the budget whose runs to read.
-        tracking_uri: the MLflow tracking URI (default: as :func:`ablate.tracking.resolve_tracking_uri`).
-        cache_dir: a folder for downloaded files of finished runs (None: no cache).
-
-    Returns:
-        Every trial of the design with its state; the tidy table of the finished ones.
-
-    Raises:
-        AblateError: ``budget`` is not a budget of the study.
+    Files of finished runs are cached in ``cache_dir`` keyed by run id and end time; a finished run
+    without an optional file never gets it (a retry ends at another end time), so its absence is
+    cached too, as an empty ``<file>.absent`` marker (``remember_absent``).
     """
-    from ablate.tracking import EVAL_PROBLEMS_FILE, TAG_ERROR, TAG_KEY, Tracker, read_run_file, study_runs
 
-    study.check_budget(budget)
-    tracker = Tracker(tracking_uri)
-    parent, runs = study_runs(tracker, study.name, budget)
-    if parent is not None:
-        from ablate.planning import study_at_recorded_seeds
+    def __init__(self, tracker: Tracker, cache_dir: str | Path | None) -> None:
+        self.tracker = tracker
+        self.cache = Path(cache_dir) if cache_dir is not None else None
 
-        study = study_at_recorded_seeds(study, parent.tags)  # the seeds an adaptive study's runner added
-    factors = [f.name for f in study.factors]
-    columns = {f: level_column(f) for f in factors}
-    specs = study.expand(budget)
-    by_key: dict[str, list[Any]] = {}
-    for r in runs:
-        by_key.setdefault(r.tags.get(TAG_KEY, ""), []).append(r)
-    expected = {s.key for s in specs}
-    notes = []
-    extra = sorted(k for k in by_key if k not in expected)
-    if extra:
-        notes.append(f"{len(extra)} trial run(s) under the parent run are not in the current design (the study "
-                     "file changed?) and are left out")
-    cache = Path(cache_dir) if cache_dir is not None else None
+    def read(self, run: Run, name: str, *, remember_absent: bool = False) -> str | None:
+        """The text of file ``name`` of ``run``, None when it has none."""
+        from ablate.tracking import read_run_file
 
-    def fetch(run: Any, name: str, *, remember_absent: bool = False) -> str | None:
-        # remember_absent: a finished run without this (optional) file never gets it (a retry ends at
-        # another end time), so its absence is cached too, as an empty "<file>.absent" marker.
         path = None
-        if cache is not None and run.status == "FINISHED":
-            path = cache / f"{run.run_id}.{run.end_time or 0}.{name}"
+        if self.cache is not None and run.status == "FINISHED":
+            path = self.cache / f"{run.run_id}.{run.end_time or 0}.{name}"
             if path.exists():
                 return path.read_text(encoding="utf-8")
             if remember_absent and path.with_name(path.name + ".absent").exists():
                 return None
-        text = read_run_file(tracker, run.run_id, name)
+        text = read_run_file(self.tracker, run.run_id, name)
         if path is not None and (text is not None or remember_absent):
-            if not path.parent.is_dir():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                (path.parent / ".gitignore").write_text("# ablate's download cache\n*\n", encoding="utf-8")
-            if text is None:
-                path.with_name(path.name + ".absent").write_text("", encoding="utf-8")
-            else:
-                tmp = path.with_suffix(path.suffix + ".tmp")
-                tmp.write_text(text, encoding="utf-8")
-                tmp.replace(path)
+            self._keep(path, text)
         return text
 
-    rows, histories, samples, problem_frames = [], {}, {}, {}
-    for spec in specs:
-        row = {"key": spec.key, "arm": spec.arm, "seed": spec.seed,
-               **{columns[f]: spec.levels[f] for f in factors}, "state": "not started", "run_id": "", "error": ""}
-        if spec.key in by_key:
-            run = _pick_run(by_key[spec.key])
-            row["run_id"] = run.run_id
-            row["state"] = _state(run.status)
-            err = (run.tags.get(TAG_ERROR) or "").strip().splitlines()
-            row["error"] = err[-1] if err else ""
-            if row["state"] == "done":
-                text = fetch(run, "history.csv")
-                if text is None:
-                    row["state"], row["error"] = "failed", "finished, but its history.csv artifact is missing"
-                else:
-                    histories[spec.key] = text
-                    sample_text = fetch(run, "samples.json")
-                    if sample_text:
-                        try:
-                            samples[spec.key] = list(json.loads(sample_text))
-                        except (ValueError, TypeError):
-                            notes.append(f"samples.json of trial {spec.key} is not valid JSON; its samples are left out")
-                    problems_text = fetch(run, EVAL_PROBLEMS_FILE, remember_absent=True)
-                    if problems_text is not None:
-                        try:
-                            problem_frames[spec.key] = problems_frame(problems_text)
-                        except (ValueError, pd.errors.ParserError) as exc:
-                            notes.append(f"{EVAL_PROBLEMS_FILE} of trial {spec.key} cannot be read ({exc}); "
-                                         "its problems are left out")
-        rows.append(row)
+    @staticmethod
+    def _keep(path: Path, text: str | None) -> None:
+        if not path.parent.is_dir():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            (path.parent / ".gitignore").write_text("# ablate's download cache\n*\n", encoding="utf-8")
+        if text is None:
+            path.with_name(path.name + ".absent").write_text("", encoding="utf-8")
+        else:
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+
+
+@dataclass
+class _Collected:
+    """What :func:`load_results` read from the finished runs."""
+
+    histories: dict[str, str] = field(default_factory=dict)
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    problems: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_finished(key: str, run: Run, files: RunFiles, out: _Collected) -> str | None:
+    """Read a finished trial's history, samples and per-problem records into ``out``; an error text
+    when its history is missing (the trial then counts as failed)."""
+    from ablate.tracking import EVAL_PROBLEMS_FILE
+
+    text = files.read(run, "history.csv")
+    if text is None:
+        return "finished, but its history.csv artifact is missing"
+    out.histories[key] = text
+    sample_text = files.read(run, "samples.json")
+    if sample_text:
+        try:
+            out.samples[key] = list(json.loads(sample_text))
+        except (ValueError, TypeError):
+            out.notes.append(f"samples.json of trial {key} is not valid JSON; its samples are left out")
+    problems_text = files.read(run, EVAL_PROBLEMS_FILE, remember_absent=True)
+    if problems_text is not None:
+        try:
+            out.problems[key] = problems_frame(problems_text)
+        except (ValueError, pd.errors.ParserError) as exc:
+            out.notes.append(f"{EVAL_PROBLEMS_FILE} of trial {key} cannot be read ({exc}); its problems are left out")
+    return None
+
+
+def _trial_row(spec: TrialSpec, runs: list[Run] | None, columns: Mapping[str, str], files: RunFiles,
+               out: _Collected) -> dict[str, Any]:
+    """One row of ``Results.trials``: the trial's identity and the state of its latest run."""
+    from ablate.tracking import TAG_ERROR
+
+    row = {"key": spec.key, "arm": spec.arm, "seed": spec.seed,
+           **{columns[f]: spec.levels[f] for f in columns}, "state": PENDING, "run_id": "", "error": ""}
+    if not runs:
+        return row
+    run = _pick_run(runs)
+    row["run_id"] = run.run_id
+    row["state"] = _state(run.status)
+    err = (run.tags.get(TAG_ERROR) or "").strip().splitlines()
+    row["error"] = err[-1] if err else ""
+    if row["state"] == DONE:
+        missing = _read_finished(spec.key, run, files, out)
+        if missing is not None:
+            row["state"], row["error"] = FAILED, missing
+    return row
+
+
+def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str | Path | None = None) -> Results:
+    """Read a study's trials at the plan's budget from MLflow into :class:`Results`.
+
+    Args:
+        plan: the study's plan (:class:`ablate.plan.Plan`): which trials should exist. The plan that
+            ran is rebuilt from the parent run's tags (:meth:`~ablate.plan.Plan.recorded`: an adaptive
+            study's added seeds, a tuned study's tuned values, which are part of its trial keys).
+        tracking_uri: the MLflow tracking URI (default: as :func:`ablate.tracking.resolve_tracking_uri`).
+        cache_dir: a folder for downloaded files of finished runs (None: no cache).
+
+    Returns:
+        Every trial of the plan with its state; the tidy table of the finished ones.
+    """
+    from ablate.tracking import EVAL_PROBLEMS_FILE, TAG_KEY, Tracker, study_runs
+
+    study, budget = plan.study, plan.budget
+    tracker = Tracker(tracking_uri)
+    parent, runs = study_runs(tracker, study.name, budget)
+    if parent is not None:
+        plan = plan.recorded(parent.tags)
+    columns = {f.name: level_column(f.name) for f in study.factors}
+    by_key: dict[str, list[Run]] = {}
+    for r in runs:
+        by_key.setdefault(r.tags.get(TAG_KEY, ""), []).append(r)
+    out = _Collected()
+    extra = sorted(k for k in by_key if k not in plan.by_key)
+    if extra:
+        out.notes.append(f"{len(extra)} trial run(s) under the parent run are not in the current design (the study "
+                         "file changed?) and are left out")
+    files = RunFiles(tracker, cache_dir)
+    rows = [_trial_row(spec, by_key.get(spec.key), columns, files, out) for spec in plan.specs]
     trials = pd.DataFrame(rows, columns=["key", "arm", "seed", *columns.values(), "state", "run_id", "error"])
     try:
-        table = build_table(study.name, budget, histories, trials, list(columns.values()))
+        table = build_table(study.name, budget, out.histories, trials, list(columns.values()))
     except ValueError as exc:
         raise AblateError(f"cannot read the results of study {study.name!r} from {tracker.uri}: {exc}") from None
-    if problem_frames and len(problem_frames) < len(histories):
-        notes.append(f"{len(histories) - len(problem_frames)} of {len(histories)} finished trials have no "
-                     f"readable {EVAL_PROBLEMS_FILE} (logged before it existed?): Results.problems holds the others only")
-    problems = build_problems(problem_frames, trials, list(columns.values()))
-    return Results(study=study.name, budget=budget, factors=factors, columns=columns, table=table, trials=trials,
-                   samples=samples, parent=dict(parent.tags) if parent is not None else {}, notes=notes,
-                   problems=problems)
+    if out.problems and len(out.problems) < len(out.histories):
+        out.notes.append(f"{len(out.histories) - len(out.problems)} of {len(out.histories)} finished trials have no "
+                         f"readable {EVAL_PROBLEMS_FILE} (logged before it existed?): Results.problems holds the "
+                         "others only")
+    problems = build_problems(out.problems, trials, list(columns.values()))
+    return Results(study=study.name, budget=budget, factors=list(columns), columns=columns, table=table,
+                   trials=trials, samples=out.samples, parent=dict(parent.tags) if parent is not None else {},
+                   notes=out.notes, problems=problems)
 
 
 def count_states(trials: pd.DataFrame) -> dict[str, int]:

@@ -88,7 +88,7 @@ import itertools
 import re
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -489,6 +489,7 @@ class Study:
     primary: tuple[str, ...] = ()
     min_effect: float | None = None
     seed_range: SeedRange | None = None
+    configs: Mapping[tuple[str, str], TrialConfig] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def baseline_levels(self) -> dict[str, str]:
@@ -538,22 +539,11 @@ class Study:
             warnings.simplefilter("ignore", ConfigWarning)
             return TrialConfig.from_overrides(overrides)
 
-    def expand(self, budget: str = DEFAULT_BUDGET) -> list[TrialSpec]:
-        """Every trial of the study at ``budget``.
-
-        Order: seed-major (all arms at the first seed, then all arms at the second seed, ...),
-        arms in design order, so that a study stopped early holds complete paired comparisons.
-
-        Raises:
-            AblateError: ``budget`` is not a budget of the study (the message lists them).
-        """
-        self.check_budget(budget)
-        out = []
-        for seed in self.seeds:
-            for arm in self.arms:
-                cfg = self.config(arm, budget, seed)
-                out.append(TrialSpec(self.name, arm.name, dict(arm.levels), seed, budget, cfg, cfg.trial_key()))
-        return out
+    def arm_config(self, arm: Arm, budget: str = DEFAULT_BUDGET) -> TrialConfig:
+        """The TrialConfig of ``arm`` at ``budget`` as :func:`load_study` validated it (built again only
+        for a study made without it); its seed is the default: :class:`ablate.plan.Plan` sets each trial's."""
+        config = self.configs.get((arm.name, budget))
+        return config if config is not None else self.config(arm, budget)
 
     @property
     def n_trials(self) -> int:
@@ -1368,9 +1358,10 @@ def load_study(path: str | Path) -> Study:
         arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude)
 
     config_warnings: list[str] = []
+    configs: dict[tuple[str, str], TrialConfig] = {}
     if not ck.problems and arms:
         assert base is not None and budgets is not None and factors is not None
-        _check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
+        configs = _check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
 
     if ck.problems:
         raise StudyError(file, sorted(ck.problems, key=lambda p: p.line or 0))
@@ -1401,6 +1392,7 @@ def load_study(path: str | Path) -> Study:
         primary=primary,
         min_effect=min_effect,
         seed_range=seed_range,
+        configs=configs,
     )
 
 

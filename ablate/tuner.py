@@ -16,20 +16,31 @@ recorded as the tuning study's user attribute ``best``.
 Tuning runs sequentially, in the process of ``ablate run``, before any main trial; do not run two
 ``ablate run`` of one tuned study at once while it tunes. ``ablate worker`` reads the best values
 from the store and refuses to start before tuning is complete.
+
+The tuner does not train: it is given the trial function (``train``), which the runner builds so that
+tuning trials are logged to MLflow like any other trial (:func:`ablate.runner.tuning_trainer`).
 """
 
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Mapping
-from typing import Any, TextIO
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TextIO
 
 import optuna
 from optuna.trial import TrialState
 
 from ablate.errors import AblateError
-from ablate.store import open_storage, summarize_objective
+from ablate.objective import direction, summarize_history
+from ablate.store import open_storage
+
+if TYPE_CHECKING:
+    from ablate.config import TrialConfig
+    from ablate.study import Arm, Study, TuneParam, TuneSpec
+    from ablate.train import TrialResult
+
+#: The trial function: ``train(arm, seed, config) -> TrialResult`` (the runner's logs to MLflow).
+TrainFn = Callable[["Arm", int, "TrialConfig"], "TrialResult"]
 
 #: Tuning seed = this + a seed of ``tune.seeds`` (distinct from the main seeds below 1000).
 TUNE_SEED_OFFSET = 1000
@@ -43,16 +54,16 @@ def tuning_study_name(study_name: str, arm: str) -> str:
     return f"{study_name}/tune/{arm}"
 
 
-def tuning_seeds(tune: Any) -> list[int]:
+def tuning_seeds(tune: TuneSpec) -> list[int]:
     """The seeds of the tuning trials: :data:`TUNE_SEED_OFFSET` + each seed of ``tune.seeds``."""
     return [TUNE_SEED_OFFSET + int(s) for s in tune.seeds]
 
 
-def _is_int_range(param: Any) -> bool:
+def _is_int_range(param: TuneParam) -> bool:
     return all(isinstance(v, int) and not isinstance(v, bool) for v in (param.low, param.high))
 
 
-def _distributions(tune: Any) -> dict[str, optuna.distributions.BaseDistribution]:
+def _distributions(tune: TuneSpec) -> dict[str, optuna.distributions.BaseDistribution]:
     out: dict[str, optuna.distributions.BaseDistribution] = {}
     for p in tune.params:
         if _is_int_range(p):
@@ -68,18 +79,18 @@ class Tuner:
     Args:
         study: the loaded :class:`~ablate.study.Study` (``study.tune`` must be set).
         storage: the resolved storage of the study store (journal file path or PostgreSQL URL).
-        threads: torch threads per tuning trial (0: leave torch's default).
+        train: the trial function (None: the tuner can only read best values).
     """
 
-    def __init__(self, study: Any, storage: str, *, threads: int = 0) -> None:
+    def __init__(self, study: Study, storage: str, *, train: TrainFn | None = None) -> None:
         if study.tune is None:
             raise AblateError(f"study {study.name!r} ({study.path}) has no 'tune:' section")
         self.study = study
-        self.tune = study.tune
+        self.tune: TuneSpec = study.tune
         self.url = storage
-        self.threads = threads
+        self.train = train
         self.storage = open_storage(storage)
-        self.direction = "maximize" if study.objective.mode == "max" else "minimize"
+        self.direction = direction(study.objective.mode)
 
     def _optuna_study(self, arm: str, n_existing: int = 0) -> optuna.Study:
         return optuna.create_study(
@@ -91,29 +102,28 @@ class Tuner:
         """The completed tuning trials of ``arm`` (none when its tuning never started)."""
         return [t for t in self._optuna_study(arm).get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
 
-    def objective(self, arm: Any, values: Mapping[str, Any]) -> float:
+    def objective(self, arm: Arm, values: Mapping[str, Any]) -> float:
         """Train ``arm`` at ``tune.budget`` with ``values`` for every tuning seed; the mean objective.
 
         Raises:
-            AblateError: a seed's history has no finite value of the objective's metric.
+            AblateError: a seed's history has no finite value of the objective's metric, or the tuner
+                has no trial function.
         """
-        from ablate.train import run_trial
-
+        if self.train is None:
+            raise AblateError(f"study {self.study.name!r}: this tuner only reads best values (no trial function)")
         obj = self.study.objective
         scores = []
         for seed in tuning_seeds(self.tune):
             config = self.study.config(arm, self.tune.budget, seed).with_overrides(dict(values))
-            if self.threads > 0:
-                config = config.with_overrides({"threads": self.threads})
-            result = run_trial(config)
-            value = summarize_objective(result.history, obj.metric, obj.summary, obj.last_n)
+            result = self.train(arm, seed, config)
+            value = summarize_history(result.history, obj.metric, obj.summary, obj.last_n)
             if value is None or not math.isfinite(value):
                 raise AblateError(f"tuning arm {arm.name} (seed {seed}, {dict(values)}): the objective metric "
                                   f"{obj.metric!r} has no finite value; check 'objective.metric'")
             scores.append(value)
         return sum(scores) / len(scores)
 
-    def tune_arm(self, arm: Any, stream: TextIO | None = None) -> dict[str, Any]:
+    def tune_arm(self, arm: Arm, stream: TextIO | None = None) -> dict[str, Any]:
         """Run the tuning trials ``arm`` still lacks (up to ``tune.trials`` completed); its best values.
 
         A tuning trial that raises is recorded as FAIL in Optuna and the error is raised again.
@@ -168,45 +178,11 @@ class Tuner:
         return {a.name: self.best_values(a.name) for a in self.study.arms}
 
 
-def tuned_arm_overrides(study: Any, budget: str, best: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Arm name -> its merged overrides at ``budget`` with its tuned values on top."""
-    return {a.name: {**study.overrides(a, budget), **best.get(a.name, {})} for a in study.arms}
-
-
-def tuned_expand(study: Any, budget: str, best: Mapping[str, Mapping[str, Any]]) -> list[Any]:
-    """:meth:`Study.expand` with each arm's tuned values added to its trials' configurations."""
-    from dataclasses import replace
-
-    out = []
-    for spec in study.expand(budget):
-        cfg = spec.config.with_overrides(dict(best.get(spec.arm, {})))
-        out.append(replace(spec, config=cfg, key=cfg.trial_key()))
-    return out
-
-
-def study_best_values(study: Any, storage: str, *, tune: bool = False, threads: int = 0,
-                      stream: TextIO | None = None) -> dict[str, dict[str, Any]] | None:
-    """Arm -> best values of a study with ``tune:`` (None without it); with ``tune``, tune first."""
-    if study.tune is None:
-        return None
-    tuner = Tuner(study, storage, threads=threads)
-    if tune:
-        if stream is None:
-            stream = sys.stderr
-        print(f"study {study.name}: tuning {', '.join(p.path for p in study.tune.params)} per arm "
-              f"({study.tune.trials} trials at budget {study.tune.budget}, seeds {tuning_seeds(study.tune)})",
-              file=stream)
-        return tuner.tune_all(stream)
-    return tuner.all_best_values()
-
-
 __all__ = [
     "SAMPLER_SEED",
     "TUNE_SEED_OFFSET",
     "Tuner",
-    "study_best_values",
-    "tuned_arm_overrides",
-    "tuned_expand",
+    "TrainFn",
     "tuning_seeds",
     "tuning_study_name",
 ]

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 
 from ablate import analysis as an
-from ablate.store import summarize_objective
+from ablate.objective import summarize_history
 
 # ---------------------------------------------------------------------------------------- reductions
 
 
-def test_summarize_agrees_with_the_store_on_random_histories():
+def test_summarize_agrees_with_the_history_form_on_random_histories():
     rng = np.random.default_rng(0)
     for trial in range(30):
         steps = sorted(rng.choice(np.arange(0, 60), size=int(rng.integers(1, 12)), replace=False).tolist())
@@ -25,7 +25,7 @@ def test_summarize_agrees_with_the_store_on_random_histories():
         history = [(s, {"m": float(v)}) for s, v in zip(steps, values)]
         for summary in ("last", "mean", "max", "min", "auc"):
             for last_n in (1, 3):
-                want = summarize_objective(history, "m", summary, last_n)
+                want = summarize_history(history, "m", summary, last_n)
                 got = an.summarize(steps, values, summary, last_n)
                 assert got == pytest.approx(want), (trial, summary, last_n)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from ablate.plan import Plan
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,7 +41,7 @@ def test_report_matches_its_study_file(report):
     budget = argv[argv.index("--budget") + 1] if "--budget" in argv else "default"
     study = load_study(study_file)  # still validates
     assert study.name == report.name
-    expected = {s.key: s for s in study.expand(budget)}
+    expected = {s.key: s for s in Plan.of(study, budget).specs}
     results = pd.read_csv(report / "results.csv", dtype={"key": str})
     assert set(results["key"]) == set(expected), (
         f"reports/{report.name} holds other trials than {argv[2]} defines at budget {budget} today: "

@@ -21,8 +21,10 @@ from mlflow import MlflowClient
 
 from ablate import inference, planning
 from ablate.cli import main
+from ablate.paths import STORE_FILE
+from ablate.plan import TAG_SEEDS, Plan
 from ablate.runner import RunSettings, adaptive_rounds, run_study
-from ablate.store import STORE_FILE, StudyStore
+from ablate.store import StudyStore
 from ablate.study import StudyError, load_study
 
 # ----------------------------------------------------------------------------------- hand-made data
@@ -182,10 +184,10 @@ def test_pilot_inference_is_the_reports(tmp_path):
 def test_recorded_seeds_and_the_study_file_check(tmp_path):
     study = load_study(write_study(tmp_path, "adaptive", seeds={"min": 3, "max": 6}, min_effect=0.1))
     assert study.seeds == (0, 1, 2) and (study.seed_range.min, study.seed_range.max) == (3, 6)
-    assert planning.study_at_recorded_seeds(study, {planning.TAG_ADAPTIVE_N: "5"}).seeds == (0, 1, 2, 3, 4)
-    assert planning.study_at_recorded_seeds(study, {}).seeds == (0, 1, 2)
+    assert Plan.of(study).recorded({TAG_SEEDS: "5"}).seeds == (0, 1, 2, 3, 4)
+    assert Plan.of(study).recorded({}).seeds == (0, 1, 2)
     fixed = load_study(write_study(tmp_path, "fixed", seeds=3))
-    assert planning.study_at_recorded_seeds(fixed, {planning.TAG_ADAPTIVE_N: "5"}) is fixed
+    assert Plan.of(fixed).recorded({TAG_SEEDS: "5"}).study is fixed
     assert planning.seeds_in_design(None) == 0
     assert planning.seeds_in_design({"trials": {"k1": ["a", 0], "k2": ["a", 4], "k3": ["b", 2]}}) == 5
     with pytest.raises(StudyError) as exc:
@@ -258,7 +260,7 @@ def test_adaptive_seeds_add_a_round_record_it_and_a_rerun_does_not_decide_again(
 
     store = StudyStore(settings(folder, path).storage, "adaptive", create=False)
     assert sorted({a.seed for a in store.attempts("default")}) == [0, 1, 2, 3, 4]
-    assert all(a.state == "complete" for a in store.attempts("default")) and len(store.attempts("default")) == 10
+    assert all(a.state == "done" for a in store.attempts("default")) and len(store.attempts("default")) == 10
     (decision,) = adaptive_rounds(store, "default")
     assert (decision.round, decision.n, decision.n_new, decision.max) == (1, 3, 5, 5) and decision.needed > 5
     client = MlflowClient(ran["uri"])
@@ -267,7 +269,7 @@ def test_adaptive_seeds_add_a_round_record_it_and_a_rerun_does_not_decide_again(
     assert parent.info.status == "FINISHED"
     assert parent.data.tags[planning.TAG_ADAPTIVE] == (
         "variance-only re-estimation: 3 -> 5 (max 5), for 80% power at min_effect 0.01, alpha 0.05/1 per contrast")
-    assert parent.data.tags[planning.TAG_ADAPTIVE_N] == "5"
+    assert parent.data.tags[TAG_SEEDS] == "5"
 
     log = io.StringIO()  # the same command again: the seeds in the store count; nothing runs or is decided
     again = run_study(load_study(path), settings(folder, path), progress=False, stream=log)
@@ -293,7 +295,7 @@ def test_a_rerun_reuses_a_decision_kept_in_the_store(ran):
 
     study = load_study(ran["adaptive"])  # seeds 0-2: the n of the recorded decision
     log = io.StringIO()
-    again = adaptive_round(study, store, settings(folder, ran["adaptive"]), {"done": 6}, stream=log)
+    again = adaptive_round(Plan.of(study), store, settings(folder, ran["adaptive"]), {"done": 6}, stream=log)
     assert again == decision and log.getvalue().rstrip().endswith("running seeds 3-4 (the max is 5) (decided before)")
 
 
@@ -311,7 +313,7 @@ def test_plan_end_to_end_on_the_finished_trials(ran, capsys):
     assert row[:5] == ["temp:", "0.5", "vs", "1.0", "5"] and row[-3:-1] == ["0.01", "tokens"]
 
     # a min_effect about the SD asks for a finite count: the recommendation line
-    pilot = planning.read_pilot(load_study(path).with_seeds(range(5)), "default", uri)
+    pilot = planning.read_pilot(Plan.of(load_study(path).with_seeds(range(5)), "default"), uri)
     (c,) = pilot.inference.contrasts
     edited = write_study(ran["folder"], "adaptive-plan", seeds=5, min_effect=float(c.sd_per_seed), primary=["temp"])
     edited.write_text(edited.read_text().replace("name: adaptive-plan", "name: adaptive"))

@@ -18,6 +18,7 @@ import pytest
 
 from ablate import inference as inf
 from ablate.analysis import saturating_curve
+from ablate.plan import Plan
 from ablate.report.build import write_report
 from ablate.report.figures import pareto_front
 from ablate.report.findings import claim_sentence, phrase
@@ -59,7 +60,7 @@ def synthetic(study, rng: np.random.Generator, *, effect: float = 0.1, interacti
     together with clip_high 0.28, nothing for clip_high alone; seed offsets shared by a seed's arms.
     Training metrics (KL, reward, lengths, entropy, clipping, gradient norm) come along."""
     histories = {}
-    specs = study.expand("default")
+    specs = Plan.of(study, "default").specs
     offsets = {s: rng.normal(0, 0.03) for s in study.seeds}
     for spec in specs:
         token = spec.levels["loss_norm"] == TOKEN
@@ -199,16 +200,16 @@ def test_two_seeds_give_no_interval_and_say_what_would(tmp_path):
     assert all(math.isnan(c.contrast.ci_low) for c in fam.claims if c.contrast is not None)
     first = phrase(stats).sections[0]
     assert first.items[0].startswith("This study could not answer its primary question at 2 seeds")
-    index = write_report(study, res, tmp_path / "out", **FAST)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
     assert (index.parent / "claims.png").is_file()
 
 
 def test_a_partial_study_with_nothing_finished_still_reports(study, tmp_path):
     res = synthetic(study, np.random.default_rng(0))
-    res.trials["state"] = "not started"
+    res.trials["state"] = "pending"
     res.table = res.table.iloc[0:0]
     res.samples = {}
-    index = write_report(study, res, tmp_path, **FAST)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path, **FAST)
     text = index.read_text()
     assert "No trial has finished yet" in text and "Missing trials" in text and "<img" not in text
 
@@ -221,7 +222,7 @@ def report(study, tmp_path_factory):
     res = synthetic(study, np.random.default_rng(42))
     res.study = '<script>alert("name")</script>'  # a name no study file allows: the renderer must still escape it
     out = tmp_path_factory.mktemp("report")
-    index = write_report(study, res, out, fit_boot=20)
+    index = write_report(Plan.of(study, res.budget), res, out, fit_boot=20)
     return index
 
 
@@ -369,7 +370,7 @@ def test_report_metrics_are_compared_without_a_direction_and_the_command_is_show
     correct = diag["response/length_correct"][f"loss_norm: {TOKEN} vs sequence"]
     assert correct.ci_low < 0 < correct.ci_high
     assert stats.inference.family.size == 3  # the diagnostics are not claims of the family
-    index = write_report(study, res, tmp_path / "out", **FAST)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
     readme = (index.parent / "README.md").read_text()
     head = readme.split("## Findings")[0]
     assert "produced by: `ablate run studies/synth.yaml --workers 2` · at commit: `abc123`" in head

@@ -21,6 +21,7 @@ from mlflow import MlflowClient
 from ablate.cli import main
 from ablate.commands.report import resolve_study
 from ablate.errors import AblateError
+from ablate.plan import Plan
 from ablate.report import build_report
 from ablate.results import (
     PROBLEM_COLUMNS,
@@ -109,7 +110,7 @@ def store(tmp_path, monkeypatch):
     uri = servers.fresh_mlflow_db(tmp_path)
     tracker = Tracker(uri)
     parent = tracker.parent_run(study, "default", storage="test", design={"arms": len(study.arms)})
-    specs = study.expand("default")
+    specs = Plan.of(study, "default").specs
     assert len(specs) == 8
     runs = {}
     for i, spec in enumerate(specs[:7]):
@@ -132,9 +133,9 @@ def store(tmp_path, monkeypatch):
 
 def test_load_results_of_a_partial_study(store):
     study, specs = store["study"], store["specs"]
-    res = load_results(study, "default", tracking_uri=store["uri"])
+    res = load_results(Plan.of(study, "default"), tracking_uri=store["uri"])
     assert res.factors == ["loss_norm", "step"] and res.level_columns == ["loss_norm", "level.step"]
-    assert count_states(res.trials) == {"done": 5, "failed": 1, "running": 1, "not started": 1}
+    assert count_states(res.trials) == {"done": 5, "failed": 1, "running": 1, "pending": 1}
     by_key = res.trials.set_index("key")
     assert by_key.loc[specs[5].key, "error"] == "NonFiniteError: NaN loss at step 2"
     assert by_key.loc[specs[7].key, "run_id"] == "" and by_key.loc[specs[0].key, "run_id"] == store["runs"][specs[0].key]
@@ -159,14 +160,14 @@ def test_load_results_of_a_partial_study(store):
 
 def test_cached_histories_survive_a_lost_artifact_store(store):
     study, tmp = store["study"], store["tmp"]
-    first = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
+    first = load_results(Plan.of(study), tracking_uri=store["uri"], cache_dir=tmp / "cache")
     assert len(list((tmp / "cache").glob("*.history.csv"))) == 5
     assert len(list((tmp / "cache").glob("*.eval_problems.csv.absent"))) == 5  # known absent: not asked again
     assert (tmp / "cache" / ".gitignore").read_text().splitlines()[-1] == "*"
     shutil.rmtree(tmp / "mlruns")  # the artifacts of every run are gone; the cache still has them
-    cached = load_results(study, tracking_uri=store["uri"], cache_dir=tmp / "cache")
+    cached = load_results(Plan.of(study), tracking_uri=store["uri"], cache_dir=tmp / "cache")
     pd.testing.assert_frame_equal(first.table, cached.table)
-    fresh = load_results(study, tracking_uri=store["uri"])
+    fresh = load_results(Plan.of(study), tracking_uri=store["uri"])
     assert count_states(fresh.trials)["done"] == 0
     assert set(fresh.trials["error"]) >= {"finished, but its history.csv artifact is missing"}
 
@@ -176,12 +177,12 @@ def test_results_of_a_study_that_never_ran(tmp_path, monkeypatch):
     (tmp_path / "res.yaml").write_text(STUDY)
     study = load_study(tmp_path / "res.yaml")
     uri = servers.fresh_mlflow_db(tmp_path)
-    res = load_results(study, tracking_uri=uri)
-    assert count_states(res.trials)["not started"] == 8 and res.table.empty and res.parent == {}
+    res = load_results(Plan.of(study), tracking_uri=uri)
+    assert count_states(res.trials)["pending"] == 8 and res.table.empty and res.parent == {}
     with pytest.raises(AblateError, match="no runs at budget 'default'.*ablate run"):
-        build_report(study, tracking_uri=uri, out_dir=tmp_path / "r")
+        build_report(Plan.of(study), tracking_uri=uri, out_dir=tmp_path / "r")
     with pytest.raises(AblateError, match="budget"):
-        load_results(study, "nope", tracking_uri=uri)
+        load_results(Plan.of(study, "nope"), tracking_uri=uri)
 
 
 @pytest.fixture
@@ -208,7 +209,7 @@ def tiny_study(tmp_path, monkeypatch, ws_cache):
     torch.set_num_threads(1)
     results = {}
     try:
-        for spec in study.expand("default"):
+        for spec in Plan.of(study, "default").specs:
             logger = tracker.start_trial(parent, study=study.name, key=spec.key, arm=spec.arm, seed=spec.seed,
                                          budget="default", levels=spec.levels, flat_config=spec.config.to_flat_dict())
             result = run_trial(spec.config, logger)
@@ -224,7 +225,7 @@ def tiny_study(tmp_path, monkeypatch, ws_cache):
 
 def test_problems_of_real_trials(tiny_study):
     study, tmp = tiny_study["study"], tiny_study["tmp"]
-    res = load_results(study, tracking_uri=tiny_study["uri"], cache_dir=tmp / "cache")
+    res = load_results(Plan.of(study), tracking_uri=tiny_study["uri"], cache_dir=tmp / "cache")
     assert count_states(res.trials)["done"] == 2 and res.notes == []
     p = res.problems
     assert list(p.columns) == ["key", "arm", "seed", "loss_norm", *PROBLEM_COLUMNS]
@@ -246,7 +247,7 @@ def test_problems_of_real_trials(tiny_study):
     start = p[p["step"] == 0].pivot(index="problem", columns="arm", values="length")
     assert (start.iloc[:, 0] == start.iloc[:, 1]).all()
     assert len(list((tmp / "cache").glob("*.eval_problems.csv"))) == 2
-    again = load_results(study, tracking_uri=tiny_study["uri"], cache_dir=tmp / "cache")
+    again = load_results(Plan.of(study), tracking_uri=tiny_study["uri"], cache_dir=tmp / "cache")
     pd.testing.assert_frame_equal(again.problems, p)
 
 
@@ -257,7 +258,7 @@ def test_build_report_then_upload_it_to_the_parent_run(store):
     from ablate.commands.report import upload_report
 
     out = store["tmp"] / "report"
-    index = build_report(store["study"], tracking_uri=store["uri"], out_dir=out, **FAST)
+    index = build_report(Plan.of(store["study"]), tracking_uri=store["uri"], out_dir=out, **FAST)
     client = MlflowClient(tracking_uri=store["uri"])
     assert not client.list_artifacts(store["parent"], "report")  # building does not upload: the caller does
     assert upload_report(store["study"].name, "default", store["uri"], out)

@@ -19,8 +19,11 @@ import yaml
 from mlflow import MlflowClient
 
 from ablate.cli import main
-from ablate.runner import Progress, format_seconds, gpu_for_worker, threads_per_worker
-from ablate.store import STORE_FILE, StudyStore
+from ablate.paths import STORE_FILE
+from ablate.plan import Plan
+from ablate.progress import Progress, format_seconds
+from ablate.runner import gpu_for_worker, threads_per_worker
+from ablate.store import StudyStore
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,10 +93,10 @@ def check_complete_once(storage: str, study_file: Path, uri: str) -> None:
     """Every trial of the study has exactly one attempt, complete, and one finished MLflow child with
     its params, tags and metric history."""
     study = load_study(study_file)
-    specs = {s.key: s for s in study.expand("default")}
+    specs = {s.key: s for s in Plan.of(study, "default").specs}
     by_key = attempts_by_key(storage, study.name)
     assert set(by_key) == set(specs)
-    assert all([a.state for a in v] == ["complete"] for v in by_key.values()), by_key
+    assert all([a.state for a in v] == ["done"] for v in by_key.values()), by_key
     parent, children = mlflow_runs(uri, study.name)
     assert parent.info.status == "FINISHED"
     assert sorted(r.data.tags["ablate.trial_key"] for r in children) == sorted(specs)
@@ -195,7 +198,7 @@ def test_failed_trial_is_recorded_the_study_goes_on_and_a_rerun_retries_it(workd
     storage = str(workdir / "runs" / "flaky" / STORE_FILE)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     by_arm = {v[0].arm: v for v in attempts_by_key(storage, "flaky").values()}
-    assert [a.state for a in by_arm["loss_norm=builtin"]] == ["complete"]
+    assert [a.state for a in by_arm["loss_norm=builtin"]] == ["done"]
     (failed,) = by_arm["loss_norm=file"]
     assert failed.state == "failed" and "Traceback" in failed.error and "sums.jsonl' not found" in failed.error
     parent, children = mlflow_runs(uri, "flaky")
@@ -211,8 +214,8 @@ def test_failed_trial_is_recorded_the_study_goes_on_and_a_rerun_retries_it(workd
     assert run(str(study), "--no-progress") == 0
     assert "2 trials; 1 already done, 1 to run" in capsys.readouterr().err
     by_arm = {v[0].arm: v for v in attempts_by_key(storage, "flaky").values()}
-    assert [a.state for a in by_arm["loss_norm=builtin"]] == ["complete"]  # not run again
-    assert [a.state for a in by_arm["loss_norm=file"]] == ["failed", "complete"]
+    assert [a.state for a in by_arm["loss_norm=builtin"]] == ["done"]  # not run again
+    assert [a.state for a in by_arm["loss_norm=file"]] == ["failed", "done"]
     parent, children = mlflow_runs(uri, "flaky")
     assert parent.info.status == "FINISHED" and len(children) == 2  # the retry reused its child run
     child = {r.data.tags["ablate.arm"]: r for r in children}["loss_norm=file"]
@@ -237,7 +240,7 @@ def test_design_change_is_refused_and_extend_adds_the_new_arm(workdir, capsys):
     assert "2 trials; 1 already done, 1 to run (extended by 1 trials)" in capsys.readouterr().err
     by_arm = {v[0].arm: v for v in attempts_by_key(storage, "grow").values()}
     assert by_arm["loss_norm=sequence"] == [first]  # kept as it was
-    assert [a.state for a in by_arm["loss_norm=token"]] == ["complete"]
+    assert [a.state for a in by_arm["loss_norm=token"]] == ["done"]
     assert len(mlflow_runs(f"sqlite:///{workdir / 'mlflow.db'}", "grow")[1]) == 2
 
     changed = {"sequence": {**LOSS_NORM["sequence"], "loss.clip_high": 0.3}, "token": LOSS_NORM["token"]}
@@ -291,7 +294,7 @@ def test_status_of_a_study_never_run_creates_nothing(tmp_path, monkeypatch, caps
 def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     base = {"train.steps": 6, "train.checkpoint_every": 1, "eval.every": 3}
     study_file = write_study(workdir, "killed", levels={"token": LOSS_NORM["token"]}, seeds=3, base=base)
-    keys = [s.key for s in load_study(study_file).expand("default")]  # seeds 0, 1, 2
+    keys = [s.key for s in Plan.of(load_study(study_file), "default").specs]  # seeds 0, 1, 2
     storage = str(workdir / "runs" / "killed" / STORE_FILE)
     log = open(workdir / "first.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(study_file), "--no-progress"], cwd=workdir,
@@ -306,9 +309,9 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     proc.wait(timeout=30)
     log.close()
     before = attempts_by_key(storage, "killed")
-    assert [a.state for a in before[keys[0]]] == ["complete"]
+    assert [a.state for a in before[keys[0]]] == ["done"]
     assert [a.state for a in before[keys[1]]] == ["running"]  # killed mid-trial
-    assert keys[2] not in before or [a.state for a in before[keys[2]]] == ["waiting"]
+    assert keys[2] not in before or [a.state for a in before[keys[2]]] == ["pending"]
     assert main(["status", str(study_file)]) == 0
     status = capsys.readouterr().out
     assert [line.split() for line in status.splitlines()[2:4]] == [
@@ -323,7 +326,7 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     stale, resumed = after[keys[1]]
     assert stale.state == "failed" and stale.error.startswith("stale: its worker") and str(proc.pid) in stale.error
     assert resumed.state == "complete" and resumed.result["resumed_from"] >= 1  # from its checkpoint
-    assert [a.state for a in after[keys[2]]] == ["complete"] and after[keys[2]][0].claim["pid"] == os.getpid()
+    assert [a.state for a in after[keys[2]]] == ["done"] and after[keys[2]][0].claim["pid"] == os.getpid()
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     parent, children = mlflow_runs(uri, "killed")
     assert len(children) == 3 and all(r.info.status == "FINISHED" for r in children)

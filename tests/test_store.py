@@ -15,23 +15,22 @@ from dataclasses import dataclass, field
 import pytest
 import servers
 
+from ablate.paths import STORE_FILE
 from ablate.store import (
     ENV_STORAGE,
-    STORE_FILE,
     DesignChangedError,
     Heartbeat,
     StoreError,
     StoreNotFoundError,
     StudyStore,
     WorkerInfo,
-    _node_id,
     design_record,
     diff_designs,
     pid_alive,
     redact,
     resolve_storage,
-    summarize_objective,
 )
+from ablate.store.queue import _node_id
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,19 @@ class Spec:
 def specs(arms: dict[str, str], seeds=(0, 1)) -> list[Spec]:
     """Trials arm x seed with key ``<arm key>-<seed>``."""
     return [Spec(f"{k}-{s}", arm, s, {"f": arm}) for s in seeds for arm, k in arms.items()]
+
+
+@dataclass(frozen=True)
+class SpecPlan:
+    """What :meth:`StudyStore.prepare` reads of a :class:`ablate.plan.Plan`: its budget, its trials and
+    each arm's overrides."""
+
+    specs: list[Spec]
+    budget: str = "default"
+    overrides: dict[str, dict] = field(default_factory=dict)
+
+    def arm_overrides(self) -> dict[str, dict]:
+        return self.overrides
 
 
 ARMS = {"f=a": "ka", "f=b": "kb"}
@@ -125,9 +137,9 @@ def test_design_diff_names_added_removed_and_changed_trials():
 
 def test_prepare_freezes_enqueues_once_and_resumes(url):
     store = open_store(url)
-    first = store.prepare(specs(ARMS), "default", arm_overrides=OVERRIDES)
+    first = store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
     assert (first.total, first.enqueued, first.complete, first.pending, first.created) == (4, 4, 0, 0, True)
-    again = store.prepare(specs(ARMS), "default", arm_overrides=OVERRIDES)
+    again = store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
     assert (again.enqueued, again.pending, again.created) == (0, 4, False)
     assert store.counts("default") == {"done": 0, "running": 0, "failed": 0, "pending": 4}
 
@@ -142,34 +154,34 @@ def test_prepare_freezes_enqueues_once_and_resumes(url):
     done = store.attempt(a.trial_id)
     assert done.value == 0.75 and done.result == {"steps": 2, "objective": 0.75} and done.claim["pid"] == os.getpid()
 
-    resumed = store.prepare(specs(ARMS), "default", arm_overrides=OVERRIDES)  # a rerun: the failed trial again
+    resumed = store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))  # a rerun: the failed trial again
     assert (resumed.complete, resumed.pending, resumed.enqueued) == (1, 2, 1)
     retry = [x for x in store.attempts("default") if x.key == "kb-0"]
-    assert [(x.state, x.retry) for x in retry] == [("failed", 0), ("waiting", 0)]
+    assert [(x.state, x.retry) for x in retry] == [("failed", 0), ("pending", 0)]
     assert store.counts("default") == {"done": 1, "running": 0, "failed": 0, "pending": 3}
 
 
 def test_changed_design_is_refused_and_extend_adds_only(url):
     store = open_store(url)
-    store.prepare(specs(ARMS), "default", arm_overrides=OVERRIDES)
+    store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
     grown = specs({**ARMS, "f=c": "kc"})
     with pytest.raises(DesignChangedError) as exc:
-        store.prepare(grown, "default", arm_overrides={**OVERRIDES, "f=c": {}})
+        store.prepare(SpecPlan(grown, "default", {**OVERRIDES, "f=c": {}}))
     msg = str(exc.value)
     assert "added arms (1): f=c" in msg and "run again with --extend" in msg
     assert len(store.attempts("default")) == 4  # nothing enqueued
 
-    ext = store.prepare(grown, "default", arm_overrides={**OVERRIDES, "f=c": {}}, extend=True)
+    ext = store.prepare(SpecPlan(grown, "default", {**OVERRIDES, "f=c": {}}), extend=True)
     assert ext.enqueued == 2 and set(ext.extended.added) == {"kc-0", "kc-1"} and ext.pending == 4
     assert set(store.frozen_design("default")["trials"]) == {s.key for s in grown}
 
     changed = specs({"f=a": "ka", "f=b": "kB", "f=c": "kc"})
     with pytest.raises(DesignChangedError, match="--extend only adds trials") as exc:
-        store.prepare(changed, "default", arm_overrides={**OVERRIDES, "f=b": {"loss.clip_high": 0.3}, "f=c": {}},
+        store.prepare(SpecPlan(changed, "default", {**OVERRIDES, "f=b": {"loss.clip_high": 0.3}, "f=c": {}}),
                       extend=True)
     assert "changed arm f=b (seeds 0, 1): loss.clip_high 0.28 -> 0.3" in str(exc.value)
     # another budget is another frozen design in the same store
-    assert store.prepare(specs({"f=a": "sa"}), "smoke", arm_overrides=OVERRIDES).enqueued == 2
+    assert store.prepare(SpecPlan(specs({"f=a": "sa"}), "smoke", OVERRIDES)).enqueued == 2
     assert store.budgets() == ["default", "smoke"]
 
 
@@ -191,7 +203,7 @@ def _claim_all(url: str, out, n: int, barrier) -> None:
 @pytest.mark.slow
 def test_three_processes_claim_every_trial_exactly_once(url):
     many = [Spec(f"k{i:02d}", f"f={i}", 0) for i in range(24)]
-    StudyStore(url, "race").prepare(many, "default", arm_overrides={})
+    StudyStore(url, "race").prepare(SpecPlan(many))
     ctx = multiprocessing.get_context("spawn")
     out, barrier = ctx.Queue(), ctx.Barrier(3)
     procs = [ctx.Process(target=_claim_all, args=(url, out, n, barrier)) for n in range(3)]
@@ -206,7 +218,7 @@ def test_three_processes_claim_every_trial_exactly_once(url):
     assert sum(1 for got in claimed if got) >= 2  # they did compete
     store = StudyStore(url, "race")
     attempts = store.attempts("default")
-    assert len(attempts) == 24 and {a.state for a in attempts} == {"complete"}
+    assert len(attempts) == 24 and {a.state for a in attempts} == {"done"}
     assert store.counts("default")["done"] == 24
 
 
@@ -226,7 +238,7 @@ def test_pid_alive():
 
 def test_dead_worker_is_retried_a_bounded_number_of_times(url):
     store = open_store(url, max_retries=2)
-    store.prepare(specs({"f=a": "ka"}, seeds=(0,)), "default", arm_overrides=OVERRIDES)
+    store.prepare(SpecPlan(specs({"f=a": "ka"}, seeds=(0,)), "default", OVERRIDES))
     dead = WorkerInfo(name="gone:1", host="here", node=_node_id(), pid=dead_pid())
     for retry in range(3):
         a = store.claim("default", dead)
@@ -237,12 +249,12 @@ def test_dead_worker_is_retried_a_bounded_number_of_times(url):
         assert stale.attempt.error.startswith("stale: its worker gone:1 died")
     assert store.claim("default", dead) is None  # retries exhausted: the trial stays failed
     assert store.counts("default") == {"done": 0, "running": 0, "failed": 1, "pending": 0}
-    assert store.prepare(specs({"f=a": "ka"}, seeds=(0,)), "default", arm_overrides=OVERRIDES).enqueued == 1
+    assert store.prepare(SpecPlan(specs({"f=a": "ka"}, seeds=(0,)), "default", OVERRIDES)).enqueued == 1
 
 
 def test_heartbeat_keeps_a_remote_attempt_alive_and_its_absence_makes_it_stale(url):
     store = open_store(url)  # heartbeat every 0.05 s, grace 0.5 s
-    store.prepare(specs({"f=a": "ka", "f=b": "kb"}, seeds=(0,)), "default", arm_overrides=OVERRIDES)
+    store.prepare(SpecPlan(specs({"f=a": "ka", "f=b": "kb"}, seeds=(0,)), "default", OVERRIDES))
     remote = WorkerInfo(name="far:7", host="far", node="another-machine", pid=7)
     quiet = store.claim("default", remote)
     beating = store.claim("default", remote)
@@ -265,7 +277,7 @@ def test_heartbeat_keeps_a_remote_attempt_alive_and_its_absence_makes_it_stale(u
 
 def test_a_non_finite_objective_is_stored_as_the_worst_value(url):
     store = open_store(url, direction="maximize")
-    store.prepare(specs({"f=a": "ka"}, seeds=(0,)), "default", arm_overrides=OVERRIDES)
+    store.prepare(SpecPlan(specs({"f=a": "ka"}, seeds=(0,)), "default", OVERRIDES))
     a = store.claim("default", ME)
     assert store.complete(a, float("nan"), {"steps": 1})
     done = store.attempt(a.trial_id)
@@ -279,31 +291,6 @@ def test_store_on_a_path_creates_its_folder(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- objective
-
-
-HISTORY = [
-    (0, {"eval/accuracy": 0.1, "loss": 1.0}),
-    (1, {"loss": 0.9}),
-    (2, {"eval/accuracy": 0.3}),
-    (4, {"eval/accuracy": float("nan")}),
-    (6, {"eval/accuracy": 0.5}),
-]
-
-
-def test_summarize_objective_hand_values():
-    acc = "eval/accuracy"
-    assert summarize_objective(HISTORY, acc, "last") == 0.5
-    assert summarize_objective(HISTORY, acc, "last", last_n=2) == pytest.approx((0.3 + 0.5) / 2)
-    assert summarize_objective(HISTORY, acc, "last", last_n=10) == pytest.approx(0.9 / 3)
-    assert summarize_objective(HISTORY, acc, "mean") == pytest.approx(0.3)
-    assert summarize_objective(HISTORY, acc, "max") == 0.5
-    assert summarize_objective(HISTORY, acc, "min") == 0.1
-    # trapezoids over steps 0-2-6: (2 * 0.4/2 + 4 * 0.8/2) / 6 = (0.4 + 1.6) / 6
-    assert summarize_objective(HISTORY, acc, "auc") == pytest.approx(2.0 / 6)
-    assert summarize_objective(HISTORY[:1], acc, "auc") == 0.1
-    assert summarize_objective(HISTORY, "reward/total") is None
-    with pytest.raises(ValueError, match="unknown objective summary"):
-        summarize_objective(HISTORY, acc, "median")
 
 
 def test_postgresql_errors_name_the_cause(pg):

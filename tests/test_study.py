@@ -18,6 +18,7 @@ import yaml
 from ablate.cli import main
 from ablate.designs import DESIGNS
 from ablate.errors import AblateError
+from ablate.plan import Plan
 from ablate.study import (
     LineDict,
     Study,
@@ -112,7 +113,7 @@ def test_quickstart_loads_with_every_key(tmp_path):
 
 def test_expand_pairs_seeds_and_resolves_configs(tmp_path):
     study = load_study(write(tmp_path, QUICKSTART))
-    specs = study.expand("smoke")
+    specs = Plan.of(study, "smoke").specs
     assert len(specs) == 3 * 3
     # seed-major order: all arms at seed 0, then at seed 1, ...
     assert [(s.seed, s.arm) for s in specs] == [(seed, a.name) for seed in (0, 1, 2) for a in study.arms]
@@ -136,24 +137,24 @@ def test_expand_pairs_seeds_and_resolves_configs(tmp_path):
     diff = {k for k in flat[(a, 0)] if flat[(a, 0)][k] != flat[(a, 1)][k]}
     assert diff == {"seed"}
     # the default budget keeps the default number of steps; keys differ from the smoke budget's
-    default = study.expand()
+    default = Plan.of(study).specs
     assert default[0].config.train.steps != 2
     assert not {s.key for s in default} & {s.key for s in specs}
     # deterministic: a second load gives the same trials
-    assert [s.key for s in load_study(study.path).expand("smoke")] == [s.key for s in specs]
+    assert [s.key for s in Plan.of(load_study(study.path), "smoke").specs] == [s.key for s in specs]
     assert len(set(specs)) == 9  # TrialSpec is hashable (by key)
 
 
 def test_unknown_budget_lists_the_budgets(tmp_path):
     study = load_study(write(tmp_path, QUICKSTART))
     with pytest.raises(AblateError, match=r"unknown budget 'smok'; allowed: default, smoke, full; did you mean 'smoke'"):
-        study.expand("smok")
+        Plan.of(study, "smok")
 
 
 def test_explicit_seed_list(tmp_path):
     path = write(tmp_path, "name: s\nfactors: {clip_high: {path: loss.clip_high, values: [0.2, 0.28]}}\n"
                  "seeds: [7, 3]\nobjective: {metric: eval/accuracy, mode: min}\n")
-    specs = load_study(path).expand()
+    specs = Plan.of(load_study(path)).specs
     assert [(s.seed, s.levels["clip_high"]) for s in specs] == [(7, "0.2"), (7, "0.28"), (3, "0.2"), (3, "0.28")]
 
 
@@ -205,7 +206,7 @@ def test_one_at_a_time_with_partial_exclusion(tmp_path):
         "clip_high=0.2,clip_low=0.2,agg=tok",
     ]
     assert [a.name for a in study.excluded] == ["clip_high=0.35,clip_low=0.2,agg=seq"]
-    assert len(study.expand()) == 4 * 2
+    assert len(Plan.of(study).specs) == 4 * 2
 
 
 def test_exclusion_naming_a_subset_of_factors_drops_every_matching_arm(tmp_path):
@@ -280,7 +281,7 @@ def test_every_design_expands_through_a_study(tmp_path):
             design: {design}
             baseline: {{clip_high: 0.2, clip_low: 0.2, lr: 1.0e-4}}
             """) + TAIL, name=f"{name}.yaml")
-        specs = load_study(path).expand()
+        specs = Plan.of(load_study(path)).specs
         assert len(specs) == counts[name] * 2, name
         assert Counter(s.seed for s in specs) == {0: counts[name], 1: counts[name]}
 
@@ -419,6 +420,7 @@ PLUGIN = '''
 from dataclasses import dataclass
 
 from ablate.designs import DESIGNS, Design
+from ablate.plan import Plan
 
 
 @DESIGNS.register({name!r})
@@ -507,7 +509,7 @@ def test_show_fractional_prints_aliasing_and_json(cli, tmp_path):
     assert (data["n_arms"], data["n_trials"]) == (8, 16)
     from ablate.study import estimate_trial_seconds
 
-    specs = load_study(path).expand("default")
+    specs = Plan.of(load_study(path), "default").specs
     assert data["estimated_seconds"] == pytest.approx(sum(estimate_trial_seconds(s) for s in specs))
     assert data["budgets"]["default"]["estimated_seconds"] == data["estimated_seconds"]
     assert data["aliasing"]["defining_relation"] == ["clip_high:clip_low:agg:lr"]
@@ -524,7 +526,7 @@ def test_time_estimate_sums_the_trials_and_is_unknown_without_constants(tmp_path
     from ablate import timing
 
     study = load_study(write(tmp_path, QUICKSTART))
-    specs = study.expand("smoke")
+    specs = Plan.of(study, "smoke").specs
     assert estimate_study_seconds(specs) == pytest.approx(sum(timing.estimate_config_seconds(s.config) for s in specs))
     monkeypatch.setattr(timing, "TIMING_FILE", tmp_path / "missing.json")
     timing.load_timing.cache_clear()
@@ -532,7 +534,7 @@ def test_time_estimate_sums_the_trials_and_is_unknown_without_constants(tmp_path
         assert estimate_study_seconds(specs) is None
     finally:
         timing.load_timing.cache_clear()
-    assert isinstance(study, Study) and all(isinstance(s, TrialSpec) for s in study.expand("smoke"))
+    assert isinstance(study, Study) and all(isinstance(s, TrialSpec) for s in Plan.of(study, "smoke").specs)
 
 
 

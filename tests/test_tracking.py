@@ -11,6 +11,7 @@ import servers
 from mlflow import MlflowClient
 
 from ablate.config import TrialConfig
+from ablate.plan import Plan
 from ablate.study import load_study
 from ablate.tracking import (
     DEFAULT_TRACKING_URI,
@@ -153,7 +154,7 @@ def test_one_experiment_one_parent_found_again(tracker, study):
 
 def test_child_run_params_tags_batched_metrics_and_artifacts(tracker, study):
     parent = tracker.parent_run(study, "default")
-    spec = study.expand("default")[1]  # loss_norm=token, seed 0
+    spec = Plan.of(study, "default").specs[1]  # loss_norm=token, seed 0
     logger = start(tracker, parent, spec, flush_every=10)
     for step in range(25):
         logger({"eval/accuracy": step / 100, "loss/total": -step, "eval/pass@4": 0.5}, step)
@@ -190,7 +191,7 @@ def test_child_run_params_tags_batched_metrics_and_artifacts(tracker, study):
     assert json.loads(read("result.json"))["final"] == {"eval/accuracy": 0.5, "x": None}
 
     # a trial that gives its per-problem records gets eval_problems.csv beside the other files
-    other = start(tracker, parent, study.expand("default")[0])
+    other = start(tracker, parent, Plan.of(study, "default").specs[0])
     rows = [{"step": s, "problem": p, "correct": p % 2, "step_accuracy": 0.5, "format_ok": 1, "length": 20,
              "truncated": 0, "partial": 0.5} for s in (0, 1) for p in range(3)]
     tracker.finish_trial(other.run_id, config_yaml="", history=history, samples=[], result={}, objective=None,
@@ -202,7 +203,7 @@ def test_child_run_params_tags_batched_metrics_and_artifacts(tracker, study):
 
 def test_large_steps_are_split_into_batches_within_mlflow_limits(tracker, study):
     parent = tracker.parent_run(study, "default")
-    logger = start(tracker, parent, study.expand("default")[0], flush_every=1)
+    logger = start(tracker, parent, Plan.of(study, "default").specs[0], flush_every=1)
     logger({f"m/{i}": float(i) for i in range(1500)}, 0)  # 1500 metrics: two requests of <= 1000 entities
     assert logger.requests == 2
     run = tracker.client.get_run(logger.run_id)
@@ -211,7 +212,7 @@ def test_large_steps_are_split_into_batches_within_mlflow_limits(tracker, study)
 
 def test_resumed_trial_reuses_its_run_and_logs_every_step_once(tracker, study):
     parent = tracker.parent_run(study, "default")
-    spec = study.expand("default")[0]
+    spec = Plan.of(study, "default").specs[0]
     first = start(tracker, parent, spec, flush_every=5)
     for step in range(8):  # steps 0-4 are sent; 5-7 are still buffered when the worker is killed
         first({"loss/total": float(step)}, step)
@@ -237,7 +238,7 @@ def test_resumed_trial_reuses_its_run_and_logs_every_step_once(tracker, study):
 
 def test_failed_trial_keeps_the_end_of_its_traceback(tracker, study):
     parent = tracker.parent_run(study, "default")
-    logger = start(tracker, parent, study.expand("default")[0])
+    logger = start(tracker, parent, Plan.of(study, "default").specs[0])
     error = "Traceback (most recent call last):\n" + "  frame\n" * 2000 + "RuntimeError: the cause"
     tracker.fail_trial(logger.run_id, error)
     run = tracker.client.get_run(logger.run_id)

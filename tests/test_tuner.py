@@ -13,9 +13,13 @@ from optuna.trial import TrialState
 
 from ablate.cli import main
 from ablate.config import TrialConfig
-from ablate.store import STORE_FILE, StudyStore, open_storage
+from ablate.paths import STORE_FILE
+from ablate.plan import Plan
+from ablate.results import load_results
+from ablate.store import StudyStore, open_storage
 from ablate.study import load_study
-from ablate.tuner import TUNE_SEED_OFFSET, Tuner, tuned_expand, tuning_seeds, tuning_study_name
+from ablate.tracking import Tracker, study_runs
+from ablate.tuner import TUNE_SEED_OFFSET, Tuner, tuning_seeds, tuning_study_name
 
 TINY = {
     "model.name": "micro-llama", "task.difficulty": 1, "warmstart.enabled": False,
@@ -44,11 +48,11 @@ def tuning_trials(storage: str, study: str, arm: str) -> list[optuna.trial.Froze
     return optuna.load_study(storage=open_storage(storage), study_name=tuning_study_name(study, arm)).get_trials()
 
 
-def test_tuned_expand_puts_each_arms_values_into_its_configs_and_keys(tmp_path):
+def test_tuned_plan_puts_each_arms_values_into_its_configs_and_keys(tmp_path):
     study = load_study(write_study(tmp_path))
     best = {"loss_norm=sequence": {"optim.lr": 2.0e-4}, "loss_norm=token": {"optim.lr": 3.0e-5}}
-    specs = tuned_expand(study, "default", best)
-    plain = {s.arm: s for s in study.expand("default")}
+    specs = Plan.of(study, "default").with_tuned(best).specs
+    plain = {s.arm: s for s in Plan.of(study, "default").specs}
     assert [s.arm for s in specs] == ["loss_norm=sequence", "loss_norm=token"]
     for s in specs:
         assert s.config.optim.lr == best[s.arm]["optim.lr"]
@@ -76,11 +80,20 @@ def test_run_tunes_each_arm_then_runs_main_trials_at_its_best_values_and_resumes
         assert f"tuned {arm.name}: {best[arm.name]}" in err
     # the main trials ran with the best lr of their arm (their keys include it)
     store = StudyStore(storage, "tuned")
-    done = {a.key for a in store.attempts("default", states=["complete"])}
-    specs = tuned_expand(study, "default", best)
+    done = {a.key for a in store.attempts("default", states=["done"])}
+    plan = Plan.of(study, "default").with_tuned(best)
+    specs = plan.specs
     assert done == {s.key for s in specs} and len(done) == 2
     for s in specs:
         assert s.config.optim.lr == best[s.arm]["optim.lr"] != TrialConfig().optim.lr
+    # the results (and so the report) read the tuned trials: the plan that ran is rebuilt from the
+    # parent run's tags, so no trial shows as pending although every one ran
+    res = load_results(Plan.of(study, "default"))
+    assert set(res.trials["key"]) == done and set(res.trials["state"]) == {"done"}, res.trials
+    # tuning trials are logged like any other: 2 arms x 2 tuning trials x 1 seed under "tuned (tune:smoke)"
+    parent, runs = study_runs(Tracker(), "tuned", "tune:smoke")
+    assert parent is not None and parent.status == "FINISHED" and len(runs) == 4
+    assert all(r.status == "FINISHED" and r.tags["ablate.seed"] == "1000" for r in runs)
     # ablate status knows the tuned keys: every trial done, no design-difference note
     capsys.readouterr()
     assert main(["status", str(path)]) == 0

@@ -170,6 +170,7 @@ def render(study: Any, budget: str, pilot_budget: str, pilot: Any, plan: Any) ->
 def run(args: argparse.Namespace) -> int:
     """Read the pilot, plan the seeds, print the table and the recommendation; writes nothing."""
     from ablate.errors import AblateError
+    from ablate.plan import Plan
     from ablate.planning import plan_seeds, read_pilot
     from ablate.registry import nearest
     from ablate.study import load_study
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         raise AblateError(_no_pilot(study, pilot_budget, f"there is no MLflow store at {missing}"))
     # an adaptive study may have run more seeds than its min: every seed up to its max is looked for
     pilot_study = study.with_seeds(range(study.seed_range.max)) if study.seed_range is not None else study
-    pilot = read_pilot(pilot_study, pilot_budget, uri)
+    pilot = read_pilot(Plan.of(pilot_study, pilot_budget), uri)
     if pilot.finished == 0:
         raise AblateError(_no_pilot(study, pilot_budget, f"MLflow {uri}"))
     plan = plan_seeds(pilot.inference.contrasts, min_effect=study.min_effect, alpha=args.alpha, power=args.power,

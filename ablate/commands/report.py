@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ablate.study import Study
 
 HELP = "write a study's report: findings with CIs, seaborn figures, index.html and README.md"
 DESCRIPTION = """\
@@ -37,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "is written to --out (default: the same folder)")
 
 
-def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str) -> Any:
+def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str) -> Study:
     """The Study that ``arg`` names: a file, ``studies/<arg>.yaml``, or the study file stored with the
     parent run of the MLflow experiment ``arg`` (copied into ``workdir``).
 
@@ -95,9 +98,10 @@ def run(args: argparse.Namespace) -> int:
     if args.from_folder:
         return rerender(args)
     with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
+        from ablate.plan import Plan
+
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
-        study.check_budget(args.budget)
-        index = build_report(study, budget=args.budget, tracking_uri=args.tracking_uri, out_dir=args.out)
+        index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out)
         if not args.no_log:
             upload_report(study.name, args.budget, args.tracking_uri, index.parent)
     print(f"report: {index}")
@@ -110,19 +114,19 @@ def rerender(args: argparse.Namespace) -> int:
     import shlex
     import sys
 
+    from ablate.plan import Plan
     from ablate.report import write_report
+    from ablate.report.build import commit_text
     from ablate.report.folder import load_report_folder
     from ablate.study import load_study
     from ablate.tracking import code_version
 
     study = load_study(args.study)
     results = load_report_folder(study, args.from_folder)
-    tags = code_version()
+    commit = commit_text(code_version())
     command = "ablate report " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else f"ablate report {args.study}"
-    commit = tags.get("ablate.git_commit", "")
-    results.parent["ablate.rendered_by"] = command + (f" · at commit: {commit}" if commit else "") + (
-        " (with uncommitted changes)" if tags.get("ablate.git_dirty") == "true" else "")
-    index = write_report(study, results, args.out or args.from_folder)
+    results.parent["ablate.rendered_by"] = command + (f" · at commit: {commit}" if commit else "")
+    index = write_report(Plan.of(study, results.budget), results, args.out or args.from_folder)
     print(f"report: {index}")
     print(f"markdown: {index.parent / 'README.md'}")
     return 0

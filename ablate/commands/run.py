@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ablate.study import Study
+    from ablate.worker import RunSettings
 
 HELP = "run a study: every trial, resumable, on N local workers, logged to MLflow"
 DESCRIPTION = """\
@@ -84,60 +89,20 @@ def prepare_environment() -> None:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def settings_from_args(args: argparse.Namespace, study) -> object:
-    """Validate the shared options and build the RunSettings (creates nothing)."""
-    from ablate.errors import AblateError
-    from ablate.runner import RunSettings
-    from ablate.store import (
-        DEFAULT_GRACE_PERIOD,
-        DEFAULT_HEARTBEAT_INTERVAL,
-        DEFAULT_MAX_RETRIES,
-        resolve_storage,
-    )
-    from ablate.tracking import resolve_tracking_uri
+def settings_from_args(args: argparse.Namespace, study: Study) -> RunSettings:
+    """Check the shared options and build the run settings (creates nothing; :func:`ablate.runner.make_settings`)."""
+    from ablate.runner import make_settings
 
-    study.check_budget(args.budget)
-    for name, default in (("max_retries", DEFAULT_MAX_RETRIES), ("heartbeat", DEFAULT_HEARTBEAT_INTERVAL),
-                          ("grace", DEFAULT_GRACE_PERIOD)):
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-    problems = []
-    if getattr(args, "workers", 1) < 1:
-        problems.append(f"--workers {args.workers}: must be at least 1")
-    if args.threads < 0:
-        problems.append(f"--threads {args.threads}: must be 0 (automatic) or more")
-    if args.max_retries < 0:
-        problems.append(f"--max-retries {args.max_retries}: must be 0 or more")
-    if args.heartbeat <= 0 or args.grace <= args.heartbeat:
-        problems.append(f"--heartbeat {args.heartbeat:g} / --grace {args.grace:g}: need 0 < heartbeat < grace")
-    if problems:
-        raise AblateError("; ".join(problems))
-    return RunSettings(
-        study_file=str(study.path), budget=args.budget, storage=resolve_storage(args.storage, study.name, args.runs),
-        tracking_uri=resolve_tracking_uri(args.tracking_uri), runs=args.runs, threads=args.threads,
-        heartbeat_interval=args.heartbeat, grace_period=args.grace, max_retries=args.max_retries,
-    )
-
-
-def record_command(result, args: argparse.Namespace) -> None:
-    """Tag the study's parent run with this command line and the code it ran (what a report prints as its
-    provenance); a tracking failure here only warns: the trials are already safe."""
-    import shlex
-
-    from ablate.tracking import Tracker
-
-    argv = getattr(args, "_argv", None) or sys.argv[1:]
-    try:
-        Tracker(result.tracking_uri).record_command(result.parent_run_id, "ablate " + shlex.join(argv))
-    except Exception as exc:  # noqa: BLE001
-        print(f"warning: the command could not be recorded in MLflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+    return make_settings(study, args.budget, storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs,
+                         threads=args.threads, workers=getattr(args, "workers", 1), max_retries=args.max_retries,
+                         heartbeat=args.heartbeat, grace=args.grace)
 
 
 def run(args: argparse.Namespace) -> int:
     """Validate, run the study, build the report; print where the results are."""
     prepare_environment()
     from ablate.commands.validate import print_warnings
-    from ablate.runner import run_study
+    from ablate.runner import record_command, run_study
     from ablate.study import load_study
     from ablate.tracking import tracking_location
 
@@ -145,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     print_warnings(study)
     settings = settings_from_args(args, study)
     result = run_study(study, settings, workers=args.workers, extend=args.extend, progress=not args.no_progress)
-    record_command(result, args)
+    record_command(result, getattr(args, "_argv", None) or sys.argv[1:])
     c = result.counts
     print(f"study {study.name} ({args.budget}): {c['done']} done, {c['failed']} failed, {c['running']} running, "
           f"{c['pending']} pending, in {result.seconds:.0f} s")
@@ -155,10 +120,8 @@ def run(args: argparse.Namespace) -> int:
     from ablate.commands.report import upload_report
     from ablate.report import build_report
 
-    if study.seed_range is not None and result.seeds:
-        study = study.with_seeds(result.seeds)  # adaptive seeds: the report covers the seeds that ran
     try:
-        path = build_report(study, budget=args.budget, tracking_uri=result.tracking_uri)
+        path = build_report(result.plan, tracking_uri=result.tracking_uri)  # the plan that ran: tuned, all seeds
         upload_report(study.name, args.budget, result.tracking_uri, path.parent)
         print(f"report: {path}")  # the last line: where to read the study's answer
     except Exception as exc:  # noqa: BLE001 - the trials are safe in MLflow; say what failed

@@ -47,13 +47,14 @@ def _fmt_seconds(seconds: float) -> str:
 
 def describe(study: Any, budget: str) -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
+    from ablate.plan import Plan
     from ablate.study import estimate_study_seconds
 
-    specs = study.expand(budget)
+    specs = Plan.of(study, budget).specs
     seconds = estimate_study_seconds(specs)
     budgets = {}
     for name in study.budgets:
-        bspecs = specs if name == budget else study.expand(name)
+        bspecs = specs if name == budget else Plan.of(study, name).specs
         budgets[name] = {"n_trials": len(bspecs), "estimated_seconds": estimate_study_seconds(bspecs),
                          "overrides": study.budgets[name]}
     return {

@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ablate.states import FAILED, PENDING, RUNNING, STATES, zero_counts
+
+if TYPE_CHECKING:
+    from ablate.store import StudyStore
+    from ablate.study import Study
 
 HELP = "show a study's progress: per arm done / running / failed / pending, with errors"
 DESCRIPTION = """\
@@ -36,33 +42,14 @@ def _error_line(error: str | None) -> str:
     return lines[-1] if lines else ""
 
 
-def current_trials(study: Any, storage: str | None, budget: str) -> tuple[dict[str, list[Any]], str | None]:
-    """Trial key -> [arm, seed] of the study file as it runs today, and a note. A study with ``tune:``
-    runs each arm at its tuned values, which are part of its trial keys: they are read from the
-    store's tuning trials (untuned keys, with a note, while tuning is unfinished)."""
-    from ablate.runner import expand
-
-    best, note = None, None
-    if study.tune is not None and storage is not None:
-        from ablate.errors import AblateError
-        from ablate.tuner import study_best_values
-
-        try:
-            best = study_best_values(study, storage)
-        except AblateError:
-            note = "tuning is not finished: trials are listed with their untuned keys"
-    return {s.key: [s.arm, s.seed] for s in expand(study, budget, best)}, note
-
-
-def collect(study: Any, store: Any, budget: str, storage: str | None = None) -> dict[str, Any]:
-    """Everything ``ablate status`` prints, as JSON-ready data (``store`` may be None: never run;
+def collect(study: Study, store: StudyStore | None, budget: str, storage: str | None = None) -> dict[str, Any]:
+    """Everything ``ablate status`` prints, as JSON-ready data (``store`` None: never run there;
     ``storage``: its URL, to read a tuned study's best values)."""
-    design = store.frozen_design(budget) if store is not None else None
-    if store is not None and study.seed_range is not None:
-        from ablate.runner import adaptive_study
+    from ablate.runner import status_plan
 
-        study = adaptive_study(study, store, budget)  # adaptive seeds: the seeds the runner added count
-    current, note = current_trials(study, storage if store is not None else None, budget)
+    plan, note = status_plan(study, store, budget, storage)
+    current = {s.key: [s.arm, s.seed] for s in plan.specs}
+    design = store.frozen_design(budget) if store is not None else None
     if design is None:
         design = {"trials": current}
         note = "not run yet at this budget" + (f"; {note}" if note else "")
@@ -72,17 +59,17 @@ def collect(study: Any, store: Any, budget: str, storage: str | None = None) -> 
     if statuses is None:
         from ablate.store import TrialStatus
 
-        statuses = [TrialStatus(key=k, arm=a, seed=int(s), state="pending") for k, (a, s) in design["trials"].items()]
+        statuses = [TrialStatus(key=k, arm=a, seed=int(s), state=PENDING) for k, (a, s) in design["trials"].items()]
     arms: dict[str, dict[str, int]] = {}
     for st in statuses:
-        arms.setdefault(st.arm, dict.fromkeys(("done", "running", "failed", "pending"), 0))[st.state] += 1
+        arms.setdefault(st.arm, zero_counts())[st.state] += 1
     now = time.time()
     failed, running = [], []
     for st in statuses:
-        if st.state == "failed":
+        if st.state == FAILED:
             failed.append({"arm": st.arm, "seed": st.seed, "key": st.key, "attempts": len(st.attempts),
                            "error": st.error or ""})
-        elif st.state == "running":
+        elif st.state == RUNNING:
             a = st.active
             seen = a.last_seen if a is not None else None
             running.append({
@@ -93,7 +80,7 @@ def collect(study: Any, store: Any, budget: str, storage: str | None = None) -> 
                 "heartbeat_age_s": None if seen is None else round(now - seen, 1),
                 "stale": store.stale_reason(a) if a is not None else None,
             })
-    totals = dict.fromkeys(("done", "running", "failed", "pending"), 0)
+    totals = zero_counts()
     for c in arms.values():
         for k, v in c.items():
             totals[k] += v
@@ -106,7 +93,7 @@ def render(data: dict[str, Any], verbose: bool = False) -> str:
     out = [f"study {data['study']}, budget {data['budget']}; store: {data['store'] or '(none yet)'}"]
     if data["note"]:
         out.append(f"note: {data['note']}")
-    cols = ("done", "running", "failed", "pending")
+    cols = STATES
     width = max([len("arm"), len("total"), *(len(a) for a in data["arms"])])
     out.append("  " + "arm".ljust(width) + "".join(c.rjust(9) for c in cols))
     for arm, c in data["arms"].items():
@@ -133,18 +120,16 @@ def render(data: dict[str, Any], verbose: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the study's status; creates nothing."""
-    from ablate.store import StoreNotFoundError, StudyStore, resolve_storage
+    from ablate.runner import make_settings, open_store
     from ablate.study import load_study
 
     study = load_study(args.file)
-    study.check_budget(args.budget)
-    storage = resolve_storage(args.storage, study.name, args.runs)
-    try:
-        store = StudyStore.open(study, args.storage, runs=args.runs, create=False)
-    except StoreNotFoundError as exc:
-        print(f"note: {exc}", file=sys.stderr)
-        store = None
-    data = collect(study, store, args.budget, storage)
+    settings = make_settings(study, args.budget, storage=args.storage, runs=args.runs)
+    store = open_store(study, settings)
+    if store is None:
+        print(f"note: study {study.name!r} is not in the store {settings.storage}: it has not been run there "
+              "(ablate run FILE, with the same --storage)", file=sys.stderr)
+    data = collect(study, store, args.budget, settings.storage)
     if args.json:
         print(json.dumps(data, indent=2))
     else:

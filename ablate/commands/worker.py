@@ -34,18 +34,10 @@ def run(args: argparse.Namespace) -> int:
     from ablate.commands.run import prepare_environment, settings_from_args
 
     prepare_environment()
-    from ablate.runner import Progress, run_worker
-    from ablate.store import describe_storage
+    from ablate.runner import run_one_worker
     from ablate.study import load_study
 
     study = load_study(args.file)
-    settings = settings_from_args(args, study)
-    if settings.threads > 0:
-        import torch
-
-        torch.set_num_threads(settings.threads)
-    display = Progress(study.n_trials, 0, {}, stream=sys.stderr, live=False, label=f"{study.name} {args.budget}")
-    print(f"worker for study {study.name} ({args.budget}); store: {describe_storage(settings.storage)}", file=sys.stderr)
-    stats = run_worker(settings, study=study, events=display.handle, prepare=True)
-    print(f"worker done: {len(stats.completed)} trial(s) completed, {len(stats.failed)} failed, {len(stats.lost)} lost")
+    stats = run_one_worker(study, settings_from_args(args, study), stream=sys.stderr)
+    print(f"worker done: {len(stats.done)} trial(s) completed, {len(stats.failed)} failed, {len(stats.lost)} lost")
     return 1 if stats.failed else 0

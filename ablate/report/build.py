@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ablate import analysis
+from ablate.paths import report_dir
 from ablate.report import figures as figs
 from ablate.report.findings import Findings, num, phrase
 from ablate.report.html import render_html
@@ -40,10 +41,9 @@ from ablate.report.statistics import ReportStatistics, arm_label, compute_statis
 from ablate.results import Results
 
 if TYPE_CHECKING:
+    from ablate.plan import Plan
     from ablate.study import Study
 
-#: Default folder of reports: ``reports/<study>/``.
-REPORTS_DIR = "reports"
 #: Sample completions shown per arm.
 SAMPLES_PER_ARM = 3
 
@@ -81,6 +81,15 @@ def _samples(results: Results, labels: Mapping[str, str]) -> list[tuple[str, pd.
     return out
 
 
+def commit_text(tags: Mapping[str, str]) -> str:
+    """The git commit that code-version ``tags`` record, as reports print it: ``<sha>`` plus
+    `` (with uncommitted changes)`` when the checkout was dirty; ``""`` without a commit."""
+    commit = tags.get("ablate.git_commit", "")
+    if not commit:
+        return ""
+    return commit + (" (with uncommitted changes)" if tags.get("ablate.git_dirty") == "true" else "")
+
+
 def _versions(results: Results) -> dict[str, str]:
     tags = dict(results.parent)
     if not any(k.startswith("ablate.version.") for k in tags):
@@ -89,8 +98,7 @@ def _versions(results: Results) -> dict[str, str]:
         tags.update(code_version())
     out = {k.removeprefix("ablate.version."): v for k, v in sorted(tags.items()) if k.startswith("ablate.version.")}
     if "ablate.git_commit" in tags:
-        out["git commit"] = tags["ablate.git_commit"] + (" (with uncommitted changes)"
-                                                          if tags.get("ablate.git_dirty") == "true" else "")
+        out["git commit"] = commit_text(tags)
     return out
 
 
@@ -102,9 +110,8 @@ def provenance(study: Study, results: Results) -> dict[str, str]:
     command = tags.get("ablate.command")
     out["produced by"] = command or (f"ablate run {study.path} --budget {results.budget} "
                                      "(the exact command was not recorded)")
-    commit = tags.get("ablate.git_commit")
-    if commit:
-        out["at commit"] = commit + (" (with uncommitted changes)" if tags.get("ablate.git_dirty") == "true" else "")
+    if tags.get("ablate.git_commit"):
+        out["at commit"] = commit_text(tags)
     if tags.get("ablate.rendered_by"):
         out["analysed by"] = tags["ablate.rendered_by"]
     return out
@@ -229,13 +236,14 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
     )
 
 
-def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boot: int = 200,
+def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot: int = 200,
                  formats: Sequence[str] = ("png", "svg"), seed: int = 0) -> Path:
     """Compute the statistics, phrase the findings, draw the figures and write the report files
     into ``out_dir`` (created; figures of an earlier report there are removed).
 
     Args:
-        study, results: the study and its results at one budget.
+        plan, results: the study's plan and its results at one budget (the plan that ran is rebuilt
+            from the results' parent-run tags: :meth:`ablate.plan.Plan.recorded`).
         out_dir: the report folder.
         fit_boot, seed: bootstrap refits of the compute-efficiency fits, and their generator's seed.
         formats: figure file formats (``png`` is required: the pages show it).
@@ -245,9 +253,7 @@ def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boo
     """
     if "png" not in formats:
         raise ValueError(f"formats must include 'png' (the pages embed it), got {list(formats)}")
-    from ablate.planning import study_at_recorded_seeds
-
-    study = study_at_recorded_seeds(study, results.parent)  # an adaptive study's added seeds are in its design
+    study = plan.recorded(results.parent).study  # an adaptive study's added seeds are in its design
     stats = compute_statistics(study, results, fit_boot=fit_boot, seed=seed)
     findings = phrase(stats)  # both before anything in out_dir is touched: a failure leaves the old report whole
     out = Path(out_dir)
@@ -275,17 +281,16 @@ def write_report(study: Study, results: Results, out_dir: str | Path, *, fit_boo
 
 
 def default_out_dir(study_name: str) -> Path:
-    """``reports/<study>/``."""
-    return Path(REPORTS_DIR) / study_name
+    """``reports/<study>/`` (:func:`ablate.paths.report_dir`)."""
+    return report_dir(study_name)
 
 
-def build_report(study: Study, *, budget: str = "default", tracking_uri: str | None = None,
-                 out_dir: str | Path | None = None, **options: Any) -> Path:
+def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | Path | None = None,
+                 **options: Any) -> Path:
     """Read a study's results from MLflow and write its report (:func:`write_report`).
 
     Args:
-        study: the loaded :class:`ablate.study.Study`.
-        budget: the budget whose trials to report.
+        plan: the study's plan at the budget to report (:class:`ablate.plan.Plan`).
         tracking_uri: the MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db).
         out_dir: the report folder (default ``reports/<study>/``).
         options: passed to :func:`write_report` (``formats`` ...).
@@ -301,11 +306,12 @@ def build_report(study: Study, *, budget: str = "default", tracking_uri: str | N
     from ablate.results import load_results
     from ablate.tracking import Tracker
 
+    study, budget = plan.study, plan.budget
     folder = Path(out_dir) if out_dir is not None else default_out_dir(study.name)
-    results = load_results(study, budget, tracking_uri=tracking_uri, cache_dir=folder / ".cache")
+    results = load_results(plan, tracking_uri=tracking_uri, cache_dir=folder / ".cache")
     if not results.parent:
         raise AblateError(
             f"study {study.name!r} has no runs at budget {budget!r} in MLflow {Tracker(tracking_uri).uri}; run "
             f"`ablate run {study.path} --budget {budget}` first, or pass the --tracking-uri / --budget it ran with"
         )
-    return write_report(study, results, folder, **options)
+    return write_report(plan, results, folder, **options)

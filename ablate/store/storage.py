@@ -1,0 +1,189 @@
+"""Where a study store lives: a journal file or a PostgreSQL database, checked, described and opened.
+
+- a journal file path (the default, ``runs/<study>/store.journal``, :func:`ablate.paths.store_file`):
+  processes on one machine (or sharing the folder) cooperate through it; its writes are serialised
+  by a file lock (:mod:`filelock`, an OS lock the kernel releases when its holder dies, so a killed
+  worker never leaves the file locked);
+- ``postgresql://user:password@host:port/database``: Optuna's RDB storage, for workers on many machines.
+
+SQLite URLs are refused: SQLite cannot claim a trial atomically across processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from filelock import FileLock
+from optuna.storages import BaseStorage, JournalStorage, RDBStorage
+from optuna.storages.journal import JournalFileBackend
+
+from ablate.errors import AblateError
+from ablate.paths import STORE_FILE, store_file
+
+try:  # the lock interface of JournalFileBackend (not exported, stable since optuna 4.0)
+    from optuna.storages.journal._file import BaseJournalFileLock
+except ImportError:  # pragma: no cover - a future optuna that moved it: fall back to its default lock
+    BaseJournalFileLock = None  # type: ignore[assignment,misc]
+
+#: Environment variable read when ``--storage`` is not given.
+ENV_STORAGE = "ABLATE_STORAGE"
+
+
+class StoreError(AblateError):
+    """The store cannot be opened or used as asked (bad URL, missing driver, unknown study)."""
+
+
+class StoreNotFoundError(StoreError):
+    """The store (or the study in it) does not exist: the study has not been run there."""
+
+
+def resolve_storage(storage: str | None, study_name: str, runs: str | os.PathLike[str] | None = None) -> str:
+    """The storage to use: ``storage``, else ``$ABLATE_STORAGE``, else the default journal file.
+
+    Returns:
+        A PostgreSQL URL or the path of a journal file (``runs/<study>/store.journal`` by default).
+
+    Raises:
+        StoreError: an unsupported URL (SQLite, another scheme), naming the fix.
+    """
+    value = storage or os.environ.get(ENV_STORAGE) or str(store_file(study_name, runs))
+    check_storage(value)
+    return value
+
+
+def is_rdb_url(storage: str) -> bool:
+    """True for a database URL (``scheme://...``), False for a journal file path."""
+    return "://" in storage
+
+
+def check_storage(storage: str) -> None:
+    """Raise :class:`StoreError` unless ``storage`` is a journal file path or a PostgreSQL URL."""
+    if not is_rdb_url(storage):
+        if storage.endswith(("/", os.sep)) or (os.path.exists(storage) and os.path.isdir(storage)):
+            raise StoreError(f"--storage {storage!r} is a folder; give a journal file such as {storage.rstrip('/')}/{STORE_FILE}")
+        return
+    scheme = storage.split("://", 1)[0].lower()
+    if scheme.startswith("sqlite"):
+        raise StoreError(
+            f"--storage {redact(storage)!r}: SQLite cannot claim trials atomically across processes; "
+            f"use a journal file path (the default, e.g. runs/<study>/{STORE_FILE}) on one machine, or "
+            "postgresql://user:password@host:port/database for many machines"
+        )
+    if not (scheme.startswith("postgresql") or scheme == "postgres"):
+        raise StoreError(
+            f"--storage {redact(storage)!r}: unsupported scheme {scheme!r}; use a journal file path "
+            "or postgresql://user:password@host:port/database"
+        )
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and MLflow tags)."""
+    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+def describe_storage(storage: str) -> str:
+    """A short description for messages: the journal file's absolute path or the redacted URL."""
+    return redact(storage) if is_rdb_url(storage) else str(Path(storage).resolve())
+
+
+class _JournalLock(BaseJournalFileLock or object):  # type: ignore[misc]
+    """The journal file's write lock: a :class:`filelock.FileLock` on ``<journal>.lock``.
+
+    Optuna's own file locks are files that a killed process leaves behind (others wait out a grace
+    period); an OS file lock is released by the kernel when its process dies.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._lock = FileLock(path)
+
+    def acquire(self) -> bool:
+        self._lock.acquire()
+        return True
+
+    def release(self) -> None:
+        self._lock.release()
+
+
+def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
+    """The Optuna storage of ``storage`` (a journal file path or a PostgreSQL URL).
+
+    Args:
+        create: create the journal file (and its folder) if missing; when False a missing file
+            raises :class:`StoreError`.
+    """
+    check_storage(storage)
+    if not is_rdb_url(storage):
+        path = Path(storage)
+        if not path.exists():
+            if not create:
+                raise StoreNotFoundError(f"no study store at {path}: the study has not been run here (ablate run FILE)")
+            path.parent.mkdir(parents=True, exist_ok=True)
+        lock = _JournalLock(str(path) + ".lock") if BaseJournalFileLock is not None else None
+        return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    url = postgres_url_with_driver(storage)
+    for attempt in range(5):
+        try:
+            return RDBStorage(url, engine_kwargs={"pool_pre_ping": True}, skip_table_creation=not create)
+        except ImportError:
+            raise StoreError(
+                f"--storage {redact(url)}: no PostgreSQL driver is installed; pip install psycopg2-binary "
+                "(or 'psycopg[binary]')"
+            ) from None
+        except Exception as exc:  # sqlalchemy.exc.OperationalError and friends: the root cause says why
+            why = _root_message(exc)
+            if not create and "does not exist" in why and "relation" in why:
+                raise StoreNotFoundError(
+                    f"no study store in {redact(url)} (its tables do not exist): the study has not been run there"
+                ) from None
+            # Workers that start together on an empty database race to create Optuna's tables (a
+            # unique-constraint error for all but one): the tables exist on the next try.
+            if attempt == 4 or "already exists" not in why and "duplicate key" not in why:
+                raise StoreError(f"--storage {redact(url)}: cannot open the store: {why}") from None
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _root_message(exc: BaseException) -> str:
+    """The first line of the innermost cause of ``exc`` (what the database driver said)."""
+    seen = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            break
+        exc = nxt
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def postgres_url_with_driver(url: str) -> str:
+    """A PostgreSQL URL with an installed driver named: ``postgres://`` and ``postgresql://`` (whose
+    default driver in SQLAlchemy 2.1 is psycopg 3) become ``postgresql+psycopg://`` when psycopg is
+    installed, else ``postgresql+psycopg2://``; a URL naming its driver is left as it is."""
+    import importlib.util
+
+    scheme, rest = url.split("://", 1)
+    if scheme not in ("postgres", "postgresql"):
+        return url
+    if importlib.util.find_spec("psycopg") is not None:
+        return "postgresql+psycopg://" + rest
+    if importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + rest
+    return "postgresql://" + rest
+
+
+__all__ = [
+    "ENV_STORAGE",
+    "StoreError",
+    "StoreNotFoundError",
+    "check_storage",
+    "describe_storage",
+    "is_rdb_url",
+    "open_storage",
+    "postgres_url_with_driver",
+    "redact",
+    "resolve_storage",
+]
