@@ -114,12 +114,3 @@ def estimate_config_seconds(config: Any, costs: dict[str, ModelCosts] | None = N
         per_eval += c.rollout(config.eval.n_problems * config.eval.pass_k, length)
     return c.setup + steps * per_step + evals * per_eval
 
-
-def describe_calibration() -> str:
-    """One line on where the constants come from, for ``ablate show``."""
-    models, meta = load_timing()
-    if not models:
-        return "no timing constants (run python benchmarks/calibrate_timing.py)"
-    where = meta.get("machine", "an unknown machine")
-    when = meta.get("date", "an unknown date")
-    return f"constants measured on {where}, {when}, one CPU thread per worker"

@@ -19,7 +19,6 @@ Run it alone with ``ablate warmstart --task addition --model tiny-llama``.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -34,6 +33,7 @@ from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
+from filelock import FileLock
 
 #: Bump when the procedure changes in a way that changes its result (invalidates the cache).
 FORMAT_VERSION = 1
@@ -137,18 +137,15 @@ class WarmStartReport:
 
 @contextlib.contextmanager
 def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created with its folders) for the ``with`` block.
+    """Hold an exclusive :class:`filelock.FileLock` on ``path`` (created with its folders) for the
+    ``with`` block (an OS lock: the kernel releases it when its holder dies).
 
     Cache builders (the warm start, the learned PRM) take it around "check, build, rename into place",
     so that several processes asking for the same entry build it once.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    with FileLock(path):
+        yield
 
 
 def sft_batch(policy, problems, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
