@@ -28,6 +28,10 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ablate.config import TrialConfig
 from typing import Any
 
 #: Where the measured constants live (written by benchmarks/calibrate_timing.py).
@@ -91,7 +95,7 @@ def load_timing(path: str | None = None) -> tuple[dict[str, ModelCosts], dict[st
     return models, dict(data.get("meta", {}))
 
 
-def estimate_config_seconds(config: Any, costs: dict[str, ModelCosts] | None = None) -> float | None:
+def estimate_config_seconds(config: TrialConfig, costs: dict[str, ModelCosts] | None = None) -> float | None:
     """Expected wall seconds of one trial of ``config`` (a TrialConfig) on one worker, or None when
     its model has no measured constants. See the module docstring for the model."""
     if costs is None:

@@ -61,15 +61,18 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlflow import MlflowClient
-from mlflow.entities import Metric, Param, RunStatus, RunTag, ViewType
+from mlflow.entities import Metric, Param, Run, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
 from ablate.errors import AblateError
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
+
+if TYPE_CHECKING:
+    from ablate.study import Study
 
 #: MLflow's default when nothing else is given: a SQLite file in the working directory.
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
@@ -354,7 +357,7 @@ class Tracker:
         )
         return runs[0].info.run_id if runs else None
 
-    def parent_run(self, study: Any, budget: str, *, storage: str = "", design: Mapping[str, Any] | None = None
+    def parent_run(self, study: Study, budget: str, *, storage: str = "", design: Mapping[str, Any] | None = None
                    ) -> str:
         """The parent run of a study at a budget: found again by its tags, else created.
 
@@ -405,7 +408,7 @@ class Tracker:
 
     # -- trials ------------------------------------------------------------------------------------
 
-    def find_trial_run(self, parent_id: str, key: str) -> Any | None:
+    def find_trial_run(self, parent_id: str, key: str) -> Run | None:
         """The child run of trial ``key`` under ``parent_id`` (an mlflow Run), or None."""
         parent = self.client.get_run(parent_id)
         runs = self.client.search_runs(
@@ -528,7 +531,7 @@ class RunRecord:
     end_time: int | None = None
 
 
-def _record(run: Any) -> RunRecord:
+def _record(run: Run) -> RunRecord:
     status = run.info.status
     return RunRecord(
         run_id=run.info.run_id,

@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ablate.planning import Pilot, SeedPlan
+    from ablate.study import Study
 
 HELP = "plan a study's seeds from a pilot: the seeds each primary contrast needs, trials and time"
 DESCRIPTION = """\
@@ -61,7 +65,7 @@ def _missing_store(uri: str) -> str | None:
     return None if path.exists() else str(path)
 
 
-def _no_pilot(study: Any, pilot: str, where: str) -> str:
+def _no_pilot(study: Study, pilot: str, where: str) -> str:
     """The message for a study without finished pilot trials."""
     head = f"{study.path}: no finished trials of budget {pilot!r} ({where}), so there is no pilot to plan from"
     fix = (f"run a pilot first, e.g. `ablate run {study.path} --budget {pilot}` with 3 or 4 seeds, or point --pilot / "
@@ -72,25 +76,33 @@ def _no_pilot(study: Any, pilot: str, where: str) -> str:
     return f"{head}; {fix}"
 
 
-def render(study: Any, budget: str, pilot_budget: str, pilot: Any, plan: Any) -> str:
-    """The text ``ablate plan`` prints (``pilot``: :class:`ablate.planning.Pilot`, ``plan``:
-    :class:`ablate.planning.SeedPlan`)."""
-    from ablate.inference import MAX_SEEDS, MIN_SEEDS
-    from ablate.planning import FROM_MIN_EFFECT, at_level, fmt_value, format_duration, study_seconds
-    from ablate.report.statistics import Scale
-    from ablate.timing import parallel_seconds
+class _Units:
+    """How ``ablate plan`` prints values of the objective (its report scale and unit)."""
 
-    scale = Scale.of(study.objective.metric)
-    unit = f" {scale.unit}" if scale.unit else ""
+    def __init__(self, study: Study) -> None:
+        from ablate.report.statistics import Scale
 
-    def val(x: float, signed: bool = False) -> str:
+        self.scale = Scale.of(study.objective.metric)
+        self.unit = f" {self.scale.unit}" if self.scale.unit else ""
+
+    def val(self, x: float, signed: bool = False) -> str:
+        from ablate.planning import fmt_value
+
         if not math.isfinite(x):
             return "-"
-        text = fmt_value(x * scale.factor) + unit
+        text = fmt_value(x * self.scale.factor) + self.unit
         return ("+" + text) if signed and x > 0 else text
 
-    def seeds_text(n: float) -> str:
-        return "-" if math.isnan(n) else (f">{MAX_SEEDS}" if math.isinf(n) else str(int(n)))
+
+def _seeds_text(n: float) -> str:
+    from ablate.inference import MAX_SEEDS
+
+    return "-" if math.isnan(n) else (f">{MAX_SEEDS}" if math.isinf(n) else str(int(n)))
+
+
+def _header(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: SeedPlan, u: _Units) -> list[str]:
+    """What the plan is for: the pilot, the objective, the contrasts, the effect and the test."""
+    from ablate.planning import FROM_MIN_EFFECT
 
     obj = study.objective
     out = [f"study {study.name} ({study.path}): seeds for budget {budget!r}, planned from the {pilot.finished} "
@@ -103,7 +115,7 @@ def render(study: Any, budget: str, pilot_budget: str, pilot: Any, plan: Any) ->
         out.append(f"planned for: every contrast ({plan.m}): the study declares no primary: contrasts (add 'primary:' "
                    "to plan for the ones it exists for)")
     if plan.effect_from == FROM_MIN_EFFECT:
-        out.append(f"effect: the study's min_effect, {val(plan.min_effect)}")
+        out.append(f"effect: the study's min_effect, {u.val(plan.min_effect)}")
     else:
         out.append("effect: the study declares no min_effect, so each contrast is planned for its observed "
                    "difference (a noisy pilot estimate; add 'min_effect:' to plan for the smallest difference "
@@ -111,45 +123,59 @@ def render(study: Any, budget: str, pilot_budget: str, pilot: Any, plan: Any) ->
     out.append(f"test: two-sided paired t-test at alpha {plan.alpha:g} / {plan.m} = {plan.level:.3g} per contrast "
                + (f"(Bonferroni: the chance of any false detection among the {plan.m} stays <= {plan.alpha:g}), "
                   if plan.m > 1 else "(one contrast: nothing to correct), ") + f"power {plan.power:g}")
-    out.append("")
-    header = ["contrast", "pilot seeds", "SD per seed", "difference", "effect", "seeds needed"]
-    rows = [[c.name, str(c.pilot_seeds), val(c.sd), val(c.estimate, signed=True), val(c.effect),
-             seeds_text(c.seeds_needed)] for c in plan.contrasts]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        out.append("  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
-                                    enumerate(zip(r, widths))).rstrip())
-    out.append("")
+    return out
 
-    need = plan.seeds
+
+def _contrast_table(plan: SeedPlan, u: _Units) -> list[str]:
+    """One line per planned contrast: pilot seeds, SD per seed, difference, effect, seeds needed."""
+    header = ["contrast", "pilot seeds", "SD per seed", "difference", "effect", "seeds needed"]
+    rows = [[c.name, str(c.pilot_seeds), u.val(c.sd), u.val(c.estimate, signed=True), u.val(c.effect),
+             _seeds_text(c.seeds_needed)] for c in plan.contrasts]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
+                             enumerate(zip(r, widths))).rstrip() for r in [header, *rows]]
+
+
+def _unresolvable(study: Study, pilot_budget: str, plan: SeedPlan, u: _Units) -> list[str] | None:
+    """The closing lines when no seed count can be recommended (no SD yet, or none is enough); else None."""
+    from ablate.inference import MAX_SEEDS, MIN_SEEDS
+    from ablate.planning import FROM_MIN_EFFECT
+
     few = [c for c in plan.contrasts if math.isnan(c.sd)]
     if few:
         least = min(c.pilot_seeds for c in few)
-        out.append(f"no SD can be estimated from {least} pilot seed{'s' if least != 1 else ''} (it needs 2 or more); run "
-                   f"at least {MIN_SEEDS} seeds of every arm first ({MIN_SEEDS} give the report's first intervals): "
-                   f"`seeds: {MIN_SEEDS}` in {study.path}, `ablate run {study.path} --budget {pilot_budget}`, then plan "
-                   "again")
-        out.append(f"seeds: unknown  (run {MIN_SEEDS} pilot seeds first)")
-        return "\n".join(out)
+        return [f"no SD can be estimated from {least} pilot seed{'s' if least != 1 else ''} (it needs 2 or more); run "
+                f"at least {MIN_SEEDS} seeds of every arm first ({MIN_SEEDS} give the report's first intervals): "
+                f"`seeds: {MIN_SEEDS}` in {study.path}, `ablate run {study.path} --budget {pilot_budget}`, then plan "
+                "again", f"seeds: unknown  (run {MIN_SEEDS} pilot seeds first)"]
+    if not math.isinf(plan.seeds):
+        return None
     driver = plan.driver
-    if math.isinf(need):
-        why = ("its observed difference is 0" if plan.effect_from != FROM_MIN_EFFECT and driver.estimate == 0
-               else f"its SD per seed ({val(driver.sd)}) is too large for an effect of {val(driver.effect)}")
-        out.append(f"driven by: {driver.name}: no seed count up to {MAX_SEEDS} gives it power {plan.power:g}: {why}; "
-                   "plan for a larger min_effect, a longer budget (less noise), or fewer primary contrasts")
-        out.append(f"seeds: more than {MAX_SEEDS} per arm")
-        return "\n".join(out)
-    n = int(need)
+    why = ("its observed difference is 0" if plan.effect_from != FROM_MIN_EFFECT and driver.estimate == 0
+           else f"its SD per seed ({u.val(driver.sd)}) is too large for an effect of {u.val(driver.effect)}")
+    return [f"driven by: {driver.name}: no seed count up to {MAX_SEEDS} gives it power {plan.power:g}: {why}; "
+            "plan for a larger min_effect, a longer budget (less noise), or fewer primary contrasts",
+            f"seeds: more than {MAX_SEEDS} per arm"]
+
+
+def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> list[str]:
+    """The seed count, what drives it, what it costs, and how the study file should change."""
+    from ablate.inference import MIN_SEEDS
+    from ablate.planning import at_level, format_duration, study_seconds
+    from ablate.timing import parallel_seconds
+
+    n = int(plan.seeds)
+    driver = plan.driver
     arms = len(study.arms)
     t1 = study_seconds(study, budget, n)
     t2 = None if t1 is None else parallel_seconds(t1, 2)
     floor = " (raised to the report's minimum of 3)" if driver.seeds_needed < MIN_SEEDS else ""
-    out.append(f"driven by: {driver.name} (it needs the most seeds){floor}")
+    out = [f"driven by: {driver.name} (it needs the most seeds){floor}"]
     if plan.family_size > plan.m:
         wider = at_level(plan, plan.family_size)
         out.append(f"note: the report tests these contrasts in one Holm family of {plan.family_size} claims (with the "
                    f"exploratory contrasts and interactions); at alpha {plan.alpha:g} / {plan.family_size} they would "
-                   f"need {seeds_text(wider)} seeds")
+                   f"need {_seeds_text(wider)} seeds")
     when = ("time unknown (no timing constants for this model)" if t1 is None else
             f"{format_duration(t1)} on 1 worker, {format_duration(t2)} with --workers 2")
     out.append(f"at {n} seeds: {arms} arms x {n} seeds = {arms * n} trials at budget {budget!r}, {when} "
@@ -164,6 +190,16 @@ def render(study: Any, budget: str, pilot_budget: str, pilot: Any, plan: Any) ->
         out.append(f"the study file runs {len(study.seeds)} seeds: set `seeds: {n}` to follow this plan")
     out.append(f"seeds: {n}  ({arms * n} trials, "
                + ("time unknown" if t2 is None else f"{format_duration(t2)} with --workers 2") + ")")
+    return out
+
+
+def render(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: SeedPlan) -> str:
+    """The text ``ablate plan`` prints (``pilot``: :class:`ablate.planning.Pilot`, ``plan``:
+    :class:`ablate.planning.SeedPlan`)."""
+    u = _Units(study)
+    out = [*_header(study, budget, pilot_budget, pilot, plan, u), "", *_contrast_table(plan, u), ""]
+    closing = _unresolvable(study, pilot_budget, plan, u)
+    out += closing if closing is not None else _recommendation(study, budget, pilot, plan)
     return "\n".join(out)
 
 

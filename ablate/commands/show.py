@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ablate.study import Study
 
 HELP = "show a study's arms (a table of factor levels), trial count and aliasing"
 DESCRIPTION = """\
@@ -45,7 +48,7 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s"
 
 
-def describe(study: Any, budget: str) -> dict[str, Any]:
+def describe(study: Study, budget: str) -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
     from ablate.plan import Plan
     from ablate.study import estimate_study_seconds
@@ -97,7 +100,7 @@ def describe(study: Any, budget: str) -> dict[str, Any]:
     }
 
 
-def render(study: Any, budget: str) -> str:
+def render(study: Study, budget: str) -> str:
     """The text that ``ablate show`` prints."""
     from ablate.timing import parallel_seconds
 

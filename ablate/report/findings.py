@@ -266,13 +266,10 @@ class Findings:
     tables: tuple[Table, ...]
 
 
-def phrase(stats: ReportStatistics) -> Findings:
-    """Step 2: phrase ``stats`` as findings and format its tables."""
-    scale, fam, run = stats.scale, stats.inference.family, stats.inference
-    unit = scale.unit or "its units"
-    notes = []
-    if scale.factor != 1:
-        notes.append(f"{stats.metric} is a fraction; differences are shown in percentage points (× 100).")
+def _sections(stats: ReportStatistics) -> list[Section]:
+    """The report's sentences: the study's question (primary contrasts), exploratory contrasts,
+    interactions and compute efficiency."""
+    scale, fam = stats.scale, stats.inference.family
     sections = []
     if stats.per_trial.empty:
         sections.append(Section("Findings", ("No trial has finished yet: there is nothing to compare.",)))
@@ -292,7 +289,13 @@ def phrase(stats: ReportStatistics) -> Findings:
     if not stats.fits.empty:
         sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
                                 "Descriptive fits per arm, not claims of the family."))
+    return sections
 
+
+def _claim_tables(stats: ReportStatistics) -> list[Table]:
+    """The objective per arm, the family of claims, and the analysis of variance."""
+    scale, fam, run = stats.scale, stats.inference.family, stats.inference
+    unit = scale.unit or "its units"
     tables = []
     if not stats.arms.empty:
         av = stats.arms.assign(arm=stats.arms["arm"].map(lambda a: stats.labels.get(a, a)))
@@ -326,6 +329,13 @@ def phrase(stats: ReportStatistics) -> Findings:
             f"Model: {run.model.formula} ({run.model.n} trials). Type II sums of squares by model comparison, in "
             "the objective's own units squared; p-values uncorrected here (the interactions' Holm-adjusted values "
             "are in the claims).", "anova"))
+    return tables
+
+
+def _descriptive_tables(stats: ReportStatistics) -> list[Table]:
+    """The diagnostics against the baseline level and the compute-efficiency fits (not claims)."""
+    scale = stats.scale
+    tables = []
     frames = []
     if stats.diagnostics:
         for d in stats.diagnostics:
@@ -356,4 +366,13 @@ def phrase(stats: ReportStatistics) -> Findings:
             "R(C) = R0 + (A − R0) / (1 + (C_mid / C)^B) fitted to the objective against generated tokens (Khatri "
             "et al. 2025), A bounded to the metric's range; 95% bootstrap intervals over seeds for A and B only "
             "from 5 seeds on.", "compute"))
-    return Findings(tuple(sections), tuple(notes), tuple(tables))
+    return tables
+
+
+def phrase(stats: ReportStatistics) -> Findings:
+    """Step 2: phrase ``stats`` as findings and format its tables."""
+    notes = []
+    if stats.scale.factor != 1:
+        notes.append(f"{stats.metric} is a fraction; differences are shown in percentage points (× 100).")
+    tables = [*_claim_tables(stats), *_descriptive_tables(stats)]
+    return Findings(tuple(_sections(stats)), tuple(notes), tuple(tables))
