@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
+from ablate.models.rollout import Rollout
 from ablate.rewards import RewardContext, compute_token_rewards, place_on_last_token, step_mask_from_grades
 from ablate.tasks import Grade
 from ablate.train.seeds import seeded_generator
 from ablate.train.setup import TrialState, autocast
-
-if TYPE_CHECKING:
-    from ablate.models.rollout import Rollout
 
 
 def prm_scores(state: TrialState, r: Rollout, grades: list[Grade]) -> dict[str, object]:

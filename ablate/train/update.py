@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -69,6 +70,7 @@ class UpdateTally:
     entropy_count: float = 0.0
 
     def add(self, name: str, value: float) -> None:
+        """Append ``value`` to the list of metric ``name``."""
         self.lists.setdefault(name, []).append(float(value))
 
 
@@ -108,11 +110,12 @@ def minibatches(state: TrialState, n: int, step: int, epoch: int) -> list[torch.
 
 
 def micro_batch_loss(
-    state: TrialState, batch: StepBatch, x: UpdateInputs, micro: torch.Tensor, agg: dict[str, object],
+    state: TrialState, batch: StepBatch, x: UpdateInputs, micro: torch.Tensor, agg: dict[str, Any],
     totals: StepTotals,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float], torch.Tensor]:
     """The loss of the rows ``micro``: policy loss minus the entropy bonus, plus the KL term
-    (``kl.placement=loss``) and the value loss (with a critic).
+    (``kl.placement=loss``) and the value loss (with a critic). ``agg`` holds the keyword arguments
+    of :func:`aggregate_loss` for these rows (group ids, ``loss.max_len``, the minibatch's totals).
 
     Returns:
         ``({part: 0-dim tensor}`` for every part of :data:`LOSS_PARTS` (``total`` carries the
