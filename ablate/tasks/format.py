@@ -168,12 +168,14 @@ class _Tags:
 
     @staticmethod
     def of(text: str) -> _Tags:
+        """Find and align the tags of ``text``."""
         found = [(FORMAT_TAGS.index(m.group()), m.start(), m.end()) for m in _TAG_RE.finditer(text)]
         matched, extra_idx = _align([k for k, _, _ in found])
         anchors: list[Span | None] = [None if j is None else found[j][1:] for j in matched]
         return _Tags(text, found, anchors, [found[j][1:] for j in extra_idx])
 
     def last_char(self) -> Span:
+        """The span of the last character ((0, 0) for an empty text)."""
         n = len(self.text)
         return (n - 1, n) if n else (0, 0)
 
@@ -185,6 +187,7 @@ class _Tags:
         return (p, p + 1) if p < len(self.text) else self.last_char()
 
     def next_anchor(self, after: int) -> Span | None:
+        """The first aligned tag starting at or after ``after``, or None."""
         return next((a for a in self.anchors if a is not None and a[0] >= after), None)
 
 

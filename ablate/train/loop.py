@@ -52,6 +52,7 @@ class TrialResult:
     eval_problems: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as nested plain dicts and lists (``dataclasses.asdict``)."""
         return asdict(self)
 
 
@@ -67,6 +68,7 @@ class _ProgressBar:
                             unit="step")
 
     def update(self, metrics: dict[str, float], history: list[tuple[int, dict[str, float]]]) -> None:
+        """Advance one step, showing its ``reward/total`` and the last logged ``eval/accuracy``."""
         if self.bar is None:
             return
         self.bar.update(1)
@@ -74,6 +76,7 @@ class _ProgressBar:
         self.bar.set_postfix(reward=f"{metrics['reward/total']:.3f}", eval_acc=f"{last_acc:.3f}")
 
     def close(self) -> None:
+        """Close the bar (if shown)."""
         if self.bar is not None:
             self.bar.close()
 
@@ -89,6 +92,7 @@ def _evaluate(state: TrialState, step: int, eval_rows: list[dict[str, Any]]) -> 
 
 def _result(state: TrialState, step: int, history: list[tuple[int, dict[str, float]]], start_time: float,
             resumed_from: int | None, last_batch: StepBatch | None, eval_rows: list[dict[str, Any]]) -> TrialResult:
+    """The :class:`TrialResult` after ``step``: ``final`` holds the last logged value of every metric."""
     final: dict[str, float] = {}
     for _, m in history:
         final.update(m)
