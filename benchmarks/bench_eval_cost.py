@@ -1,6 +1,6 @@
 """What one held-out evaluation costs, by ``eval.n_problems``: the figures behind its default.
 
-One evaluation is :meth:`ablate.train.Trainer.evaluate`'s work: greedy decoding of ``n`` eval-split
+One evaluation is :func:`ablate.train.evaluate_trial`'s work: greedy decoding of ``n`` eval-split
 problems in batches of 64 (the KV-cache decoder of :func:`ablate.models.rollout.generate_rollouts`)
 and grading each completion. The policy is the quickstart's start policy (``studies/quickstart.yaml``:
 ``tiny-llama`` warm-started on 2-digit addition, ``rollout.max_new_tokens=32``), built or taken from

@@ -1,4 +1,4 @@
-"""RL step time: ablate's ``Trainer.step`` against TRL's ``GRPOTrainer``, same model, prompts and shapes.
+"""RL step time: ablate's ``train_step`` against TRL's ``GRPOTrainer``, same model, prompts and shapes.
 
 Run from the repository root (TRL comes from the optional ``bench`` extra)::
 
@@ -30,7 +30,7 @@ Timing. Both trainers live in one process and alternate step by step: TRL's own 
 and a ``TrainerCallback`` runs one ablate step at every ``on_step_end``. A TRL step is the wall time
 of one iteration of its loop (from the end of the previous ablate step to its ``on_step_end``: batch
 fetch, generation, reward, loss, backward, optimizer step and its logging all included); an ablate
-step is the wall time of ``Trainer.step`` (rollout with the behaviour log-prob forward, grading,
+step is the wall time of ``train_step`` (rollout with the behaviour log-prob forward, grading,
 advantages, update and metrics; no evaluation). TRL's rollout part is the time spent in
 ``_generate_and_score_completions``. The first ``--warmup`` steps of each are dropped, the rest are
 reported as medians. Both run with the same ``torch.set_num_threads``. Without TRL installed (or with
@@ -62,7 +62,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ablate.config import TrialConfig  # noqa: E402
-from ablate.train import Trainer  # noqa: E402
+from ablate.train import TrialState, setup_trial, train_step  # noqa: E402
 
 BEGIN = "<!-- BEGIN rl-step-vs-trl (written by benchmarks/bench_rl_step.py) -->"
 END = "<!-- END rl-step-vs-trl -->"
@@ -137,17 +137,16 @@ def ablate_config(s: Settings) -> TrialConfig:
     })
 
 
-def ablate_step(trainer: Trainer, step: int, times: StepTimes) -> None:
+def ablate_step(state: TrialState, step: int, times: StepTimes) -> None:
     """Run ablate RL step ``step`` (1-based) and append its wall time and parts to ``times``."""
     t0 = time.perf_counter()
-    metrics, batch = trainer.step(step)
+    metrics, batch = train_step(state, step)
     times.step_s.append(time.perf_counter() - t0)
     times.rollout_s.append(metrics["perf/rollout_s"] + metrics["perf/reward_s"])
     times.update_s.append(metrics["perf/update_s"])
     times.tokens.append(float(batch.mask.sum()))
-    timing = getattr(trainer, "_rollout_timing", {})
-    times.sample_s.append(float(timing.get("generate_s", float("nan"))))
-    times.logprob_s.append(float(timing.get("logprob_s", float("nan"))))
+    times.sample_s.append(batch.timing.generate_s)
+    times.logprob_s.append(batch.timing.logprob_s)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -162,7 +161,7 @@ def trl_version() -> str | None:
     return str(trl.__version__)
 
 
-def build_trl(s: Settings, trainer: Trainer, out_dir: str, callbacks: list[Any], trl_times: StepTimes) -> Any:
+def build_trl(s: Settings, state: TrialState, out_dir: str, callbacks: list[Any], trl_times: StepTimes) -> Any:
     """A ``GRPOTrainer`` on a fresh copy of the same model, the same train pool and the same grader.
 
     ``_generate_and_score_completions`` is timed into ``trl_times.rollout_s`` (generation, decoding,
@@ -174,7 +173,7 @@ def build_trl(s: Settings, trainer: Trainer, out_dir: str, callbacks: list[Any],
     from ablate.models import load_policy
 
     policy = load_policy(s.model, seed=s.seed)
-    pool, task = trainer.train_pool, trainer.task
+    pool, task = state.train_pool, state.task
     dataset = Dataset.from_dict({"prompt": [p.prompt for p in pool], "problem_idx": list(range(len(pool)))})
 
     def final_answer(prompts: list[str], completions: list[str], problem_idx: list[int], **_: Any) -> list[float]:
@@ -239,16 +238,16 @@ def build_trl(s: Settings, trainer: Trainer, out_dir: str, callbacks: list[Any],
     )
 
 
-def same_prompt_ids(trl_trainer: Any, trainer: Trainer, n: int = 8) -> bool:
+def same_prompt_ids(trl_trainer: Any, state: TrialState, n: int = 8) -> bool:
     """Whether TRL tokenizes the first ``n`` train prompts to the ids ablate's policy feeds the model."""
-    prompts = [p.prompt for p in trainer.train_pool[:n]]
+    prompts = [p.prompt for p in state.train_pool[:n]]
     trl_ids, _, _ = trl_trainer._tokenize_prompts(prompts)
-    return [list(map(int, ids)) for ids in trl_ids] == [trainer.policy.encode_prompt(p) for p in prompts]
+    return [list(map(int, ids)) for ids in trl_ids] == [state.policy.encode_prompt(p) for p in prompts]
 
 
-def same_init(trl_trainer: Any, trainer: Trainer) -> bool:
+def same_init(trl_trainer: Any, state: TrialState) -> bool:
     """Whether both trainers start from bit-identical weights."""
-    a, b = trainer.model.state_dict(), trl_trainer.model.state_dict()
+    a, b = state.model.state_dict(), trl_trainer.model.state_dict()
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -272,7 +271,7 @@ def run(s: Settings, *, use_trl: bool = True) -> dict[str, Any]:
 def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
     torch.set_num_threads(s.threads)
     load_before = os.getloadavg()
-    trainer = Trainer(ablate_config(s))
+    ablate_state = setup_trial(ablate_config(s))
     ours = StepTimes()
     theirs = StepTimes()
     version = trl_version() if use_trl else None
@@ -280,7 +279,7 @@ def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
     total = s.warmup + s.steps
     if version is None:
         for step in range(1, total + 1):
-            ablate_step(trainer, step, ours)
+            ablate_step(ablate_state, step, ours)
     else:
         from transformers import TrainerCallback
 
@@ -295,13 +294,13 @@ def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
 
             def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
                 theirs.step_s.append(time.perf_counter() - self.mark)
-                ablate_step(trainer, len(ours.step_s) + 1, ours)
+                ablate_step(ablate_state, len(ours.step_s) + 1, ours)
                 self.mark = time.perf_counter()
 
         with tempfile.TemporaryDirectory(prefix="bench-rl-step-") as out_dir:
-            trl_trainer = build_trl(s, trainer, out_dir, [Alternate()], theirs)
+            trl_trainer = build_trl(s, ablate_state, out_dir, [Alternate()], theirs)
             torch.set_num_threads(s.threads)  # in case TRL or accelerate changed it
-            checks = {"same_prompt_ids": same_prompt_ids(trl_trainer, trainer), "same_init": same_init(trl_trainer, trainer)}
+            checks = {"same_prompt_ids": same_prompt_ids(trl_trainer, ablate_state), "same_init": same_init(trl_trainer, ablate_state)}
             trl_trainer.train()
         theirs.update_s = [a - b for a, b in zip(theirs.step_s, theirs.rollout_s)]
     load_after = os.getloadavg()
@@ -365,11 +364,11 @@ def profile_ablate(s: Settings, steps: int, top: int = 25) -> dict[str, Any]:
 
     previous_threads = torch.get_num_threads()
     try:
-        trainer = Trainer(ablate_config(s))  # sets torch's thread count to s.threads
-        ablate_step(trainer, 1, StepTimes())
+        state = setup_trial(ablate_config(s))  # sets torch's thread count to s.threads
+        ablate_step(state, 1, StepTimes())
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for step in range(2, steps + 2):
-                trainer.step(step)
+                train_step(state, step)
         totals: dict[str, float] = {}
         for event in prof.key_averages():
             kind = _op_kind(event.key)
@@ -379,7 +378,7 @@ def profile_ablate(s: Settings, steps: int, top: int = 25) -> dict[str, Any]:
         cprof = cProfile.Profile()
         cprof.enable()
         for step in range(steps + 2, 2 * steps + 2):
-            trainer.step(step)
+            train_step(state, step)
         cprof.disable()
         buf = io.StringIO()
         pstats.Stats(cprof, stream=buf).sort_stats("cumulative").print_stats(top)
@@ -401,7 +400,7 @@ def markdown_table(result: dict[str, Any]) -> str:
     lines = [
         "| trainer | median s/step | rollout + scoring s | update s | generated tokens/step | TRL / ablate |",
         "|---|---|---|---|---|---|",
-        f"| ablate `Trainer.step` | {_fmt(m['ablate_step_s'])} | {_fmt(m['ablate_rollout_s'])} | "
+        f"| ablate `train_step` | {_fmt(m['ablate_step_s'])} | {_fmt(m['ablate_rollout_s'])} | "
         f"{_fmt(m['ablate_update_s'])} | {_fmt(m['ablate_tokens'], 0)} | 1.00 |",
     ]
     if m["trl_step_s"] is None:

@@ -40,7 +40,7 @@ def workdir(tmp_path, monkeypatch):
     torch.set_num_threads(threads)
 
 
-#: The smallest trial that still learns: micro-llama on 1-digit addition, warm-started. Trainer and
+#: The smallest trial that still learns: micro-llama on 1-digit addition, warm-started. Train-loop and
 #: learned-PRM tests start from these overrides, so the session's warm start (in ``ws_cache``) is
 #: built once for all of them.
 TINY_TRIAL: list[str] = [

@@ -38,7 +38,7 @@ def test_ablate_side_runs_one_step_and_trl_is_skipped_when_not_installed(bench, 
     assert bench.main([*TINY, "--write", str(results)]) == 0
     out = capsys.readouterr()
     assert "TRL is not installed" in out.err
-    assert "| ablate `Trainer.step` |" in out.out and "| TRL `GRPOTrainer` | not run" in out.out
+    assert "| ablate `train_step` |" in out.out and "| TRL `GRPOTrainer` | not run" in out.out
     text = results.read_text()
     assert "<!-- BEGIN other -->\nkeep me\n<!-- END other -->" in text  # the other section is untouched
     assert text.count(bench.BEGIN) == 1 and text.count(bench.END) == 1

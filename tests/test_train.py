@@ -15,7 +15,14 @@ from ablate.cli import main
 from ablate.config import TrialConfig
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 from ablate.rewards import REWARDS
-from ablate.train import METRICS, NonFiniteError, Trainer, metrics_glossary_markdown, run_trial
+from ablate.train import (
+    METRICS,
+    NonFiniteError,
+    metrics_glossary_markdown,
+    run_trial,
+    setup_trial,
+    train_step,
+)
 
 
 def tiny(ws_cache: str, *overrides: str) -> TrialConfig:
@@ -51,19 +58,19 @@ RATIO = {
 @pytest.mark.parametrize("granularity", list(GRANULARITY))
 def test_every_combination_trains(ws_cache, granularity, agg, ratio):
     cfg = tiny(ws_cache, *GRANULARITY[granularity], *AGGREGATION[agg], *RATIO[ratio])
-    trainer = Trainer(cfg)
-    assert trainer.warmstart_report, "the warm start must run for zoo models"
-    before = params_of(trainer.model)
+    state = setup_trial(cfg)
+    assert state.warmstart_report, "the warm start must run for zoo models"
+    before = params_of(state.model)
     seen_nonzero_adv = False
     for step in (1, 2):
-        metrics, batch = trainer.step(step)
+        metrics, batch = train_step(state, step)
         seen_nonzero_adv |= metrics["adv/std"] > 0
         for name in cfg.reward.components:
             assert f"reward/{name}" in metrics
         assert batch.token_rewards.shape == batch.mask.shape
         assert torch.all(batch.token_rewards[batch.mask == 0] == 0)
     assert seen_nonzero_adv, "the warm-started policy should produce reward variance in a group"
-    assert changed(before, trainer.model), "parameters did not change"
+    assert changed(before, state.model), "parameters did not change"
 
 
 @pytest.mark.parametrize(
@@ -84,14 +91,14 @@ def test_every_combination_trains(ws_cache, granularity, agg, ratio):
 )
 def test_algorithm_variants_train(ws_cache, extra):
     cfg = tiny(ws_cache, *extra)
-    trainer = Trainer(cfg)
-    before = params_of(trainer.model)
-    critic_before = params_of(trainer.critic) if trainer.critic is not None else None
-    metrics, _ = trainer.step(1)
-    trainer.step(2)
-    assert changed(before, trainer.model)
+    state = setup_trial(cfg)
+    before = params_of(state.model)
+    critic_before = params_of(state.critic) if state.critic is not None else None
+    metrics, _ = train_step(state, 1)
+    train_step(state, 2)
+    assert changed(before, state.model)
     if critic_before is not None:
-        assert changed(critic_before, trainer.critic)
+        assert changed(critic_before, state.critic)
         assert "critic/explained_variance" in metrics and "loss/value" in metrics
         assert metrics["loss/value"] > 0
 
@@ -100,9 +107,9 @@ def test_accumulation_matches_full_batch(ws_cache):
     """grad_accum splits each minibatch; the update must not change (up to float rounding)."""
     results = []
     for accum in (1, 4):
-        trainer = Trainer(tiny(ws_cache, f"algo.grad_accum={accum}", "loss.aggregation=token-mean"))
-        metrics, _ = trainer.step(1)
-        results.append((params_of(trainer.model), metrics))
+        state = setup_trial(tiny(ws_cache, f"algo.grad_accum={accum}", "loss.aggregation=token-mean"))
+        metrics, _ = train_step(state, 1)
+        results.append((params_of(state.model), metrics))
     (p1, m1), (p4, m4) = results
     for a, b in zip(p1, p4):
         assert torch.allclose(a, b, atol=2e-6, rtol=0), (a - b).abs().max()
@@ -162,7 +169,7 @@ def test_eval_records_agree_with_the_logged_eval_metrics(ws_cache):
 
 
 def test_eval_problems_are_fixed_by_the_task_and_data_seed_not_the_trial_seed(ws_cache):
-    prompts = lambda *o: [p.prompt for p in Trainer(tiny(ws_cache, *o)).eval_problems]  # noqa: E731
+    prompts = lambda *o: [p.prompt for p in setup_trial(tiny(ws_cache, *o)).eval_problems]  # noqa: E731
     seed0 = prompts("seed=0")
     assert len(seed0) == 8 and prompts("seed=1") == seed0
     assert prompts("seed=1", "loss.aggregation=token-mean") == seed0  # another arm
@@ -232,13 +239,13 @@ def test_on_policy_update_skips_behaviour_forward_with_the_same_result(ws_cache)
     """One epoch of one minibatch: old_logp is the update's own detached log-prob (no extra forward)."""
     results = []
     for skip in (True, False):
-        trainer = Trainer(tiny(ws_cache, "algo.minibatches=1"))
-        assert trainer.on_policy
-        trainer.on_policy = skip
-        metrics, batch = trainer.step(1)
+        state = setup_trial(tiny(ws_cache, "algo.minibatches=1"))
+        assert state.on_policy
+        state.on_policy = skip
+        metrics, batch = train_step(state, 1)
         assert (batch.old_logp is None) == skip
         assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
-        results.append(params_of(trainer.model))
+        results.append(params_of(state.model))
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
-    assert not Trainer(tiny(ws_cache, "algo.minibatches=2")).on_policy
+    assert not setup_trial(tiny(ws_cache, "algo.minibatches=2")).on_policy

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -117,11 +118,6 @@ class Rollout(PromptCompletionLayout):
     def lengths(self) -> torch.Tensor:
         """[B] long, number of generated tokens per row (EOS included)."""
         return self.mask.sum(-1).long()
-
-    @property
-    def tokens_per_second(self) -> float:
-        """Generated tokens per second of sampling (``timing['tokens'] / timing['generate_s']``)."""
-        return self.timing.get("tokens", 0.0) / max(self.timing.get("generate_s", 0.0), 1e-9)
 
 
 def left_pad(sequences: list[list[int]], pad_id: int, device: torch.device | str = "cpu"
@@ -277,57 +273,26 @@ def generate_rollouts(
             position limit, or ``fast=True`` for an architecture the lean decoder does not support.
     """
     _check_args(prompts, group_size, max_new_tokens, temperature, top_p)
-    model = policy.model
-    device = policy.device
-    encoded = [policy.encode_prompt(p) for p in prompts]
-    limit = _max_positions(model)
-    longest = max(len(e) for e in encoded)
-    if limit is not None and longest + max_new_tokens > limit:
-        raise AblateError(
-            f"generate_rollouts: the longest prompt has {longest} tokens and max_new_tokens={max_new_tokens}, "
-            f"more than the model's {limit} positions; lower max_new_tokens or shorten the prompts"
-        )
-    pad_id, eos_id = policy.pad_token_id, policy.eos_token_id
-    ids, pmask = left_pad(encoded, pad_id, device)
-    prompt_ids = ids.repeat_interleave(group_size, dim=0)  # (B, P)
-    prompt_mask = pmask.repeat_interleave(group_size, dim=0)
-    group_ids = torch.arange(len(prompts), device=device).repeat_interleave(group_size)
-    stop_ids = sorted({eos_id, pad_id})
+    prompt_ids, prompt_mask, group_ids = _encode_prompts(policy, prompts, group_size, max_new_tokens)
+    stop_ids = sorted({policy.eos_token_id, policy.pad_token_id})
     logp_temperature = temperature if temperature > 0 else 1.0
-
-    was_training = model.training
-    model.eval()
-    try:
-        t0 = time.perf_counter()
-        completion_ids, mask, steps = sample_completions(
-            model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids, pad_id=pad_id,
-            temperature=temperature, top_p=top_p, generator=generator, fast=fast, compile=compile,
-        )
-        t1 = time.perf_counter()
-        old_logp = None
-        if compute_old_logp:
-            with torch.no_grad():
-                old_logp = token_logprobs(
-                    model,
-                    torch.cat([prompt_ids, completion_ids], dim=1),
-                    torch.cat([prompt_mask, mask.long()], dim=1),
-                    num_prompt_tokens=prompt_ids.shape[1],
-                    temperature=logp_temperature,
-                )
-        t2 = time.perf_counter()
-    finally:
-        model.train(was_training)
-
+    completion_ids, mask, old_logp, sampled = _sample(
+        policy.model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
+        pad_id=policy.pad_token_id, temperature=temperature, top_p=top_p, generator=generator, fast=fast,
+        compile=compile, logp_temperature=logp_temperature if compute_old_logp else None,
+    )
     last = completion_ids[:, -1]
-    truncated = (mask[:, -1] > 0) & ~torch.isin(last, torch.tensor(stop_ids, device=device))
-    texts: list[str] = []
-    offsets: list[list[tuple[int, int]]] = []
-    for row in completion_ids.tolist():
-        text, offs = policy.decode_with_offsets(row)
-        texts.append(text)
-        offsets.append(offs)
-    t3 = time.perf_counter()
-    used_fast = fast is not False and fast_decoder_unsupported_reason(model) is None
+    truncated = (mask[:, -1] > 0) & ~torch.isin(last, torch.tensor(stop_ids, device=policy.device))
+    t2 = time.perf_counter()
+    texts, offsets = _decode_texts(policy, completion_ids)
+    timing = {
+        "generate_s": sampled["generate_s"],
+        "logprob_s": sampled["logprob_s"],
+        "decode_text_s": time.perf_counter() - t2,
+        "steps": sampled["steps"],
+        "tokens": float(mask.sum().item()),
+        "fast": float(fast is not False and fast_decoder_unsupported_reason(policy.model) is None),
+    }
     return Rollout(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,
@@ -342,12 +307,78 @@ def generate_rollouts(
         temperature=float(temperature),
         logp_temperature=float(logp_temperature),
         top_p=float(top_p),
-        timing={
-            "generate_s": t1 - t0,
-            "logprob_s": t2 - t1,
-            "decode_text_s": t3 - t2,
-            "steps": float(steps),
-            "tokens": float(mask.sum().item()),
-            "fast": float(used_fast),
-        },
+        timing=timing,
     )
+
+
+def _encode_prompts(
+    policy: Policy, prompts: list[str], group_size: int, max_new_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``prompt_ids`` [B, P] left-padded, ``prompt_mask`` [B, P] and ``group_ids`` [B], each prompt
+    repeated ``group_size`` times (B = len(prompts) * group_size).
+
+    Raises:
+        AblateError: the longest prompt plus ``max_new_tokens`` exceeds the model's position limit.
+    """
+    device = policy.device
+    encoded = [policy.encode_prompt(p) for p in prompts]
+    limit = _max_positions(policy.model)
+    longest = max(len(e) for e in encoded)
+    if limit is not None and longest + max_new_tokens > limit:
+        raise AblateError(
+            f"generate_rollouts: the longest prompt has {longest} tokens and max_new_tokens={max_new_tokens}, "
+            f"more than the model's {limit} positions; lower max_new_tokens or shorten the prompts"
+        )
+    ids, pmask = left_pad(encoded, policy.pad_token_id, device)
+    prompt_ids = ids.repeat_interleave(group_size, dim=0)  # (B, P)
+    prompt_mask = pmask.repeat_interleave(group_size, dim=0)  # (B, P)
+    group_ids = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # (B,)
+    return prompt_ids, prompt_mask, group_ids
+
+
+def _sample(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    logp_temperature: float | None,
+    **sampling: Any,  # keyword arguments of sample_completions
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, dict[str, float]]:
+    """Sample completions in eval mode (the model's mode is restored), then the behaviour log-prob
+    forward at ``logp_temperature`` (skipped when None).
+
+    Returns:
+        ``(completion_ids [B, T], mask [B, T], old_logp [B, T] or None, timing)`` with timing's
+        ``generate_s``, ``logprob_s`` (seconds) and ``steps`` (decode steps run).
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        t0 = time.perf_counter()
+        completion_ids, mask, steps = sample_completions(model, prompt_ids, prompt_mask, **sampling)
+        t1 = time.perf_counter()
+        old_logp = None
+        if logp_temperature is not None:
+            with torch.no_grad():
+                old_logp = token_logprobs(
+                    model,
+                    torch.cat([prompt_ids, completion_ids], dim=1),
+                    torch.cat([prompt_mask, mask.long()], dim=1),
+                    num_prompt_tokens=prompt_ids.shape[1],
+                    temperature=logp_temperature,
+                )  # (B, T)
+        t2 = time.perf_counter()
+    finally:
+        model.train(was_training)
+    return completion_ids, mask, old_logp, {"generate_s": t1 - t0, "logprob_s": t2 - t1, "steps": float(steps)}
+
+
+def _decode_texts(policy: Policy, completion_ids: torch.Tensor) -> tuple[list[str], list[list[tuple[int, int]]]]:
+    """The text of each row of ``completion_ids`` [B, T] and its per-token character offsets."""
+    texts: list[str] = []
+    offsets: list[list[tuple[int, int]]] = []
+    for row in completion_ids.tolist():
+        text, offs = policy.decode_with_offsets(row)
+        texts.append(text)
+        offsets.append(offs)
+    return texts, offsets

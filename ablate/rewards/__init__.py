@@ -16,6 +16,7 @@ from ablate.rewards.base import (
     step_end_tokens,
     step_mask_from_grades,
 )
+from ablate.rewards.options import ComponentSpec, reward_components
 
 
 def compute_token_rewards(
@@ -45,10 +46,12 @@ def compute_token_rewards(
 
 __all__ = [
     "REWARDS",
+    "ComponentSpec",
     "RewardContext",
     "compute_token_rewards",
     "last_token_index",
     "place_on_last_token",
+    "reward_components",
     "step_end_tokens",
     "step_mask_from_grades",
 ]

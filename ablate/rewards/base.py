@@ -64,10 +64,6 @@ class RewardContext:
         """[B] number of active tokens per completion."""
         return self.mask.sum(dim=1).long()
 
-    def last_index(self) -> torch.Tensor:
-        """[B] index of the last active token (0 for an empty completion)."""
-        return last_token_index(self.mask)
-
 
 def last_token_index(mask: torch.Tensor) -> torch.Tensor:
     """Index of the last active token of each row.

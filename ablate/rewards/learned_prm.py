@@ -439,27 +439,28 @@ def _probe_head(prm: LearnedPRM, train: list[_Example], pad_id: int, device: tor
         prm.head.bias.copy_(bias.view_as(prm.head.bias))
 
 
-def _train(policy: Policy, task: Task, spec: LearnedPRMSpec, device: torch.device,
-           progress: bool) -> tuple[LearnedPRM, LearnedPRMReport]:
-    t0 = time.perf_counter()
-    examples = _sample_examples(policy, task, spec, device, progress)
-    t1 = time.perf_counter()
-    train, heldout = _split(examples, spec)
-    train_labels = [y for e in train for y in e.labels]
+def _check_both_classes(n_completions: int, train_labels: list[bool]) -> None:
+    """Raise when the train steps are all correct or all incorrect (nothing to learn)."""
     if len(set(train_labels)) < 2:
         found = (f"all {len(train_labels)} steps found are {'correct' if train_labels[0] else 'incorrect'}"
                  if train_labels else "no reasoning step was found")
         raise AblateError(
-            f"reward.prm.source=learned: in the {len(examples)} completions sampled from the start policy {found}, "
+            f"reward.prm.source=learned: in the {n_completions} completions sampled from the start policy {found}, "
             "so a step classifier has nothing to learn; warm-start the policy into the band where it is right "
             "some of the time (warmstart.enabled=true, warmstart.target_min), raise reward.prm.learned_samples, "
             "or use reward.prm.source=oracle"
         )
-    pad_id = policy.pad_token_id
-    torch.manual_seed(spec.seed)
-    prm = LearnedPRM(policy.model).to(device)
-    _probe_head(prm, train, pad_id, device)
-    probe_auc = roc_auc(_predict(prm, heldout, pad_id, device), [y for e in heldout for y in e.labels])
+
+
+def _fit(prm: LearnedPRM, train: list[_Example], spec: LearnedPRMSpec, pad_id: int, device: torch.device,
+         progress: bool) -> tuple[list[float], list[dict[str, float]]]:
+    """Train ``prm`` on ``train`` for ``spec.steps`` AdamW steps of ``spec.batch_size`` examples (binary
+    cross-entropy of each step's logit; linear warmup then cosine decay; gradient norm clipped at 1).
+
+    Returns:
+        ``(loss of every step, history)``: the history holds ``{"step", "loss"}`` (the mean loss of the
+        last ``steps // 10`` steps) ten times over the run and at its end.
+    """
     optim = torch.optim.AdamW(prm.parameters(), lr=spec.lr, weight_decay=0.0)
     warm = max(1, spec.steps // 10)
     # linear warmup (the probe-initialised head must not be thrown off by the first steps), cosine decay
@@ -498,6 +499,24 @@ def _train(policy: Policy, task: Task, spec: LearnedPRMSpec, device: torch.devic
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
     if bar is not None:
         bar.close()
+    return losses, history
+
+
+def _train(policy: Policy, task: Task, spec: LearnedPRMSpec, device: torch.device,
+           progress: bool) -> tuple[LearnedPRM, LearnedPRMReport]:
+    """Sample labelled steps from ``policy``, fit a frozen :class:`LearnedPRM` on them and report it."""
+    t0 = time.perf_counter()
+    examples = _sample_examples(policy, task, spec, device, progress)
+    t1 = time.perf_counter()
+    train, heldout = _split(examples, spec)
+    train_labels = [y for e in train for y in e.labels]
+    _check_both_classes(len(examples), train_labels)
+    pad_id = policy.pad_token_id
+    torch.manual_seed(spec.seed)
+    prm = LearnedPRM(policy.model).to(device)
+    _probe_head(prm, train, pad_id, device)
+    probe_auc = roc_auc(_predict(prm, heldout, pad_id, device), [y for e in heldout for y in e.labels])
+    losses, history = _fit(prm, train, spec, pad_id, device, progress)
     prm.eval()
     for p in prm.parameters():
         p.requires_grad_(False)

@@ -28,6 +28,7 @@ from ablate.rl.losses import (
     StepTotals,
     aggregate_loss,
     policy_loss,
+    policy_loss_from_config,
     step_totals,
     value_loss,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "masked_mean",
     "masked_whiten",
     "policy_loss",
+    "policy_loss_from_config",
     "step_totals",
     "value_loss",
 ]

@@ -35,13 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ablate.errors import ConfigError
 from ablate.registry import Registry
 from ablate.rl.masking import as_bool_mask, check_same_shape, masked_mean, zero_padding
+
+if TYPE_CHECKING:
+    from ablate.config import LossConfig
 
 __all__ = [
     "AGGREGATIONS",
@@ -53,6 +56,7 @@ __all__ = [
     "SurrogateParams",
     "aggregate_loss",
     "policy_loss",
+    "policy_loss_from_config",
     "step_totals",
     "value_loss",
 ]
@@ -350,9 +354,46 @@ def policy_loss(
         ConfigError: an impossible constant (``clip_low`` outside [0, 1), ``dual_clip <= 1`` or
             with a surrogate other than PPO, a temperature <= 0).
     """
+    params = SurrogateParams(clip_low, clip_high, dual_clip, tau_pos, tau_neg, cispo_lower_bound)
+    return _policy_loss(logp, old_logp, advantages, mask, ratio_level, surrogate, params)
+
+
+def policy_loss_from_config(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    loss: LossConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`policy_loss` with the ratio level, surrogate and constants of a trial's ``loss`` section.
+
+    Args:
+        logp, old_logp, advantages, mask: [B, T], as for :func:`policy_loss`.
+        loss: the :class:`~ablate.config.LossConfig` (``ratio_level``, ``surrogate``, ``clip_low``,
+            ``clip_high``, ``dual_clip``, ``sapo_tau_pos``, ``sapo_tau_neg``, ``cispo_lower_bound``;
+            its aggregation and entropy coefficient are the caller's business).
+
+    Returns:
+        ``(per_token [B, T], metrics)`` exactly as :func:`policy_loss` returns them.
+    """
+    params = SurrogateParams(
+        loss.clip_low, loss.clip_high, loss.dual_clip, loss.sapo_tau_pos, loss.sapo_tau_neg, loss.cispo_lower_bound
+    )
+    return _policy_loss(logp, old_logp, advantages, mask, loss.ratio_level, loss.surrogate, params)
+
+
+def _policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    ratio_level: str,
+    surrogate: str,
+    params: SurrogateParams,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The body of :func:`policy_loss`: per-token loss [B, T] and metrics for validated names and constants."""
     level = RATIO_LEVELS.get(ratio_level)
     surrogate_fn = SURROGATES.get(surrogate)
-    params = SurrogateParams(clip_low, clip_high, dual_clip, tau_pos, tau_neg, cispo_lower_bound)
     params.validate(surrogate)
     check_same_shape(logp=logp, old_logp=old_logp, advantages=advantages, mask=mask)
 

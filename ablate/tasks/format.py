@@ -156,122 +156,168 @@ def _strip_span(text: str, s: int, e: int) -> Span:
     return (s + left, e - right)
 
 
-def parse_completion(text: str) -> ParsedCompletion:
-    """Parse a completion (any string) into steps, answer and format errors. Never raises."""
-    n = len(text)
-    found = [(FORMAT_TAGS.index(m.group()), m.start(), m.end()) for m in _TAG_RE.finditer(text)]
-    matched, extra_idx = _align([k for k, _, _ in found])
-    anchors: list[Span | None] = [None if j is None else found[j][1:] for j in matched]
-    extras: list[Span] = [found[j][1:] for j in extra_idx]
-    a0, a1, a2, a3 = anchors
+@dataclass(frozen=True)
+class _Tags:
+    """The format tags found in a completion: ``found`` every tag as ``(kind, start, end)``; ``anchors``
+    the four tags aligned to FORMAT_TAGS (None where missing); ``extras`` the spans of tags left over."""
 
-    def last_char() -> Span:
+    text: str
+    found: list[tuple[int, int, int]]
+    anchors: list[Span | None]
+    extras: list[Span]
+
+    @staticmethod
+    def of(text: str) -> _Tags:
+        """Find and align the tags of ``text``."""
+        found = [(FORMAT_TAGS.index(m.group()), m.start(), m.end()) for m in _TAG_RE.finditer(text)]
+        matched, extra_idx = _align([k for k, _, _ in found])
+        anchors: list[Span | None] = [None if j is None else found[j][1:] for j in matched]
+        return _Tags(text, found, anchors, [found[j][1:] for j in extra_idx])
+
+    def last_char(self) -> Span:
+        """The span of the last character ((0, 0) for an empty text)."""
+        n = len(self.text)
         return (n - 1, n) if n else (0, 0)
 
-    def token_at(p: int) -> Span:
+    def token_at(self, p: int) -> Span:
         """The tag starting at ``p``, else the character at ``p``, else the last character."""
-        for _, s, e in found:
+        for _, s, e in self.found:
             if s == p:
                 return (s, e)
-        return (p, p + 1) if p < n else last_char()
+        return (p, p + 1) if p < len(self.text) else self.last_char()
 
-    def next_anchor(after: int) -> Span | None:
-        return next((a for a in anchors if a is not None and a[0] >= after), None)
+    def next_anchor(self, after: int) -> Span | None:
+        """The first aligned tag starting at or after ``after``, or None."""
+        return next((a for a in self.anchors if a is not None and a[0] >= after), None)
 
-    # lenient regions
+
+def _regions(tags: _Tags) -> tuple[int, int, int | None, int]:
+    """The lenient regions ``(think_start, think_end, ans_lo, ans_hi)``; ``ans_lo`` None: no answer region."""
+    a0, a1, a2, a3 = tags.anchors
     think_start = a0[1] if a0 else 0
     if a1:
         think_end = a1[0]
     else:
-        nxt = next_anchor(think_start)
-        think_end = nxt[0] if nxt else n
+        nxt = tags.next_anchor(think_start)
+        think_end = nxt[0] if nxt else len(tags.text)
     if a2:
         ans_lo: int | None = a2[1]
     elif a1:
         ans_lo = a1[1]
     else:
         ans_lo = None
-    ans_hi = a3[0] if a3 else n
+    ans_hi = a3[0] if a3 else len(tags.text)
+    return think_start, think_end, ans_lo, ans_hi
 
-    # steps: lines of the think part, extra tags acting as separators
+
+def _steps(tags: _Tags, think_start: int, think_end: int) -> list[tuple[str, Span]]:
+    """Steps: the non-blank lines of the think part (stripped), extra tags acting as separators."""
+    text = tags.text
     steps: list[tuple[str, Span]] = []
-    for lo, hi in _pieces(think_start, think_end, extras):
+    for lo, hi in _pieces(think_start, think_end, tags.extras):
         pos = lo
         for line in text[lo:hi].split("\n"):
             s, e = _strip_span(text, pos, pos + len(line))
             if e > s:
                 steps.append((text[s:e], (s, e)))
             pos += len(line) + 1
+    return steps
 
-    # answer
-    answer: str | None = None
-    answer_span: Span | None = None
-    ans_pieces: list[Span] = []
-    if ans_lo is not None and ans_hi >= ans_lo:
-        ans_pieces = _pieces(ans_lo, ans_hi, extras)
-        joined = "".join(text[s:e] for s, e in ans_pieces).strip()
-        if joined:
-            answer = joined
-            first = next(_strip_span(text, s, e) for s, e in ans_pieces if text[s:e].strip())
-            last = next(_strip_span(text, s, e) for s, e in reversed(ans_pieces) if text[s:e].strip())
-            answer_span = (first[0], last[1])
 
-    # format errors
-    errors: list[Span] = [m.span() for m in _BAD_CHARS_RE.finditer(text)]
-    errors.extend(extras)
+def _answer(tags: _Tags, ans_lo: int | None, ans_hi: int) -> tuple[str | None, Span | None, list[Span]]:
+    """``(answer, its span, the pieces of the answer region between extra tags)``; None, None when empty."""
+    text = tags.text
+    if ans_lo is None or ans_hi < ans_lo:
+        return None, None, []
+    ans_pieces = _pieces(ans_lo, ans_hi, tags.extras)
+    joined = "".join(text[s:e] for s, e in ans_pieces).strip()
+    if not joined:
+        return None, None, ans_pieces
+    first = next(_strip_span(text, s, e) for s, e in ans_pieces if text[s:e].strip())
+    last = next(_strip_span(text, s, e) for s, e in reversed(ans_pieces) if text[s:e].strip())
+    return joined, (first[0], last[1]), ans_pieces
+
+
+def _tag_errors(tags: _Tags, think_start: int) -> list[Span]:
+    """Bad characters, extra tags, missing tags and text outside or between the tags."""
+    a0, a1, a2, a3 = tags.anchors
+    n = len(tags.text)
+    errors: list[Span] = [m.span() for m in _BAD_CHARS_RE.finditer(tags.text)]
+    errors.extend(tags.extras)
     if a0 is None:
-        errors.append(token_at(0))
+        errors.append(tags.token_at(0))
     if a1 is None:
-        nxt = next_anchor(think_start)
-        errors.append(nxt if nxt else last_char())
+        nxt = tags.next_anchor(think_start)
+        errors.append(nxt if nxt else tags.last_char())
     if a2 is None:
         if a1 is not None:
-            errors.append(token_at(a1[1]))
+            errors.append(tags.token_at(a1[1]))
         else:
-            errors.append(a3 if a3 else last_char())
+            errors.append(a3 if a3 else tags.last_char())
     if a3 is None:
-        errors.append(last_char())
+        errors.append(tags.last_char())
     if a0 is not None and a0[0] > 0:
         errors.append((0, a0[0]))
     if a1 is not None and a2 is not None and a2[0] > a1[1]:
         errors.append((a1[1], a2[0]))
     if a3 is not None and a3[1] < n:
         errors.append((a3[1], n))
-    # think body: non-empty lines without edge spaces (or no body at all)
-    if think_end > think_start:
-        pos = think_start
-        lines = text[think_start:think_end].split("\n")
-        for i, line in enumerate(lines):
-            s, e = pos, pos + len(line)
-            content = "".join(text[a:b] for a, b in _pieces(s, e, extras))
-            if not content.strip(" "):
-                if line:
-                    errors.append((s, e))
-                elif i + 1 < len(lines):
-                    errors.append((e, e + 1))  # the newline after the empty line
-                else:
-                    errors.append((s - 1, s))  # the newline before it
+    return errors
+
+
+def _think_body_errors(tags: _Tags, think_start: int, think_end: int) -> list[Span]:
+    """The think body must be non-empty lines without edge spaces (or no body at all)."""
+    if think_end <= think_start:
+        return []
+    text, errors = tags.text, []
+    pos = think_start
+    lines = text[think_start:think_end].split("\n")
+    for i, line in enumerate(lines):
+        s, e = pos, pos + len(line)
+        content = "".join(text[a:b] for a, b in _pieces(s, e, tags.extras))
+        if not content.strip(" "):
+            if line:
+                errors.append((s, e))
+            elif i + 1 < len(lines):
+                errors.append((e, e + 1))  # the newline after the empty line
             else:
-                if line.startswith(" "):
-                    errors.append((s, s + len(line) - len(line.lstrip(" "))))
-                if line.endswith(" "):
-                    errors.append((s + len(line.rstrip(" ")), e))
-            pos = e + 1
-    # answer body: one non-empty line without edge spaces
-    if ans_lo is not None and ans_hi >= ans_lo:
-        content = "".join(text[s:e] for s, e in ans_pieces)
-        if not content.strip(" \n"):
-            errors.append(a3 if a3 else last_char())
+                errors.append((s - 1, s))  # the newline before it
         else:
-            for m in re.finditer("\n", text[ans_lo:ans_hi]):
-                errors.append((ans_lo + m.start(), ans_lo + m.end()))
-            body = text[ans_lo:ans_hi]
-            if body.startswith(" "):
-                errors.append((ans_lo, ans_lo + len(body) - len(body.lstrip(" "))))
-            if body.endswith(" "):
-                errors.append((ans_lo + len(body.rstrip(" ")), ans_hi))
+            if line.startswith(" "):
+                errors.append((s, s + len(line) - len(line.lstrip(" "))))
+            if line.endswith(" "):
+                errors.append((s + len(line.rstrip(" ")), e))
+        pos = e + 1
+    return errors
+
+
+def _answer_body_errors(tags: _Tags, ans_lo: int | None, ans_hi: int, ans_pieces: list[Span]) -> list[Span]:
+    """The answer body must be one non-empty line without edge spaces."""
+    if ans_lo is None or ans_hi < ans_lo:
+        return []
+    text, a3 = tags.text, tags.anchors[3]
+    content = "".join(text[s:e] for s, e in ans_pieces)
+    if not content.strip(" \n"):
+        return [a3 if a3 else tags.last_char()]
+    errors = [(ans_lo + m.start(), ans_lo + m.end()) for m in re.finditer("\n", text[ans_lo:ans_hi])]
+    body = text[ans_lo:ans_hi]
+    if body.startswith(" "):
+        errors.append((ans_lo, ans_lo + len(body) - len(body.lstrip(" "))))
+    if body.endswith(" "):
+        errors.append((ans_lo + len(body.rstrip(" ")), ans_hi))
+    return errors
+
+
+def parse_completion(text: str) -> ParsedCompletion:
+    """Parse a completion (any string) into steps, answer and format errors. Never raises."""
+    tags = _Tags.of(text)
+    think_start, think_end, ans_lo, ans_hi = _regions(tags)
+    answer, answer_span, ans_pieces = _answer(tags, ans_lo, ans_hi)
+    errors = _tag_errors(tags, think_start)
+    errors += _think_body_errors(tags, think_start, think_end)
+    errors += _answer_body_errors(tags, ans_lo, ans_hi, ans_pieces)
     return ParsedCompletion(
-        steps=tuple(steps),
+        steps=tuple(_steps(tags, think_start, think_end)),
         answer=answer,
         answer_span=answer_span,
         format_errors=_merge(errors),

@@ -27,7 +27,7 @@ from ablate.rewards.learned_prm import (
     train_learned_prm,
 )
 from ablate.tasks import Grade, StepCheck
-from ablate.train import Trainer, build_policy, build_task, run_trial
+from ablate.train import build_policy, build_task, run_trial, setup_trial, train_step
 
 #: The shared tiny trial (tests/conftest.py, so the session's
 #: warm start in ``ws_cache`` is built once); the last ones make the PRM small enough for a test.
@@ -181,14 +181,14 @@ def test_one_class_of_steps_is_a_clear_error(tmp_path):
 
 def test_trial_with_learned_prm_trains(built, ws_cache):
     cfg, *_, report, _ = built
-    trainer = Trainer(cfg)
-    assert trainer.prm is not None and trainer.prm_report["cached"], "the trial must reuse the module's PRM"
-    assert trainer.prm_report["key"] == report["key"]
-    before = [p.detach().clone() for p in trainer.model.parameters()]
-    prm_before = [p.detach().clone() for p in trainer.prm.parameters()]
+    state = setup_trial(cfg)
+    assert state.prm is not None and state.prm_report["cached"], "the trial must reuse the module's PRM"
+    assert state.prm_report["key"] == report["key"]
+    before = [p.detach().clone() for p in state.model.parameters()]
+    prm_before = [p.detach().clone() for p in state.prm.parameters()]
     saw_prm_reward = False
     for step in (1, 2):
-        metrics, batch = trainer.step(step)
+        metrics, batch = train_step(state, step)
         assert "reward/prm" in metrics and "reward/final_answer" in metrics
         prm_part = batch.parts["prm"]
         assert torch.all(prm_part[batch.mask == 0] == 0)
@@ -196,8 +196,8 @@ def test_trial_with_learned_prm_trains(built, ws_cache):
         assert torch.all((prm_part >= 0) & (prm_part <= 1))
         saw_prm_reward |= bool((prm_part > 0).any())
     assert saw_prm_reward
-    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters())), "policy unchanged"
-    assert all(torch.equal(a, b) for a, b in zip(prm_before, trainer.prm.parameters())), "the PRM must stay frozen"
+    assert any(not torch.equal(a, b) for a, b in zip(before, state.model.parameters())), "policy unchanged"
+    assert all(torch.equal(a, b) for a, b in zip(prm_before, state.prm.parameters())), "the PRM must stay frozen"
 
 
 def test_trial_result_carries_the_learned_prm_report(built):
@@ -211,5 +211,5 @@ def test_other_sources_build_no_learned_prm(ws_cache):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = TrialConfig.from_overrides([*TINY, f"warmstart.cache_dir={ws_cache}", "reward.prm.source=oracle"])
-    trainer = Trainer(cfg)
-    assert trainer.prm is None and trainer.prm_report == {}
+    state = setup_trial(cfg)
+    assert state.prm is None and state.prm_report == {}

@@ -460,3 +460,29 @@ def test_value_clip_must_be_positive():
     x = torch.zeros(1, 2)
     with pytest.raises(ConfigError, match="value clip=0"):
         value_loss(x, x, x, x + 1, clip=0)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"loss.ratio_level": "sequence", "loss.clip_low": 3e-4, "loss.clip_high": 4e-4},
+        {"loss.surrogate": "cispo", "loss.cispo_lower_bound": True, "loss.clip_high": 0.28},
+        {"loss.surrogate": "sapo", "loss.sapo_tau_pos": 0.8, "loss.sapo_tau_neg": 1.2},
+        {"loss.dual_clip": 3.0},
+    ],
+)
+def test_policy_loss_from_config_is_policy_loss_with_the_loss_section(overrides):
+    from ablate.config import TrialConfig
+    from ablate.rl import policy_loss_from_config
+
+    loss = TrialConfig.from_overrides(overrides).loss
+    logp, old_logp, adv, mask = random_batch(3)
+    a, ma = policy_loss_from_config(logp, old_logp, adv, mask, loss)
+    b, mb = policy_loss(
+        logp, old_logp, adv, mask, ratio_level=loss.ratio_level, surrogate=loss.surrogate,
+        clip_low=loss.clip_low, clip_high=loss.clip_high, dual_clip=loss.dual_clip, tau_pos=loss.sapo_tau_pos,
+        tau_neg=loss.sapo_tau_neg, cispo_lower_bound=loss.cispo_lower_bound,
+    )
+    assert torch.equal(a, b)
+    assert ma.keys() == mb.keys() and all(ma[k] == mb[k] or (math.isnan(ma[k]) and math.isnan(mb[k])) for k in ma)

@@ -1,0 +1,226 @@
+"""The PPO update of one RL step: advantages, then epochs over minibatches, gradient accumulation
+over micro-batches inside each minibatch, one optimizer step per minibatch.
+
+Shapes: B completions, P prompt tokens, T completion tokens; ``rows`` index a minibatch, ``micro`` a
+micro-batch of it. The loss of a micro-batch is normalized by totals of its whole minibatch
+(:func:`ablate.rl.step_totals`), so accumulation gives the full-minibatch gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ablate.models.logprobs import token_logprobs_and_entropy
+from ablate.rl import (
+    StepTotals,
+    aggregate_loss,
+    compute_advantages,
+    kl_penalty,
+    masked_mean,
+    policy_loss_from_config,
+    step_totals,
+    value_loss,
+)
+from ablate.train.batch import StepBatch
+from ablate.train.guards import check_finite
+from ablate.train.seeds import seeded_generator
+from ablate.train.setup import TrialState, autocast
+
+#: The loss parts logged as ``loss/<part>`` (sums over a minibatch's micro-batches).
+LOSS_PARTS = ("policy", "entropy", "kl", "value", "total")
+
+
+def nan_mean(values: list[float]) -> float:
+    """The mean of the non-NaN ``values`` (NaN when there are none)."""
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+@dataclass
+class UpdateInputs:
+    """The tensors every minibatch of an update reads.
+
+    Attributes:
+        input_ids, attention_mask: [B, P + T] model inputs; num_prompt_tokens: P.
+        loss_mask: [B, T] the completion mask, with truncated rows zeroed under ``reward.overlong_filter``.
+        advantages: [B, T]; returns: [B, T] critic targets (None without a critic).
+        old_values: [B, T] critic values at rollout time (None without a critic).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    num_prompt_tokens: int
+    loss_mask: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor | None
+    old_values: torch.Tensor | None
+
+
+@dataclass
+class UpdateTally:
+    """What an update accumulates for its metrics: per-name value lists (averaged at the end, NaNs
+    skipped) and the behaviour policy's entropy summed over the first epoch's active tokens."""
+
+    lists: dict[str, list[float]] = field(default_factory=dict)
+    entropy_sum: float = 0.0
+    entropy_count: float = 0.0
+
+    def add(self, name: str, value: float) -> None:
+        """Append ``value`` to the list of metric ``name``."""
+        self.lists.setdefault(name, []).append(float(value))
+
+
+def loss_mask_of(state: TrialState, batch: StepBatch) -> torch.Tensor:
+    """[B, T] the tokens the loss sees: ``batch.mask``, minus truncated rows under ``reward.overlong_filter``."""
+    if state.config.reward.overlong_filter:
+        return batch.mask * (~batch.truncated).to(batch.mask.dtype).unsqueeze(1)
+    return batch.mask
+
+
+def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInputs:
+    """Critic values at rollout time and the advantages [B, T] of ``batch`` (``algo.*``)."""
+    c = state.config
+    loss_mask = loss_mask_of(state, batch)  # (B, T)
+    input_ids, attn, p = batch.input_ids, batch.attention_mask, batch.num_prompt_tokens  # (B, P + T)
+    old_values = None
+    if state.critic is not None:
+        with torch.no_grad(), autocast(state):
+            old_values = state.critic(input_ids, attn, p).float()  # (B, T)
+    adv, returns = compute_advantages(
+        batch.token_rewards, loss_mask, batch.group_ids,
+        estimator=c.algo.advantage, values=old_values, gamma=c.algo.gamma, lam=c.algo.lam,
+        step_mask=batch.step_mask, whiten=c.algo.whiten,
+    )  # (B, T), (B, T) or None
+    check_finite(adv, "advantages", step)
+    return UpdateInputs(input_ids, attn, p, loss_mask, adv, returns, old_values)
+
+
+def minibatches(state: TrialState, n: int, step: int, epoch: int) -> list[torch.Tensor]:
+    """A seeded permutation of the ``n`` rows cut into ``algo.minibatches`` index tensors.
+
+    A group may be split across minibatches: the step totals of prompt-mean handle that.
+    """
+    perm = torch.randperm(n, generator=seeded_generator(torch.device("cpu"), state.config.seed, "perm", step, epoch))
+    k = min(state.config.algo.minibatches, n)
+    return [chunk.to(state.device) for chunk in torch.tensor_split(perm, k)]
+
+
+def micro_batch_loss(
+    state: TrialState, batch: StepBatch, x: UpdateInputs, micro: torch.Tensor, agg: dict[str, Any],
+    totals: StepTotals,
+) -> tuple[dict[str, torch.Tensor], dict[str, float], torch.Tensor]:
+    """The loss of the rows ``micro``: policy loss minus the entropy bonus, plus the KL term
+    (``kl.placement=loss``) and the value loss (with a critic). ``agg`` holds the keyword arguments
+    of :func:`aggregate_loss` for these rows (group ids, ``loss.max_len``, the minibatch's totals).
+
+    Returns:
+        ``({part: 0-dim tensor}`` for every part of :data:`LOSS_PARTS` (``total`` carries the
+        gradient), the policy loss metrics, the entropy [b, T] of the micro-batch's tokens).
+    """
+    c = state.config
+    m_mask = x.loss_mask[micro]  # (b, T)
+    ids, attn, p = x.input_ids[micro], x.attention_mask[micro], x.num_prompt_tokens  # (b, P + T)
+    with autocast(state):
+        logp, entropy = token_logprobs_and_entropy(
+            state.model, ids, attn, num_prompt_tokens=p, temperature=c.rollout.temperature
+        )  # (b, T), (b, T)
+    old_logp = logp.detach() if batch.old_logp is None else batch.old_logp[micro]  # (b, T)
+    per_token, pm = policy_loss_from_config(logp, old_logp, x.advantages[micro], m_mask, c.loss)  # (b, T)
+    pg = aggregate_loss(per_token, m_mask, c.loss.aggregation, **agg)
+    ent = aggregate_loss(entropy, m_mask, c.loss.aggregation, **agg)
+    loss = pg - c.loss.entropy_coef * ent
+    kl_term = torch.zeros((), device=state.device)
+    if c.kl.placement == "loss":
+        kl_t = kl_penalty(logp, batch.ref_logp[micro], estimator=c.kl_estimator, mask=m_mask)  # (b, T)
+        kl_term = aggregate_loss(kl_t, m_mask, c.loss.aggregation, **agg)
+        loss = loss + state.beta * kl_term
+    vf = torch.zeros((), device=state.device)
+    if state.critic is not None:
+        with autocast(state):
+            v = state.critic(ids, attn, p).float()  # (b, T)
+        vf_t = value_loss(v, x.old_values[micro], x.returns[micro], m_mask, clip=c.critic.value_clip)  # (b, T)
+        vf = aggregate_loss(vf_t, m_mask, "token-mean", num_tokens=totals.num_tokens)
+        loss = loss + c.critic.vf_coef * vf
+    return {"policy": pg, "entropy": ent, "kl": kl_term, "value": vf, "total": loss}, pm, entropy
+
+
+def minibatch_step(
+    state: TrialState, batch: StepBatch, x: UpdateInputs, rows: torch.Tensor, step: int, epoch: int,
+    tally: UpdateTally,
+) -> None:
+    """One optimizer step on the minibatch ``rows``: accumulate the gradients of its
+    ``algo.grad_accum`` micro-batches, clip the gradient norm, step optimizer and scheduler."""
+    c = state.config
+    totals = step_totals(x.loss_mask[rows], batch.group_ids[rows])
+    state.optimizer.zero_grad(set_to_none=True)
+    sums = dict.fromkeys(LOSS_PARTS, 0.0)
+    positions = torch.arange(rows.numel())
+    for pos in torch.tensor_split(positions, min(c.algo.grad_accum, rows.numel())):
+        micro = rows[pos.to(rows.device)]
+        agg = dict(group_ids=batch.group_ids[micro], max_len=c.loss_max_len, **totals.for_rows(pos))
+        parts, pm, entropy = micro_batch_loss(state, batch, x, micro, agg, totals)
+        check_finite(parts["total"].detach(), "loss", step)
+        parts["total"].backward()
+        for k in LOSS_PARTS:
+            sums[k] += float(parts[k].detach())
+        for k, v in pm.items():
+            tally.add("policy/" + k, v)
+        if epoch == 0:
+            m_mask = x.loss_mask[micro]  # (b, T)
+            tally.entropy_sum += float((entropy.detach() * m_mask).sum())
+            tally.entropy_count += float(m_mask.sum())
+    params = [q for g in state.optimizer.param_groups for q in g["params"]]
+    max_norm = c.optim.max_grad_norm if c.optim.max_grad_norm is not None else float("inf")
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    check_finite(grad_norm, "gradient norm", step)
+    state.optimizer.step()
+    state.scheduler.step()
+    tally.add("optim/grad_norm", float(grad_norm))
+    for k, v in sums.items():
+        tally.add("loss/" + k, v)
+
+
+@torch.no_grad()
+def update_summary(x: UpdateInputs, tally: UpdateTally) -> dict[str, float]:
+    """The advantage statistics, the behaviour entropy and (with a critic) the value statistics."""
+    adv, mask = x.advantages, x.loss_mask  # (B, T)
+    out = {
+        "adv/mean": float(masked_mean(adv, mask)),
+        "adv/std": float(masked_mean((adv - masked_mean(adv, mask)) ** 2, mask).sqrt()),
+        "policy/entropy": tally.entropy_sum / max(tally.entropy_count, 1.0),
+    }
+    if x.old_values is not None:
+        var_r = masked_mean((x.returns - masked_mean(x.returns, mask)) ** 2, mask)
+        resid = x.returns - x.old_values  # (B, T)
+        var_e = masked_mean((resid - masked_mean(resid, mask)) ** 2, mask)
+        out["critic/value_mean"] = float(masked_mean(x.old_values, mask))
+        out["critic/explained_variance"] = float(1.0 - var_e / var_r) if var_r > 0 else float("nan")
+    return out
+
+
+def ppo_update(state: TrialState, batch: StepBatch, step: int) -> dict[str, float]:
+    """``algo.ppo_epochs`` epochs over ``algo.minibatches`` minibatches of ``batch``; the update's metrics.
+
+    Metrics: the mean over micro-batches of every ``policy/*`` loss metric, the mean over minibatches
+    of ``loss/*`` and ``optim/grad_norm``, then :func:`update_summary`'s and ``optim/lr``.
+
+    Raises:
+        NonFiniteError: non-finite advantages, loss or gradient norm.
+    """
+    x = update_inputs(state, batch, step)
+    tally = UpdateTally()
+    state.model.train()
+    if state.critic is not None:
+        state.critic.train()
+    for epoch in range(state.config.algo.ppo_epochs):
+        for rows in minibatches(state, x.input_ids.shape[0], step, epoch):
+            minibatch_step(state, batch, x, rows, step, epoch, tally)
+    state.model.eval()
+    out = {k: nan_mean(v) for k, v in tally.lists.items()}
+    out.update(update_summary(x, tally))
+    out["optim/lr"] = float(state.optimizer.param_groups[0]["lr"])
+    return out
