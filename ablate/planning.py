@@ -323,7 +323,7 @@ def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
     """The estimated one-worker time of ``study`` at ``budget`` with ``seeds`` seeds per arm
     (:mod:`ablate.timing`; a trial's time does not depend on its seed); None without timing constants."""
     from ablate.plan import Plan
-    from ablate.study import estimate_study_seconds
+    from ablate.timing import estimate_study_seconds
 
     one = estimate_study_seconds(Plan.of(study.with_seeds([0]), budget).specs)
     return None if one is None else one * seeds

@@ -551,25 +551,6 @@ class Study:
         return len(self.arms) * len(self.seeds)
 
 
-def estimate_trial_seconds(spec: TrialSpec) -> float | None:
-    """The expected wall time of one trial on one worker, in seconds, from the timing model of
-    :mod:`ablate.timing` (measured constants per zoo model); None when its model has none."""
-    from ablate.timing import estimate_config_seconds
-
-    return estimate_config_seconds(spec.config)
-
-
-def estimate_study_seconds(specs: Sequence[TrialSpec]) -> float | None:
-    """The sum of :func:`estimate_trial_seconds` over ``specs`` (one worker), or None if any is unknown."""
-    total = 0.0
-    for spec in specs:
-        t = estimate_trial_seconds(spec)
-        if t is None:
-            return None
-        total += t
-    return total
-
-
 # --------------------------------------------------------------------------------------- checks
 
 

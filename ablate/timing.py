@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ablate.config import TrialConfig
+    from ablate.study import TrialSpec
 from typing import Any
 
 #: Where the measured constants live (written by benchmarks/calibrate_timing.py).
@@ -118,3 +121,19 @@ def estimate_config_seconds(config: TrialConfig, costs: dict[str, ModelCosts] | 
         per_eval += c.rollout(config.eval.n_problems * config.eval.pass_k, length)
     return c.setup + steps * per_step + evals * per_eval
 
+
+def estimate_trial_seconds(spec: TrialSpec) -> float | None:
+    """The expected wall time of one trial on one worker, in seconds, from the timing model of
+    this module (measured constants per zoo model); None when its model has none."""
+    return estimate_config_seconds(spec.config)
+
+
+def estimate_study_seconds(specs: Sequence[TrialSpec]) -> float | None:
+    """The sum of :func:`estimate_trial_seconds` over ``specs`` (one worker), or None if any is unknown."""
+    total = 0.0
+    for spec in specs:
+        t = estimate_trial_seconds(spec)
+        if t is None:
+            return None
+        total += t
+    return total

@@ -10,7 +10,7 @@ enough that it lands inside ``[target_min, target_max]`` (the report says whethe
 The result is cached on disk, keyed by a hash of everything that determines it (task, difficulty and
 options, model, seed, every training setting, and a format version): asking again returns the cached
 checkpoint in about a second. Several processes asking for the same warm start at once build it once:
-the builder holds an exclusive file lock, writes into a temporary folder and renames it into place,
+the builder holds an exclusive file lock (:mod:`ablate.cache`), writes into a temporary folder and renames it into place,
 so a reader never sees a half-written checkpoint.
 
 Run it alone with ``ablate warmstart --task addition --model tiny-llama``.
@@ -18,43 +18,23 @@ Run it alone with ``ablate warmstart --task addition --model tiny-llama``.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.cache import default_cache_dir, file_lock, spec_dict, spec_key
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
-from filelock import FileLock
 
 #: Bump when the procedure changes in a way that changes its result (invalidates the cache).
 FORMAT_VERSION = 1
-
-
-def default_cache_dir() -> Path:
-    """``$ABLATE_CACHE`` or ``~/.cache/ablate``."""
-    return Path(os.environ.get("ABLATE_CACHE") or Path.home() / ".cache" / "ablate")
-
-
-def spec_dict(spec: Any) -> dict[str, Any]:
-    """A cache spec dataclass as plain JSON-able data, its ``task_options`` sorted."""
-    d = asdict(spec)
-    d["task_options"] = dict(sorted(dict(spec.task_options).items()))
-    return d
-
-
-def spec_key(spec: Any, version: int) -> str:
-    """Stable cache key of a spec dataclass: 16 hex digits of SHA-256 of its canonical JSON and ``version``."""
-    payload = json.dumps({"v": version, **spec_dict(spec)}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -133,19 +113,6 @@ class WarmStartReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive :class:`filelock.FileLock` on ``path`` (created with its folders) for the
-    ``with`` block (an OS lock: the kernel releases it when its holder dies).
-
-    Cache builders (the warm start, the learned PRM) take it around "check, build, rename into place",
-    so that several processes asking for the same entry build it once.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(path):
-        yield
 
 
 def sft_batch(policy, problems, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

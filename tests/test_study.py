@@ -24,11 +24,11 @@ from ablate.study import (
     Study,
     StudyError,
     TrialSpec,
-    estimate_study_seconds,
     level_name,
     load_study,
     read_yaml,
 )
+from ablate.timing import estimate_study_seconds
 
 DATA = Path(__file__).parent / "data" / "studies"
 
@@ -507,7 +507,7 @@ def test_show_fractional_prints_aliasing_and_json(cli, tmp_path):
     rc, out, _ = cli("show", str(path), "--json")
     data = json.loads(out)
     assert (data["n_arms"], data["n_trials"]) == (8, 16)
-    from ablate.study import estimate_trial_seconds
+    from ablate.timing import estimate_trial_seconds
 
     specs = Plan.of(load_study(path), "default").specs
     assert data["estimated_seconds"] == pytest.approx(sum(estimate_trial_seconds(s) for s in specs))

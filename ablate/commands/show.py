@@ -51,7 +51,7 @@ def _fmt_seconds(seconds: float) -> str:
 def describe(study: Study, budget: str) -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
     from ablate.plan import Plan
-    from ablate.study import estimate_study_seconds
+    from ablate.timing import estimate_study_seconds
 
     specs = Plan.of(study, budget).specs
     seconds = estimate_study_seconds(specs)

@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ablate.cache import spec_dict, spec_key
 from ablate.errors import AblateError
 from ablate.models.heads import BackboneHead
 from ablate.rewards.base import step_end_tokens
-from ablate.warmstart import spec_dict, spec_key
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
@@ -568,7 +568,7 @@ def train_learned_prm(
         task: the task whose train problems are sampled and whose step checker labels the steps; its
             name must be ``spec.task`` (the spec names the cache entry).
         spec: every setting (its :meth:`LearnedPRMSpec.key` names the cache entry).
-        cache_dir: cache root (default :func:`ablate.warmstart.default_cache_dir`); entries live in
+        cache_dir: cache root (default :func:`ablate.cache.default_cache_dir`); entries live in
             ``<cache_dir>/prm/<key>/``.
         device: where to train and where the returned PRM lives.
         progress: show progress bars while sampling and training.
@@ -581,7 +581,7 @@ def train_learned_prm(
         AblateError: ``task`` is not ``spec.task``, or the training samples' steps are all correct or
             all incorrect (or absent).
     """
-    from ablate.warmstart import default_cache_dir, file_lock
+    from ablate.cache import default_cache_dir, file_lock
 
     if getattr(task, "name", spec.task) != spec.task:
         raise AblateError(f"train_learned_prm: the task is {task.name!r} but the spec names {spec.task!r}")
