@@ -26,7 +26,7 @@ DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 _INTRO = """\
 # Trial configuration reference
 
-<!-- Generated from ablate/config.py by `python -m ablate.config_docs`; do not edit by hand. -->
+<!-- Generated from ablate/config/ (the sections and rules) by `python -m ablate.config_docs`; do not edit by hand. -->
 
 A trial is one `TrialConfig` plus its seed. Every field below is set by its dotted path, from
 a study's `base:`, a factor level, a budget, `ablate train --set path=value`, or a YAML file with
@@ -39,7 +39,9 @@ seed: 3
 ```
 
 Values given as `path=value` strings are read as YAML (`reward.components=[final_answer, prm]`,
-`optim.lr=3e-4`, `loss.dual_clip=null`). Every problem (an unknown path, with the nearest valid one;
+`optim.lr=3e-4`, `loss.dual_clip=null`). Files and strings are read in one dialect, the same as study
+files (`ablate/yamlio.py`): only `true` and `false` are booleans (`on`, `off`, `yes`, `no` are
+strings) and `1e-4` is a float; a key given twice in a file is an error. Every problem (an unknown path, with the nearest valid one;
 a value outside the allowed ones; an unknown registered name; an impossible combination) is reported
 at once, in one error.
 
