@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from ablate.config.paths import Target, describe_type, is_section, lookup, unknown_path_message
 from ablate.config.problems import ConfigProblem, RuleViolations
@@ -179,7 +180,7 @@ def problems_from_validation_error(root: type[BaseModel], exc: ValidationError) 
     return problems
 
 
-def _error_message(root: type[BaseModel], err: Any) -> str:
+def _error_message(root: type[BaseModel], err: ErrorDetails) -> str:
     """The message of one pydantic error: what is wrong, the value given, the allowed values."""
     msg = err["msg"]
     if msg.startswith("Value error, "):

@@ -214,9 +214,8 @@ class TrialConfig(Section):
             doc = read_yaml(path)
         except YamlError as exc:
             raise TrialConfigError([_yaml_problem(p) for p in exc.problems], source) from None
-        if doc is None:
-            doc = LineDict()
-            doc.key_lines, doc.duplicates = {}, []
+        if doc is None:  # an empty file: the defaults
+            return cls._build(TrialConfig._default_dict(), [Layer(overrides)], source=source)
         if not isinstance(doc, LineDict):
             raise TrialConfigError([ConfigProblem(
                 "", f"the top level must be a mapping of keys to values, got a {type(plain(doc)).__name__}")], source)
