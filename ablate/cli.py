@@ -7,7 +7,9 @@ Each sub-command lives in its own module under :mod:`ablate.commands`, which def
     def add_arguments(parser: argparse.ArgumentParser) -> None: ...
     def run(args: argparse.Namespace) -> int: ...
 
-Command modules import heavy libraries (torch, mlflow) inside ``run`` so that ``--help`` is fast.
+Command modules import heavy libraries (torch, mlflow) inside ``run`` so that ``--help`` is fast;
+:func:`main` loads the built-in registries (:func:`ablate.registry.load_builtin_registries`) once
+the command line is parsed, so that every command sees every built-in component.
 User errors (:class:`ablate.errors.AblateError`) print one message to stderr and exit with code 2.
 """
 
@@ -19,6 +21,7 @@ import sys
 
 from ablate import __version__
 from ablate.errors import AblateError
+from ablate.registry import load_builtin_registries
 
 #: Sub-commands in the order ``ablate --help`` lists them: name → module under ablate.commands.
 COMMANDS: dict[str, str] = {
@@ -34,6 +37,9 @@ COMMANDS: dict[str, str] = {
     "plan": "ablate.commands.plan",
     "report": "ablate.commands.report",
 }
+
+#: Commands that read no registry but the tasks' own: they do not load the built-ins (nor torch).
+TORCH_FREE_COMMANDS: frozenset[str] = frozenset({"tasks"})
 
 EPILOG = """\
 A study file names factors (the choices to compare), their levels, seeds and budgets; `ablate`
@@ -73,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
+        if args.command not in TORCH_FREE_COMMANDS:
+            load_builtin_registries()  # the edge: every built-in component registered before a command runs
         return int(args._run(args) or 0)
     except AblateError as exc:
         print(f"ablate {args.command}: error: {exc}", file=sys.stderr)

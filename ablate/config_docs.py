@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from ablate.config import KEY_EXCLUDED_PATHS, RULES, TrialConfig, _default_of, _describe_type, _is_section
+from ablate.config import KEY_EXCLUDED_PATHS, RULES, TrialConfig
+from ablate.config.paths import default_of, describe_type, is_section
 
 #: Where the reference lives, relative to the repository root.
 DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
@@ -25,7 +26,7 @@ DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
 _INTRO = """\
 # Trial configuration reference
 
-<!-- Generated from ablate/config.py by `python -m ablate.config_docs`; do not edit by hand. -->
+<!-- Generated from ablate/config/ (the sections and rules) by `python -m ablate.config_docs`; do not edit by hand. -->
 
 A trial is one `TrialConfig` plus its seed. Every field below is set by its dotted path, from
 a study's `base:`, a factor level, a budget, `ablate train --set path=value`, or a YAML file with
@@ -38,7 +39,9 @@ seed: 3
 ```
 
 Values given as `path=value` strings are read as YAML (`reward.components=[final_answer, prm]`,
-`optim.lr=3e-4`, `loss.dual_clip=null`). Every problem (an unknown path, with the nearest valid one;
+`optim.lr=3e-4`, `loss.dual_clip=null`). Files and strings are read in one dialect, the same as study
+files (`ablate/yamlio.py`): only `true` and `false` are booleans (`on`, `off`, `yes`, `no` are
+strings) and `1e-4` is a float; a key given twice in a file is an error. Every problem (an unknown path, with the nearest valid one;
 a value outside the allowed ones; an unknown registered name; an impossible combination) is reported
 at once, in one error.
 
@@ -59,13 +62,13 @@ def _section_table(cls: type[BaseModel], prefix: str, out: list[str]) -> None:
     out.append("|---|---|---|---|")
     nested: list[tuple[type[BaseModel], str]] = []
     for name, fi in cls.model_fields.items():
-        if _is_section(fi.annotation):
+        if is_section(fi.annotation):
             out.append(f"| `{prefix}{name}` | section | see below | {_cell(fi.description or '')} |")
             nested.append((fi.annotation, f"{prefix}{name}."))
             continue
-        default = json.dumps(_default_of(fi))
+        default = json.dumps(default_of(fi))
         out.append(
-            f"| `{prefix}{name}` | {_cell(_describe_type(fi))} | `{default}` | {_cell(fi.description or '')} |"
+            f"| `{prefix}{name}` | {_cell(describe_type(fi))} | `{default}` | {_cell(fi.description or '')} |"
         )
     out.append("")
     for sub, sub_prefix in nested:
@@ -76,16 +79,16 @@ def render_markdown() -> str:
     """The whole ``docs/config.md`` page, from the schema's descriptions."""
     excluded = ", ".join(f"`{p}`" for p in sorted(KEY_EXCLUDED_PATHS))
     out = [_INTRO.replace("EXCLUDED", excluded)]
-    top = [(n, fi) for n, fi in TrialConfig.model_fields.items() if not _is_section(fi.annotation)]
+    top = [(n, fi) for n, fi in TrialConfig.model_fields.items() if not is_section(fi.annotation)]
     out.append("## Top level\n")
     out.append("| key | allowed values | default | description |")
     out.append("|---|---|---|---|")
     for name, fi in top:
-        default = json.dumps(_default_of(fi))
-        out.append(f"| `{name}` | {_cell(_describe_type(fi))} | `{default}` | {_cell(fi.description or '')} |")
+        default = json.dumps(default_of(fi))
+        out.append(f"| `{name}` | {_cell(describe_type(fi))} | `{default}` | {_cell(fi.description or '')} |")
     out.append("")
     for name, fi in TrialConfig.model_fields.items():
-        if _is_section(fi.annotation):
+        if is_section(fi.annotation):
             _section_table(fi.annotation, name + ".", out)
     out.append("## Cross-field rules\n")
     out.append("Checked whenever a configuration is built; an error says how to fix it, a warning why.\n")

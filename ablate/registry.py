@@ -15,11 +15,18 @@ with a decorator, and looked up by name::
     ESTIMATORS.get("grpoo")       # UnknownNameError: ... valid names: grpo, ... (did you mean 'grpo'?)
 
 Registering a name twice raises, so a plugin cannot silently replace a built-in.
+
+The built-in registries are filled by importing their modules (:data:`BUILTIN_MODULES`), which
+imports torch. That happens at the edge, where components are used (the CLI, the trainer), with
+:func:`load_builtin_registries`; a configuration is validated against :data:`BUILTIN_NAMES` (the
+built-in names of each kind, declared here without importing anything) plus whatever has been
+registered so far (a study's plugins), so validating one never imports torch.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar, overload
 
@@ -29,6 +36,85 @@ T = TypeVar("T")
 
 #: Every registry created, by kind; ``ablate`` commands and tests iterate over it.
 ALL_REGISTRIES: dict[str, Registry] = {}
+
+#: Modules whose import registers the built-in components (tasks, models, losses, estimators, rewards).
+BUILTIN_MODULES: tuple[str, ...] = ("ablate.rl", "ablate.tasks", "ablate.models", "ablate.rewards")
+
+#: The built-in names of every kind a configuration names, in registration order, declared without
+#: importing their implementations (a test checks them against the loaded registries).
+BUILTIN_NAMES: dict[str, tuple[str, ...]] = {
+    "advantage estimator": ("grpo", "dr_grpo", "rloo", "grpo_process", "gae"),
+    "kl estimator": ("k1", "k2", "k3"),
+    "ratio level": ("token", "sequence", "sequence_token"),
+    "policy loss surrogate": ("ppo", "cispo", "sapo"),
+    "loss aggregation": (
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean"
+    ),
+    "task": ("addition", "chain", "countdown", "jsonl"),
+    "model": ("micro-llama", "tiny-llama", "small-llama", "base-llama", "tiny-gpt2", "tiny-qwen2", "smollm2-135m"),
+    "reward component": ("final_answer", "prm", "kl", "format", "partial", "missing_eos", "soft_overlong"),
+}
+
+_builtins_loaded = False
+
+
+def load_builtin_registries() -> None:
+    """Import :data:`BUILTIN_MODULES` once, so that their registries are filled (imports torch).
+
+    Called at the edge: the ``ablate`` command line before it runs a command, and whoever needs the
+    real registries. A module that does not exist is skipped (only a :class:`ModuleNotFoundError`
+    for that exact module; any other import error propagates).
+    """
+    global _builtins_loaded
+    if _builtins_loaded:
+        return
+    for name in BUILTIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    _builtins_loaded = True
+
+
+def builtins_loaded() -> bool:
+    """Whether :func:`load_builtin_registries` has run (the registries are then the whole truth)."""
+    return _builtins_loaded
+
+
+def registry_of(kind: str) -> Registry | None:
+    """The registry of ``kind`` (e.g. ``"task"``) after loading the built-ins, or None if there is none.
+
+    Loads the built-in registries (imports torch): for the edge, not for validation (see
+    :func:`known_names`). A registry with no entries counts as none.
+    """
+    load_builtin_registries()
+    reg = ALL_REGISTRIES.get(kind)
+    return reg if reg is not None and len(reg) > 0 else None
+
+
+def known_names(kind: str) -> list[str] | None:
+    """The names a configuration may give for ``kind``, without importing any implementation.
+
+    Once the built-ins are loaded, the registry's names; before, :data:`BUILTIN_NAMES` plus whatever
+    has been registered so far (plugins). None when there are none (the name is then not checked).
+    """
+    reg = ALL_REGISTRIES.get(kind)
+    registered = reg.names() if reg is not None else []
+    if _builtins_loaded:
+        return registered or None
+    declared = list(BUILTIN_NAMES.get(kind, ()))
+    names = declared + [n for n in registered if n not in declared]
+    return names or None
+
+
+def unknown_name_message(kind: str, name: object, valid: list[str]) -> str:
+    """The message for an unknown ``name`` of ``kind``: the valid names and the nearest one."""
+    msg = f"unknown {kind} {name!r}; valid names: {', '.join(valid) or '(none registered)'}"
+    guess = nearest(str(name), valid)
+    if guess is not None:
+        msg += f" (did you mean {guess!r}?)"
+    return msg
 
 
 def nearest(name: str, choices: list[str] | tuple[str, ...]) -> str | None:
@@ -96,12 +182,7 @@ class Registry(Generic[T]):
 
     def unknown_message(self, name: object) -> str:
         """The message for an unknown ``name``: valid names and a suggestion."""
-        valid = self.names()
-        msg = f"unknown {self.kind} {name!r}; valid names: {', '.join(valid) or '(none registered)'}"
-        guess = nearest(str(name), valid)
-        if guess is not None:
-            msg += f" (did you mean {guess!r}?)"
-        return msg
+        return unknown_name_message(self.kind, name, self.names())
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""

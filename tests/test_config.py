@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-import ablate.config as config_mod
+import ablate.registry as registry_mod
 from ablate.config import (
     KEY_EXCLUDED_PATHS,
     ConfigWarning,
@@ -70,7 +70,7 @@ def registries(request, monkeypatch):
     if request.node.name.startswith("test_builtin_"):
         yield None
         return
-    monkeypatch.setattr(config_mod, "_builtins_loaded", True)  # import no built-in module
+    monkeypatch.setattr(registry_mod, "_builtins_loaded", True)  # these registries are the whole truth
     for kind, entries in DOCUMENTED_NAMES.items():
         reg = Registry(f"test_config {kind}")
         del ALL_REGISTRIES[reg.kind]
@@ -212,10 +212,11 @@ def test_nested_and_dotted_mappings_and_base():
 
 
 def test_string_values_are_yaml_but_strings_stay_strings():
-    cfg = build("warmstart.cache_dir=123", "task.options.flag=on", "task.options.n=5", "loss.dual_clip=null",
-                "reward.components=final_answer", "loss.dual_clip=3")
+    cfg = build("warmstart.cache_dir=123", "task.options.flag=true", "task.options.n=5", "loss.dual_clip=null",
+                "reward.components=final_answer", "loss.dual_clip=3", "task.options.mode=on")
     assert cfg.warmstart.cache_dir == "123"  # a string field keeps the text
-    assert cfg.task.options == {"flag": True, "n": 5}  # option values are YAML
+    # option values are YAML, in the dialect of every file (ablate.yamlio): only true/false are booleans
+    assert cfg.task.options == {"flag": True, "n": 5, "mode": "on"}
     assert cfg.loss.dual_clip == 3.0  # the later of two strings wins
     assert cfg.reward.components == ("final_answer",)  # one name is a one-element list
     assert build("warmstart.cache_dir=null").warmstart.cache_dir is None
@@ -414,7 +415,6 @@ def test_gspo_clip_ranges_do_not_warn():
 _KEY_SCRIPT = """
 import json, sys
 import ablate.config as c
-c._builtins_loaded = True  # hashing needs no registry
 for overrides in json.loads(sys.argv[1]):
     print(c.TrialConfig.from_overrides(overrides).trial_key())
 """
@@ -569,15 +569,15 @@ def test_docs_reference_is_in_sync():
 def test_builtin_modules_are_skipped_only_when_they_do_not_exist(tmp_path, monkeypatch):
     (tmp_path / "cfgtest_broken.py").write_text("import cfgtest_missing_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(config_mod, "_builtins_loaded", False)
-    monkeypatch.setattr(config_mod, "BUILTIN_MODULES", ("cfgtest_absent_module",))
+    monkeypatch.setattr(registry_mod, "_builtins_loaded", False)
+    monkeypatch.setattr(registry_mod, "BUILTIN_MODULES", ("cfgtest_absent_module",))
     load_builtin_registries()  # absent: skipped
-    assert config_mod._builtins_loaded
-    monkeypatch.setattr(config_mod, "_builtins_loaded", False)
-    monkeypatch.setattr(config_mod, "BUILTIN_MODULES", ("cfgtest_broken",))
+    assert registry_mod._builtins_loaded
+    monkeypatch.setattr(registry_mod, "_builtins_loaded", False)
+    monkeypatch.setattr(registry_mod, "BUILTIN_MODULES", ("cfgtest_broken",))
     with pytest.raises(ModuleNotFoundError, match="cfgtest_missing_dependency"):
         load_builtin_registries()  # present but broken: the error propagates
-    assert not config_mod._builtins_loaded
+    assert not registry_mod._builtins_loaded
 
 
 def test_absent_or_empty_registry_skips_the_name_check(monkeypatch):

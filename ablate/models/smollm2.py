@@ -150,7 +150,7 @@ def load_smollm2(
         dtype: parameter dtype (default float32, as converted).
         cache_dir: cache root (default ``$ABLATE_CACHE`` or ``~/.cache/ablate``).
     """
-    from ablate.models.zoo import resolve_device
+    from ablate.config.device import resolve_device
 
     path = ensure_checkpoint(cache_dir)
     return load_checkpoint(path, device=resolve_device(device), dtype=dtype, name=NAME, use_chat_template=True)

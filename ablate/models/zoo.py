@@ -39,6 +39,7 @@ import torch
 if TYPE_CHECKING:  # transformers is imported where a model is built, so listing the zoo stays fast
     from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
+from ablate.config.device import resolve_device
 from ablate.errors import UnknownNameError
 from ablate.models.checkpoint import ATTN_IMPLEMENTATION, load_checkpoint
 from ablate.models.policy import Policy
@@ -96,13 +97,6 @@ class ZooEntry:
 
 #: Every zoo model, by name.
 MODELS: Registry[ZooEntry] = Registry("model")
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``"auto"`` → CUDA when available, else CPU; any other value as ``torch.device``."""
-    if isinstance(device, str) and device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 def build_from_config(
@@ -338,5 +332,4 @@ __all__ = [
     "llama_config",
     "load_policy",
     "qwen2_config",
-    "resolve_device",
 ]

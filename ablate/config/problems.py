@@ -1,0 +1,60 @@
+"""What can be wrong with a trial configuration: :class:`ConfigProblem`, :class:`TrialConfigError`, :class:`ConfigWarning`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ablate.errors import ConfigError
+
+__all__ = ["ConfigProblem", "ConfigWarning", "RuleViolations", "TrialConfigError"]
+
+
+class ConfigWarning(UserWarning):
+    """A legal configuration that is probably not what was meant (the message says why and the fix)."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One problem of a trial configuration (a validation problem, not a task's problem).
+
+    Attributes:
+        path: the dotted path concerned (``"loss.clip_low"``, ``"reward.components[1]"``), or ``""``
+            for a problem of the whole configuration.
+        message: what is wrong and how to fix it.
+        line: the line of the YAML file that set ``path``, when the configuration came from a file.
+    """
+
+    path: str
+    message: str
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = self.path or "(configuration)"
+        if self.line is not None:
+            where += f" (line {self.line})"
+        return f"{where}: {self.message}"
+
+
+class TrialConfigError(ConfigError):
+    """Every problem of a trial configuration at once.
+
+    Attributes:
+        problems: the individual :class:`ConfigProblem` s, in the order found.
+        source: where the configuration came from (``"config file 'x.yaml'"``), or ``None``.
+    """
+
+    def __init__(self, problems: list[ConfigProblem], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        head = f"{source}: " if source else ""
+        n = len(self.problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{head}invalid trial configuration ({n} problem{'s' if n != 1 else ''}):\n{lines}")
+
+
+class RuleViolations(ValueError):
+    """Raised inside pydantic by the cross-field rules; carries every violated rule."""
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems

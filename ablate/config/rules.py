@@ -1,0 +1,224 @@
+"""The cross-field rules of a trial configuration: combinations that are impossible (errors) or
+probably not meant (warnings), one function per group of rules, collected in :data:`RULE_CHECKS`.
+
+:data:`RULES` says every rule in words (rendered into ``docs/config.md``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ablate.config.problems import ConfigProblem
+from ablate.registry import ALL_REGISTRIES, builtins_loaded
+
+if TYPE_CHECKING:
+    from ablate.config.schema import TrialConfig
+
+__all__ = ["CRITIC_ESTIMATORS", "GROUP_ESTIMATORS", "RULES", "RULE_CHECKS", "SEQUENCE_RATIO_LEVELS", "check_rules"]
+
+#: Advantage estimators that read a value function (need ``critic.enabled``).
+CRITIC_ESTIMATORS: frozenset[str] = frozenset({"gae"})
+#: Built-in estimators that compare completions within a group (need ``group_size >= 2``, never read values).
+GROUP_ESTIMATORS: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo", "grpo_process"})
+#: Ratio levels with one ratio per sequence (GSPO), which stays within ~1e-3 of 1.
+SEQUENCE_RATIO_LEVELS: frozenset[str] = frozenset({"sequence", "sequence_token"})
+#: Clip ranges at or above this are "PPO-sized" for the GSPO warning.
+_PPO_SIZED_CLIP = 0.01
+
+#: The cross-field rules of :func:`check_rules`, in words (rendered into docs/config.md).
+RULES: tuple[str, ...] = (
+    "error: `algo.advantage=gae` needs `critic.enabled=true` (GAE reads a learned value function).",
+    "error: `critic.enabled=true` with a group estimator (grpo, dr_grpo, rloo, grpo_process): they never read "
+    "values, and the critic's value loss would still change a shared backbone, confounding the comparison "
+    "(plugin estimators are not checked).",
+    "error: `algo.advantage=grpo_process` needs `prm` in `reward.components` (it normalizes step rewards).",
+    "error: `kl` is in `reward.components` exactly when `kl.placement=reward` (the kl reward component is the "
+    "KL placed in the reward; `kl.placement=loss` adds it to the loss instead).",
+    "error: `kl.adaptive=true` with `kl.beta=0` (the controller multiplies beta, which would stay 0).",
+    "error: `reward.components` empty or with a name listed twice.",
+    "error: group estimators and `algo.dynamic_sampling` need `rollout.group_size >= 2`.",
+    "error: `algo.minibatches` must divide `rollout.prompts_per_step x rollout.group_size`, and "
+    "`algo.grad_accum` the minibatch size.",
+    "error: `loss.dual_clip` applies to `loss.surrogate=ppo` only.",
+    "error: `reward.soft_overlong.buffer` at most `rollout.max_new_tokens` when soft_overlong is used.",
+    "error: `task.difficulty` inside the task's declared range; `eval.n_problems <= task.eval_size`; "
+    "`warmstart.target_min < warmstart.target_max`.",
+    "warning: a sequence ratio level (GSPO) with a clip range >= 0.01: sequence ratios stay within ~1e-3 of 1, "
+    "so PPO-sized ranges almost never bind; GSPO uses 3e-4 / 4e-4.",
+    "warning: `loss.ratio_level=token` with both clip ranges < 0.01: nearly every token would be clipped.",
+    "warning: `loss.aggregation=prompt-mean` with `rollout.group_size=1` (the same as seq-mean-token-mean).",
+    "warning: `kl.placement=loss` with the k1 estimator, whose gradient has zero expectation under the policy.",
+)
+
+
+#: A group of rules: appends the errors and warning messages of ``config`` it finds.
+RuleCheck = Callable[["TrialConfig", list[ConfigProblem], list[str]], None]
+
+
+def _critic_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """gae needs a critic; the group estimators never read one."""
+    adv = c.algo.advantage
+    if adv in CRITIC_ESTIMATORS and not c.critic.enabled:
+        errors.append(ConfigProblem("critic.enabled", (
+            f"algo.advantage={adv} estimates advantages from a learned value function: set "
+            f"critic.enabled=true (or choose a critic-free estimator: {', '.join(sorted(GROUP_ESTIMATORS))})")))
+    if c.critic.enabled and adv in GROUP_ESTIMATORS:
+        errors.append(ConfigProblem("critic.enabled", (
+            f"critic.enabled=true but algo.advantage={adv} never reads values: the critic would cost compute and "
+            "its value loss would still change a shared backbone, confounding the comparison; set "
+            "critic.enabled=false, or algo.advantage=gae")))
+
+
+def _reward_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """Each reward component once, at least one, and prm for grpo_process."""
+    comps = c.reward.components
+    dupes = sorted({n for n in comps if comps.count(n) > 1})
+    if dupes:
+        errors.append(ConfigProblem("reward.components", f"lists {', '.join(dupes)} more than once; list each once"))
+    if not comps:
+        errors.append(ConfigProblem("reward.components", "is empty: list at least one component, e.g. [final_answer]"))
+    if c.algo.advantage == "grpo_process" and "prm" not in comps:
+        errors.append(ConfigProblem("algo.advantage", (
+            "grpo_process normalizes step rewards, which come from the prm component: add prm to "
+            "reward.components (e.g. reward.components=[final_answer, prm]) or choose another estimator")))
+
+
+def _kl_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """The kl reward component exactly with kl.placement=reward; an adaptive beta above 0; no k1 in the loss."""
+    comps = c.reward.components
+    if c.kl.placement == "reward" and "kl" not in comps:
+        errors.append(ConfigProblem("kl.placement", (
+            "kl.placement=reward puts the KL penalty into token_rewards through the kl reward component: add kl "
+            f"to reward.components (reward.components=[{', '.join([*comps, 'kl'])}]), or use kl.placement=loss")))
+    if "kl" in comps and c.kl.placement != "reward":
+        rest = [n for n in comps if n != "kl"]
+        errors.append(ConfigProblem("reward.components", (
+            f"lists kl but kl.placement={c.kl.placement}: the kl reward component is the KL placed in the reward; "
+            f"set kl.placement=reward, or remove kl (reward.components=[{', '.join(rest)}])")))
+    if c.kl.adaptive and c.kl.placement != "none" and c.kl.beta == 0.0:
+        errors.append(ConfigProblem("kl.beta", (
+            "the adaptive controller multiplies beta, so it stays 0 forever: give an initial kl.beta > 0")))
+    if c.kl.placement == "loss" and c.kl_estimator == "k1":
+        notes.append(
+            "kl.placement=loss with kl.estimator=k1: the gradient of k1 = log p - log p_ref is the score function, "
+            "whose expectation under the policy is zero, so this penalty does not pull toward the reference; use "
+            "k3 (GRPO) or k2 (whose gradient is the reverse-KL gradient)")
+
+
+def _overlong_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """DAPO's soft overlong buffer fits in the completions."""
+    if "soft_overlong" in c.reward.components and c.reward.soft_overlong.buffer > c.rollout.max_new_tokens:
+        errors.append(ConfigProblem("reward.soft_overlong.buffer", (
+            f"{c.reward.soft_overlong.buffer} is longer than the completions can be (rollout.max_new_tokens="
+            f"{c.rollout.max_new_tokens}); DAPO punishes the last buffer tokens before the limit: lower it "
+            f"(e.g. {max(1, c.rollout.max_new_tokens // 4)})")))
+
+
+def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """Group estimators and dynamic sampling need groups of two or more."""
+    adv, G = c.algo.advantage, c.rollout.group_size
+    if G < 2 and adv in GROUP_ESTIMATORS:
+        errors.append(ConfigProblem("rollout.group_size", (
+            f"algo.advantage={adv} compares completions within a group, which needs rollout.group_size >= 2 "
+            f"(got {G}); raise it, or use algo.advantage=gae with critic.enabled=true")))
+    if G < 2 and c.algo.dynamic_sampling:
+        errors.append(ConfigProblem("algo.dynamic_sampling", (
+            "a group of one completion always has zero reward variance, so dynamic sampling would drop every "
+            "group: set rollout.group_size >= 2 or algo.dynamic_sampling=false")))
+    if c.loss.aggregation == "prompt-mean" and G == 1:
+        notes.append(
+            "loss.aggregation=prompt-mean with rollout.group_size=1: each prompt group is one completion, so "
+            "this is seq-mean-token-mean; raise rollout.group_size if you meant a per-prompt token mean")
+
+
+def _update_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """Minibatches divide a step, micro-batches a minibatch; dual-clip with ppo only."""
+    n = c.completions_per_step
+    mb = c.algo.minibatches
+    if n % mb:
+        errors.append(ConfigProblem("algo.minibatches", (
+            f"{mb} does not divide the {n} completions of a step (rollout.prompts_per_step x rollout.group_size "
+            f"= {c.rollout.prompts_per_step} x {c.rollout.group_size}); choose a divisor of {n}")))
+    elif (n // mb) % c.algo.grad_accum:
+        errors.append(ConfigProblem("algo.grad_accum", (
+            f"{c.algo.grad_accum} does not divide the minibatch of {n // mb} completions "
+            f"({n} completions / {mb} minibatches); choose a divisor of {n // mb}")))
+    if c.loss.dual_clip is not None and c.loss.surrogate != "ppo":
+        errors.append(ConfigProblem("loss.dual_clip", (
+            f"dual-clip applies to the ppo surrogate only, not loss.surrogate={c.loss.surrogate}: set "
+            "loss.dual_clip=null (or loss.surrogate=ppo)")))
+
+
+def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """Clip ranges sized for the ratio level (GSPO's tiny ones for sequence ratios)."""
+    lo, hi = c.loss.clip_low, c.loss.clip_high
+    if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and max(lo, hi) >= _PPO_SIZED_CLIP:
+        notes.append(
+            f"loss.ratio_level={c.loss.ratio_level} (GSPO) with loss.clip_low={lo}, loss.clip_high={hi}: a sequence "
+            "ratio is the geometric mean of its token ratios and stays within ~1e-3 of 1, so PPO-sized clip ranges "
+            "almost never bind; GSPO (Zheng et al. 2025) uses clip_low=3e-4, clip_high=4e-4. Set them, unless "
+            "you mean to compare without effective clipping")
+    if c.loss.ratio_level == "token" and max(lo, hi) < _PPO_SIZED_CLIP:
+        notes.append(
+            f"loss.ratio_level=token with GSPO-sized clip ranges (clip_low={lo}, clip_high={hi}): token ratios "
+            "vary by far more than 1e-2, so nearly every token would be clipped and get no gradient; use ~0.2 "
+            "with token ratios")
+
+
+def _task_class(name: str) -> object | None:
+    """The registered task class ``name``, importing the (torch-free) tasks if the built-ins are not loaded."""
+    reg = ALL_REGISTRIES.get("task")
+    if (reg is None or name not in reg) and not builtins_loaded():
+        importlib.import_module("ablate.tasks")  # registers the built-in tasks; imports no torch
+        reg = ALL_REGISTRIES.get("task")
+    return reg.get(name) if reg is not None and name in reg else None
+
+
+def _task_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """The task difficulty inside the task's declared range, where the task class declares one."""
+    if c.task.difficulty is None:
+        return
+    task_cls = _task_class(c.task.name)
+    lo_d, hi_d = getattr(task_cls, "min_difficulty", None), getattr(task_cls, "max_difficulty", None)
+    if (getattr(task_cls, "default_difficulty", None) is not None
+            and isinstance(lo_d, int) and isinstance(hi_d, int) and not lo_d <= c.task.difficulty <= hi_d):
+        errors.append(ConfigProblem("task.difficulty", (
+            f"{c.task.difficulty} is outside task {c.task.name}'s range {lo_d}..{hi_d}: choose a value in it, or "
+            "null for the task's default")))
+
+
+def _eval_warmstart_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """No more eval problems than the eval split holds; a non-empty warm-start accuracy band."""
+    if c.eval.n_problems > c.task.eval_size:
+        errors.append(ConfigProblem("eval.n_problems", (
+            f"{c.eval.n_problems} is more than the eval split holds (task.eval_size={c.task.eval_size}): lower "
+            "eval.n_problems or raise task.eval_size")))
+    if c.warmstart.target_min >= c.warmstart.target_max:
+        errors.append(ConfigProblem("warmstart.target_min", (
+            f"the target band [{c.warmstart.target_min}, {c.warmstart.target_max}] is empty: target_min must be "
+            "smaller than warmstart.target_max")))
+
+
+#: Every group of rules, in the order their problems are reported.
+RULE_CHECKS: tuple[RuleCheck, ...] = (
+    _critic_rules,
+    _reward_rules,
+    _kl_rules,
+    _overlong_rules,
+    _group_rules,
+    _update_rules,
+    _ratio_rules,
+    _task_rules,
+    _eval_warmstart_rules,
+)
+
+
+def check_rules(config: TrialConfig) -> tuple[list[ConfigProblem], list[str]]:
+    """Every cross-field rule of ``config``: (errors, warning messages)."""
+    errors: list[ConfigProblem] = []
+    notes: list[str] = []
+    for check in RULE_CHECKS:
+        check(config, errors, notes)
+    return errors, notes
