@@ -55,9 +55,10 @@ def test_a_study_plugin_name_is_found_without_loading_the_builtins():
     out = _run("""
 import json, sys
 from ablate.registry import builtins_loaded
+from ablate.plan import Plan
 from ablate.study import load_study
 study = load_study("studies/examples/new_factor.yaml")
-names = sorted({n for s in study.expand() for n in s.config.reward.components})
+names = sorted({n for s in Plan.of(study).specs for n in s.config.reward.components})
 print(json.dumps({"loaded": builtins_loaded(), "names": names}))
 """)
     assert out["loaded"] is False and "brevity" in out["names"]

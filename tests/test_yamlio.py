@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ablate.config import TrialConfig, TrialConfigError
+from ablate.plan import Plan
 from ablate.study import StudyError, load_study
 from ablate.yamlio import LineDict, YamlError, parse_yaml, read_yaml
 
@@ -41,7 +42,7 @@ def test_the_dialect_only_true_and_false_are_booleans_and_1e_4_is_a_float():
 def test_on_and_yes_read_the_same_in_a_study_file_and_a_trial_file(tmp_path):
     options = "task.options: {flag: on, other: yes, real: true}"
     study = load_study(_study(tmp_path, options))
-    from_study = study.expand()[0].config
+    from_study = Plan.of(study).specs[0].config
     from_trial = TrialConfig.from_file(_trial(tmp_path, options + "\n"))
     assert from_study.task.options == from_trial.task.options == {"flag": "on", "other": "yes", "real": True}
 

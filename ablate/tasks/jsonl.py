@@ -113,7 +113,7 @@ class Extraction:
 
     KINDS = ("answer_tags", "last_number", "regex:<pattern>")
 
-    def __init__(self, spec: Any, option: str, *, allow_raw: bool = False) -> None:
+    def __init__(self, spec: object, option: str, *, allow_raw: bool = False) -> None:
         self.spec = spec
         self.regex: re.Pattern[str] | None = None
         valid = ("auto", "none", *self.KINDS) if allow_raw else self.KINDS

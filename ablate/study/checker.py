@@ -1,0 +1,220 @@
+"""Checking a study file: the keys it may hold, one problem per mistake (``FILE:LINE: key: problem``),
+and the checker that collects them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ablate.errors import AblateError
+from ablate.study.model import SEED_PATH, SeedRange, _unknown
+from ablate.yamlio import LineDict, LineList, YamlError, plain
+from ablate.yamlio import read_yaml as _read_yaml
+
+#: Top-level keys of a study file, with what each holds (for error messages).
+STUDY_KEYS: dict[str, str] = {
+    "name": "the study's name, [a-z0-9_-]+",
+    "description": "the question the study answers",
+    "plugins": "modules to import to register extra components",
+    "base": "dotted overrides applied to every trial",
+    "factors": "factor -> levels",
+    "design": "which arms to run",
+    "baseline": "the control arm: factor -> level",
+    "exclude": "combinations not to run",
+    "seeds": "n or a list of seeds, the same for every arm",
+    "budgets": "named override sets chosen with --budget",
+    "objective": "the metric the study compares",
+    "tune": "per-arm hyper-parameter tuning",
+    "report": "extra metrics the report compares level by level",
+    "primary": "the contrasts the study exists for: factor or factor=level",
+    "min_effect": "the smallest effect worth finding, in the objective's units",
+}
+REQUIRED_KEYS = ("name", "factors", "seeds", "objective")
+FACTOR_KEYS = ("description", "levels", "path", "values")
+OBJECTIVE_KEYS = ("metric", "mode", "summary", "last_n")
+OBJECTIVE_MODES = ("max", "min")
+OBJECTIVE_SUMMARIES = ("last", "mean", "max", "min", "auc")
+TUNE_KEYS = ("params", "trials", "budget", "seeds")
+REPORT_KEYS = ("metrics",)
+SEED_RANGE_KEYS = ("min", "max")
+TUNE_PARAM_KEYS = ("low", "high", "log")
+NAME_RE = re.compile(r"[a-z0-9_-]+\Z")
+FACTOR_RE = re.compile(r"[A-Za-z0-9_-]+\Z")
+PATH_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+MODULE_RE = PATH_RE
+_PATTERN_TEXT = {NAME_RE: "[a-z0-9_-]+", FACTOR_RE: "[A-Za-z0-9_-]+"}
+#: At most this many per-arm configuration failures are listed one by one.
+MAX_ARM_PROBLEMS = 20
+
+
+@dataclass(frozen=True)
+class StudyProblem:
+    """One thing wrong with a study file.
+
+    Attributes:
+        file: the study file.
+        line: 1-based line of the key at fault (None when there is no file position).
+        key: where in the file, as a dotted path (``factors.loss_norm.levels.token``).
+        message: what is wrong, what is allowed and the nearest valid name.
+    """
+
+    file: str
+    line: int | None
+    key: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
+        return f"{where}: {self.key}: {self.message}"
+
+
+class StudyError(AblateError):
+    """An invalid study file; ``problems`` lists everything found, all at once."""
+
+    def __init__(self, file: str, problems: Sequence[StudyProblem]) -> None:
+        self.file = file
+        self.problems = list(problems)
+        n = len(self.problems)
+        head = f"invalid study file {file} ({n} problem{'s' if n != 1 else ''}):"
+        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _indent(text: str) -> str:
+    """A multi-line message on one problem line: continuation lines indented."""
+    return str(text).strip().replace("\n", "\n      ")
+
+
+def read_yaml(path: str | Path) -> Any:
+    """:func:`ablate.yamlio.read_yaml` (the one reader of user files), its error as a :class:`StudyError`."""
+    try:
+        return _read_yaml(path)
+    except YamlError as exc:
+        raise StudyError(exc.file, exc.problems) from None  # YamlProblem: same fields as Problem
+
+
+def _line(node: Any, key: Any = None) -> int | None:
+    if isinstance(node, LineDict):
+        if key is not None and key in node.key_lines:
+            return node.key_lines[key]
+        return node.line
+    if isinstance(node, LineList):
+        if isinstance(key, int) and 0 <= key < len(node.item_lines):
+            return node.item_lines[key]
+        return node.line
+    return None
+
+
+def _type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "empty"}.get(
+        type(plain(value)), type(value).__name__
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+class _Checker:
+    """Collects the problems of one study file."""
+
+    def __init__(self, file: str, doc: Any) -> None:
+        self.file = file
+        self.doc = doc
+        self.problems: list[StudyProblem] = []
+
+    def add(self, line: int | None, key: str, message: str) -> None:
+        self.problems.append(StudyProblem(self.file, line, key, message))
+
+    # -- generic pieces -------------------------------------------------------------------------
+
+    def duplicates(self, node: Any, path: str) -> None:
+        """Report every duplicate key anywhere in the document."""
+        if isinstance(node, LineDict):
+            for key, line, first in node.duplicates:
+                where = f"{path}.{key}" if path else str(key)
+                self.add(line, where, f"duplicate key (first at line {first}); keep only one of them")
+            for key, value in node.items():
+                self.duplicates(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, LineList):
+            for i, value in enumerate(node):
+                self.duplicates(value, f"{path}[{i}]")
+
+    def keys(self, node: LineDict, path: str, allowed: Sequence[str], what: str) -> None:
+        for key in node:
+            if key not in allowed:
+                self.add(_line(node, key), f"{path}.{key}" if path else str(key), _unknown(what, key, allowed))
+
+    def overrides(self, parent: Any, key: Any, path: str) -> dict[str, Any] | None:
+        """Check a mapping of dotted overrides (``parent[key]``); None if malformed. Empty -> {}."""
+        node = parent[key]
+        line = _line(parent, key)
+        if node is None:
+            return {}
+        if not isinstance(node, dict):
+            self.add(
+                line, path, f"must be a mapping of dotted config paths to values, got {_type_name(node)} "
+                f"{plain(node)!r}; e.g. {{loss.clip_high: 0.28}}"
+            )
+            return None
+        ok = True
+        for k in node:
+            kline = _line(node, k)
+            if not isinstance(k, str) or not PATH_RE.match(k):
+                self.add(kline, f"{path}.{k}", "not a dotted config path; write e.g. loss.aggregation")
+                ok = False
+            elif k == SEED_PATH:
+                self.add(kline, f"{path}.{k}", "the seed is set by 'seeds:', not by overrides; remove it here")
+                ok = False
+        return {k: plain(v) for k, v in node.items()} if ok else None
+
+    def seed_range(self, parent: Any, key: str, path: str) -> SeedRange | None:
+        """``{min: a, max: b}`` with 1 <= a <= b."""
+        node = parent[key]
+        line = _line(parent, key)
+        self.keys(node, path, SEED_RANGE_KEYS, "seeds key")
+        lo, hi = node.get("min"), node.get("max")
+        if not (_is_int(lo) and _is_int(hi) and 1 <= lo <= hi):
+            self.add(line, path, f"got {plain(node)!r}; allowed: {{min: a, max: b}} with integers 1 <= a <= b, "
+                                 "e.g. {min: 4, max: 16}")
+            return None
+        return SeedRange(lo, hi)
+
+    def seeds(self, parent: Any, key: str, path: str, allow_range: bool = False) -> tuple[int, ...] | None:
+        value = parent[key]
+        line = _line(parent, key)
+        allowed = "allowed: a positive integer n (seeds 0..n-1) or a list of distinct integers >= 0"
+        if allow_range:
+            allowed += ", or {min: a, max: b} (adaptive)"
+        if _is_int(value):
+            if value >= 1:
+                return tuple(range(value))
+            self.add(line, path, f"must be at least 1, got {value}; {allowed}")
+            return None
+        if isinstance(value, list) and value and all(_is_int(v) and v >= 0 for v in value):
+            dup = sorted({v for v in value if value.count(v) > 1})
+            if dup:
+                self.add(line, path, f"seeds repeat: {dup}; {allowed}")
+                return None
+            return tuple(value)
+        self.add(line, path, f"got {plain(value)!r}; {allowed}")
+        return None
+
+    def name_like(self, parent: Any, key: Any, path: str, value: Any, pattern: re.Pattern, what: str) -> bool:
+        if isinstance(value, str) and pattern.match(value):
+            return True
+        fix = re.sub(r"[^a-z0-9_-]+", "-", str(value).lower()).strip("-") if pattern is NAME_RE else None
+        msg = f"{what} {value!r} must match {_PATTERN_TEXT[pattern]}"
+        if fix:
+            msg += f"; did you mean {fix!r}?"
+        self.add(_line(parent, key), path, msg)
+        return False

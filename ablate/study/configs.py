@@ -1,0 +1,210 @@
+"""Every arm's TrialConfig at every budget, built when a study file is loaded; a failure reported where
+it comes from (``base:``, a budget, a level, or a combination of levels)."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.config import ConfigWarning, TrialConfig
+from ablate.errors import ConfigError
+from ablate.study.checker import MAX_ARM_PROBLEMS, _Checker, _indent, _line
+from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, TuneSpec, level_name
+from ablate.yamlio import LineDict
+
+#: An (arm name, budget name) pair.
+ArmBudget = tuple[str, str]
+
+
+@dataclass
+class _Builder:
+    """Builds TrialConfigs from overrides; collects each arm's configuration warnings once."""
+
+    warned: list[str] | None = None
+
+    def __call__(self, overrides: dict[str, Any], arm: str | None = None) -> tuple[TrialConfig | None, str | None]:
+        """``(config, None)``, or ``(None, the error in words)``."""
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConfigWarning)
+                cfg = TrialConfig.from_overrides(overrides)
+            for w in caught:
+                if issubclass(w.category, ConfigWarning) and arm is not None and self.warned is not None:
+                    text = f"arm {arm}: {w.message}"
+                    if text not in self.warned:
+                        self.warned.append(text)
+                elif not issubclass(w.category, ConfigWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            return cfg, None
+        except (ConfigError, ValueError, TypeError) as exc:
+            problems = getattr(exc, "problems", None)
+            return None, "; ".join(map(str, problems)) if problems else str(exc)
+
+
+@dataclass
+class _Context:
+    """What the checks below share: the file, its parsed sections, and the builder."""
+
+    ck: _Checker
+    doc: LineDict
+    base: dict[str, Any]
+    budgets: dict[str, dict[str, Any]]
+    factors: list[Factor]
+    arms: list[Arm]
+    build: _Builder
+    failed: dict[ArmBudget, str] = field(default_factory=dict)
+    explained: set[ArmBudget] = field(default_factory=set)
+
+
+def _build_all(cx: _Context) -> dict[ArmBudget, TrialConfig]:
+    """Every arm's configuration at every budget; the failures go to ``cx.failed``."""
+    fmap = {f.name: f for f in cx.factors}
+    configs: dict[ArmBudget, TrialConfig] = {}
+    for b, bov in cx.budgets.items():
+        for arm in cx.arms:
+            ov = {**cx.base, **bov}
+            for f in cx.factors:
+                ov.update(fmap[f.name].level(arm.levels[f.name]).overrides)
+            cfg, err = cx.build(ov, arm.name)
+            if cfg is not None:
+                configs[(arm.name, b)] = cfg
+            else:
+                cx.failed[(arm.name, b)] = err or ""
+    return configs
+
+
+def _explain_base_and_budgets(cx: _Context) -> bool:
+    """Report failures that ``base:`` or a budget alone explain; False when base alone is invalid
+    (nothing else is reported then)."""
+    ck, doc, base = cx.ck, cx.doc, cx.base
+    if len(cx.failed) == len(cx.arms) * len(cx.budgets):
+        _, err = cx.build(dict(base))
+        if err is not None:
+            ck.add(_line(doc, "base"), "base", f"invalid overrides: {_indent(err)}")
+            return False
+    bnode = doc.get("budgets")
+    for b, bov in cx.budgets.items():
+        if all((a.name, b) in cx.failed for a in cx.arms):
+            _, err = cx.build({**base, **bov})
+            if err is not None:
+                line = _line(bnode, b) if isinstance(bnode, dict) else _line(doc, "budgets")
+                ck.add(line, f"budgets.{b}", f"invalid overrides: {_indent(err)}")
+                cx.explained.update((a.name, b) for a in cx.arms)
+    return True
+
+
+def _explain_shorthand_path(cx: _Context, f: Factor) -> bool:
+    """Report a bad shorthand path once (not once per value); True when it explains the failures."""
+    errs = {lv.name: cx.build({**cx.base, **lv.overrides})[1] for lv in f.levels}
+    if len(set(errs.values())) != 1 or None in errs.values():
+        return False
+    keys = [(a.name, b) for a in cx.arms for b in cx.budgets if (a.name, b) not in cx.explained]
+    if not all(k in cx.failed for k in keys):
+        return False
+    spec = cx.doc["factors"][f.name]
+    cx.ck.add(_line(spec, "path"), f"factors.{f.name}.path", f"invalid: {_indent(errs[f.levels[0].name])}")
+    cx.explained.update(keys)
+    return True
+
+
+def _explain_levels(cx: _Context) -> None:
+    """Report failures that one level alone explains (every arm with it fails, and so does base + it)."""
+    for f in cx.factors:
+        if f.path is not None and _explain_shorthand_path(cx, f):
+            continue
+        for lv in f.levels:
+            with_level = [(a.name, b) for a in cx.arms for b in cx.budgets if a.levels[f.name] == lv.name]
+            todo = [k for k in with_level if k not in cx.explained]
+            if not todo or not all(k in cx.failed for k in todo):
+                continue
+            _, err = cx.build({**cx.base, **lv.overrides})
+            if err is None:
+                continue
+            spec = cx.doc["factors"][f.name]
+            if f.path is None:
+                line, key = _line(spec["levels"], lv.name), f"factors.{f.name}.levels.{lv.name}"
+            else:
+                i = [level_name(v) for v in spec["values"]].index(lv.name)
+                line, key = _line(spec["values"], i), f"factors.{f.name}.values[{i}]"
+            cx.ck.add(line, key, f"invalid overrides: {_indent(err)}")
+            cx.explained.update(todo)
+
+
+def _report_arms(cx: _Context) -> None:
+    """Report the failures nothing else explains: combinations of levels, one problem per arm."""
+    by_arm: dict[str, list[str]] = {}
+    for arm_name, b in (k for k in cx.failed if k not in cx.explained):
+        by_arm.setdefault(arm_name, []).append(b)
+    fline = _line(cx.doc, "factors")
+    for arm_name, bs in list(by_arm.items())[:MAX_ARM_PROBLEMS]:
+        err = cx.failed[(arm_name, bs[0])]
+        at = "" if len(bs) == len(cx.budgets) else f" at budget {', '.join(bs)}"
+        cx.ck.add(fline, f"arm {arm_name}", f"this combination of levels is invalid{at}: {_indent(err)}; change a "
+                  "level or add the combination to 'exclude:'")
+    if len(by_arm) > MAX_ARM_PROBLEMS:
+        cx.ck.add(fline, "factors", f"... and {len(by_arm) - MAX_ARM_PROBLEMS} more invalid arms")
+
+
+def _check_distinct_arms(cx: _Context, configs: dict[ArmBudget, TrialConfig]) -> None:
+    """Arms that resolve to the same configuration would be the same trial twice."""
+    seen: dict[str, str] = {}
+    for arm in cx.arms:
+        key = configs[(arm.name, DEFAULT_BUDGET)].trial_key()
+        if key in seen:
+            cx.ck.add(_line(cx.doc, "factors"), f"arm {arm.name}",
+                      f"resolves to the same configuration as arm {seen[key]}; their levels set the same values "
+                      "(a level equal to the defaults?); make the levels differ or drop one")
+        else:
+            seen[key] = arm.name
+
+
+def _check_tuned_params(cx: _Context, tune: TuneSpec) -> None:
+    """Tuned parameters must be valid paths with valid values at both ends of the range, and no factor's."""
+    tnode = cx.doc["tune"]["params"]
+    varied = {p for f in cx.factors for p in f.paths()}
+    for param in tune.params:
+        line = _line(tnode, param.path)
+        if param.path in varied:
+            cx.ck.add(line, f"tune.params.{param.path}",
+                      "is varied by a factor; tuning it per arm would erase the factor; remove one of them")
+            continue
+        for end in (param.low, param.high):
+            _, err = cx.build({**cx.base, **cx.budgets[tune.budget], **{param.path: end}})
+            if err is not None:
+                cx.ck.add(line, f"tune.params.{param.path}", f"invalid at {end}: {_indent(err)}")
+                break
+
+
+def _check_configs(
+    ck: _Checker,
+    doc: LineDict,
+    base: dict[str, Any],
+    budgets: dict[str, dict[str, Any]],
+    factors: list[Factor],
+    arms: list[Arm],
+    tune: TuneSpec | None,
+    warned: list[str] | None = None,
+) -> dict[ArmBudget, TrialConfig]:
+    """Build every arm's TrialConfig at every budget; report failures where they come from.
+
+    A failure is reported at ``base:`` when every arm fails and base alone fails, at a budget when
+    every arm fails at that budget and base + budget alone fails, at a level when every arm with
+    that level fails and base + level alone fails; any other failure is a combination of levels
+    and is reported per arm. ``warned`` collects each arm's configuration warnings once.
+
+    Returns:
+        (arm name, budget name) -> its configuration (the arms that built).
+    """
+    cx = _Context(ck, doc, base, budgets, factors, arms, _Builder(warned))
+    configs = _build_all(cx)
+    if cx.failed:
+        if not _explain_base_and_budgets(cx):
+            return configs
+        _explain_levels(cx)
+    _report_arms(cx)
+    if not cx.failed:
+        _check_distinct_arms(cx, configs)
+    if tune is not None and arms and not cx.failed:
+        _check_tuned_params(cx, tune)
+    return configs

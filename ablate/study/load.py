@@ -1,0 +1,173 @@
+"""Loading a study file: read, check every section, build every arm's configuration, return the Study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ablate.config import TrialConfig
+from ablate.study.checker import (
+    NAME_RE,
+    REQUIRED_KEYS,
+    STUDY_KEYS,
+    StudyError,
+    _Checker,
+    _is_number,
+    _line,
+    read_yaml,
+)
+from ablate.study.configs import _check_configs
+from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study
+from ablate.study.sections import (
+    _design_arms,
+    _import_plugins,
+    _parse_design,
+    _parse_factors,
+    _parse_level_map,
+    _parse_objective,
+    _parse_primary,
+    _parse_report,
+    _parse_tune,
+)
+from ablate.yamlio import LineDict, plain
+
+
+def _read_document(file: str, path: str | Path) -> tuple[LineDict, _Checker]:
+    """The file as a mapping, with its top-level keys checked; raises at once when it is no mapping."""
+    doc = read_yaml(path)
+    ck = _Checker(file, doc)
+    if not isinstance(doc, dict):
+        what = "empty" if doc is None else f"a {type(plain(doc)).__name__}"
+        ck.add(_line(doc) or 1, "study", f"the file is {what}; a study file is a mapping with keys "
+               + ", ".join(REQUIRED_KEYS) + " (see `ablate validate --help`)")
+        raise StudyError(file, ck.problems)
+    ck.duplicates(doc, "")
+    ck.keys(doc, "", list(STUDY_KEYS), "top-level key")
+    for key in REQUIRED_KEYS:
+        if key not in doc:
+            ck.add(1, key, f"missing; add '{key}:' ({STUDY_KEYS[key]})")
+    return doc, ck
+
+
+def _parse_budgets(ck: _Checker, doc: LineDict) -> dict[str, dict[str, Any]] | None:
+    """``budgets:`` with ``default`` always present; None when any budget is invalid."""
+    budgets: dict[str, dict[str, Any]] | None = {DEFAULT_BUDGET: {}}
+    if doc.get("budgets") is None:
+        return budgets
+    bnode = doc["budgets"]
+    if not isinstance(bnode, dict):
+        ck.add(_line(doc, "budgets"), "budgets", "must be a mapping budget name -> {dotted overrides}")
+        return None
+    for bname in bnode:
+        if not ck.name_like(bnode, bname, f"budgets.{bname}", bname, NAME_RE, "budget name"):
+            budgets = None
+            continue
+        ov = ck.overrides(bnode, bname, f"budgets.{bname}")
+        if ov is None:
+            budgets = None
+        elif budgets is not None:
+            budgets[bname] = ov
+    return budgets
+
+
+def _parse_seeds(ck: _Checker, doc: LineDict) -> tuple[tuple[int, ...] | None, SeedRange | None]:
+    """``seeds:``: the seeds (0..min-1 for an adaptive range) and the range, if adaptive."""
+    if isinstance(doc.get("seeds"), dict):
+        seed_range = ck.seed_range(doc, "seeds", "seeds")
+        return (tuple(range(seed_range.min)) if seed_range is not None else None), seed_range
+    return (ck.seeds(doc, "seeds", "seeds", allow_range=True) if "seeds" in doc else None), None
+
+
+def _parse_exclude(ck: _Checker, doc: LineDict, factors: list[Factor] | None) -> list[dict[str, str]] | None:
+    """``exclude:``: a list of partial level maps; None when any entry is invalid."""
+    exclude: list[dict[str, str]] | None = []
+    if doc.get("exclude") is None:
+        return exclude
+    enode = doc["exclude"]
+    if not isinstance(enode, list):
+        ck.add(_line(doc, "exclude"), "exclude", "must be a list of mappings factor -> level")
+        return None
+    if factors is None:
+        return exclude
+    for i in range(len(enode)):
+        entry = _parse_level_map(ck, enode, i, f"exclude[{i}]", factors, complete=False)
+        if entry is None:
+            exclude = None
+        elif exclude is not None:
+            exclude.append(entry)
+    return exclude
+
+
+def _parse_min_effect(ck: _Checker, doc: LineDict, seed_range: SeedRange | None) -> float | None:
+    """``min_effect:`` (> 0, finite), which adaptive seeds need."""
+    min_effect = None
+    if doc.get("min_effect") is not None:
+        v = doc["min_effect"]
+        if _is_number(v) and v > 0 and v != float("inf"):
+            min_effect = float(v)
+        else:
+            ck.add(_line(doc, "min_effect"), "min_effect", f"must be a number > 0 in the objective's units (e.g. "
+                                                          f"0.03 for 3 points of accuracy), got {plain(v)!r}")
+    if seed_range is not None and doc.get("min_effect") is None:
+        ck.add(_line(doc, "seeds"), "seeds", "adaptive seeds {min, max} are re-estimated for the study's min_effect, "
+               "which is missing; add 'min_effect:' (the smallest difference worth finding, in the objective's "
+               "units, e.g. 0.03 for 3 points of accuracy) or give a fixed number of seeds")
+    return min_effect
+
+
+def load_study(path: str | Path) -> Study:
+    """Read, validate and expand the design of a study file.
+
+    Imports the listed plugins (and nothing else), checks every key, builds every arm's
+    TrialConfig at every budget, and creates nothing on disk.
+
+    Raises:
+        StudyError: every problem found, each as ``FILE:LINE: key: problem``.
+    """
+    file = str(path)
+    doc, ck = _read_document(file, path)
+    plugins = _import_plugins(ck, doc)
+    name = doc.get("name")
+    if "name" in doc:
+        ck.name_like(doc, "name", "name", name, NAME_RE, "study name")
+    description = doc.get("description")
+    if description is not None and not isinstance(description, str):
+        ck.add(_line(doc, "description"), "description", "must be a string")
+    base = ck.overrides(doc, "base", "base") if "base" in doc else {}
+    budgets = _parse_budgets(ck, doc)
+    seeds, seed_range = _parse_seeds(ck, doc)
+    objective = _parse_objective(ck, doc) if "objective" in doc else None
+    factors = _parse_factors(ck, doc) if "factors" in doc else None
+    design_name, design, design_options = _parse_design(ck, doc)
+    baseline = None
+    if factors is not None and doc.get("baseline") is not None:
+        baseline = _parse_level_map(ck, doc, "baseline", "baseline", factors, complete=True)
+    bad_baseline = doc.get("baseline") is not None and baseline is None
+    exclude = _parse_exclude(ck, doc, factors)
+    tune = _parse_tune(ck, doc, budgets) if doc.get("tune") is not None else None
+    report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
+    primary = _parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
+    min_effect = _parse_min_effect(ck, doc, seed_range)
+
+    arms: list[Arm] = []
+    excluded: list[Arm] = []
+    aliasing = None
+    if factors is not None and design is not None and not bad_baseline and exclude is not None:
+        arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude)
+    config_warnings: list[str] = []
+    configs: dict[tuple[str, str], TrialConfig] = {}
+    if not ck.problems and arms:
+        assert base is not None and budgets is not None and factors is not None
+        configs = _check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
+    if ck.problems:
+        raise StudyError(file, sorted(ck.problems, key=lambda p: p.line or 0))
+    assert factors is not None and design is not None and budgets is not None and base is not None
+    assert seeds is not None and objective is not None
+    return Study(
+        path=Path(path), raw=plain(doc), name=name, description=description, plugins=plugins, base=base,
+        factors=tuple(factors), design_name=design_name, design=design, design_options=design_options,
+        baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
+        tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
+        warnings=tuple(config_warnings), primary=primary, min_effect=min_effect, seed_range=seed_range,
+        configs=configs,
+    )

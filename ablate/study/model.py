@@ -1,0 +1,264 @@
+"""The data of a validated study: factors, levels, arms, objective, seeds, tuning, and the Study itself
+(frozen dataclasses; build them with :func:`ablate.study.load_study`)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.config import ConfigWarning, TrialConfig
+from ablate.designs import AliasStructure, Design
+from ablate.errors import AblateError
+from ablate.registry import nearest
+
+DEFAULT_BUDGET = "default"
+SEED_PATH = "seed"
+
+
+def _did_you_mean(name: object, choices: Iterable[str]) -> str:
+    guess = nearest(str(name), list(choices))
+    return f"; did you mean {guess!r}?" if guess is not None else ""
+
+
+def _unknown(kind: str, name: object, allowed: Iterable[str]) -> str:
+    allowed = list(allowed)
+    return f"unknown {kind} {name!r}; allowed: {', '.join(allowed) or '(none)'}" + _did_you_mean(name, allowed)
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a factor: a name and the dotted overrides it applies."""
+
+    name: str
+    overrides: dict[str, Any]
+    value: Any = None  # the shorthand value this level was made from, if any
+
+
+@dataclass(frozen=True)
+class Factor:
+    """A choice the study varies: its levels in file order.
+
+    Attributes:
+        path: the dotted path of a shorthand factor (None for explicit ``levels:``).
+    """
+
+    name: str
+    levels: tuple[Level, ...]
+    description: str | None = None
+    path: str | None = None
+
+    def level(self, name: str) -> Level:
+        """The level called ``name``."""
+        for lv in self.levels:
+            if lv.name == name:
+                return lv
+        raise AblateError(_unknown(f"level of factor {self.name!r}", name, self.level_names()))
+
+    def level_names(self) -> list[str]:
+        """The level names, in file order."""
+        return [lv.name for lv in self.levels]
+
+    def paths(self) -> set[str]:
+        """Every dotted path some level of this factor sets."""
+        return {p for lv in self.levels for p in lv.overrides}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One combination of levels.
+
+    Attributes:
+        name: stable, ``factor=level`` joined by ``,`` in factor order
+            (``loss_norm=token,clip_high=0.28``).
+        levels: factor name -> level name, in factor order.
+        baseline: True for the study's baseline arm.
+    """
+
+    name: str
+    levels: dict[str, str]
+    baseline: bool = False
+
+    @staticmethod
+    def name_of(levels: Mapping[str, str]) -> str:
+        """The arm name of ``levels`` (given in factor order)."""
+        return ",".join(f"{f}={lv}" for f, lv in levels.items())
+
+
+@dataclass(frozen=True)
+class Objective:
+    """What the study compares: ``summary`` of ``metric`` over a trial's history, to ``mode``."""
+
+    metric: str
+    mode: str
+    summary: str = "last"
+    last_n: int = 1
+
+
+@dataclass(frozen=True)
+class SeedRange:
+    """Adaptive seeds: start with ``min`` seeds (0..min-1), add rounds up to ``max``."""
+
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class TuneParam:
+    """A tuned parameter: ``low`` <= value <= ``high``, sampled on a log scale when ``log``."""
+
+    path: str
+    low: float
+    high: float
+    log: bool = False
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """Per-arm tuning: ``trials`` Optuna trials per arm at ``budget`` with ``seeds``."""
+
+    params: tuple[TuneParam, ...]
+    trials: int
+    budget: str = DEFAULT_BUDGET
+    seeds: tuple[int, ...] = (0,)
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial of a study: an arm at one seed and one budget, with its resolved configuration.
+
+    Attributes:
+        study: the study's name.
+        arm: the arm's name (``factor=level,...``).
+        levels: factor name -> level name.
+        seed: the trial's seed (also ``config.seed``).
+        budget: the budget's name.
+        config: the resolved TrialConfig.
+        key: ``config.trial_key()``, the trial's identity in the study store.
+    """
+
+    study: str
+    arm: str
+    levels: dict[str, str]
+    seed: int
+    budget: str
+    config: TrialConfig
+    key: str
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+
+@dataclass(frozen=True)
+class Study:
+    """A validated study file (build it with :func:`load_study`).
+
+    Attributes:
+        path: the study file.
+        raw: the file's contents as plain dicts and lists.
+        arms: the arms to run (after exclusions), in the design's order.
+        excluded: the design's arms that ``exclude:`` dropped.
+        aliasing: the confounding of a fractional design (None for other designs).
+        report_metrics: the ``report.metrics`` diagnostics.
+        warnings: the configuration warnings of the arms (``arm <name>: <warning>``), each once: a
+            legal but suspicious combination, e.g. a PPO-sized clip range on a sequence ratio.
+    """
+
+    path: Path
+    raw: dict[str, Any]
+    name: str
+    description: str | None
+    plugins: tuple[str, ...]
+    base: dict[str, Any]
+    factors: tuple[Factor, ...]
+    design_name: str
+    design: Design
+    design_options: dict[str, Any]
+    baseline: dict[str, str] | None
+    exclude: tuple[dict[str, str], ...]
+    seeds: tuple[int, ...]
+    budgets: dict[str, dict[str, Any]]
+    objective: Objective
+    tune: TuneSpec | None
+    arms: tuple[Arm, ...]
+    excluded: tuple[Arm, ...] = ()
+    aliasing: AliasStructure | None = None
+    report_metrics: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    primary: tuple[str, ...] = ()
+    min_effect: float | None = None
+    seed_range: SeedRange | None = None
+    configs: Mapping[tuple[str, str], TrialConfig] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def baseline_levels(self) -> dict[str, str]:
+        """The baseline level of every factor (``baseline:``, else each factor's first level)."""
+        return dict(self.baseline) if self.baseline else {f.name: f.levels[0].name for f in self.factors}
+
+    def with_seeds(self, seeds: Sequence[int]) -> Study:
+        """The same study with other seeds (adaptive rounds add seeds this way)."""
+        from dataclasses import replace
+
+        return replace(self, seeds=tuple(int(s) for s in seeds))
+
+    def factor(self, name: str) -> Factor:
+        """The factor called ``name``."""
+        for f in self.factors:
+            if f.name == name:
+                return f
+        raise AblateError(_unknown("factor", name, [f.name for f in self.factors]))
+
+    def check_budget(self, budget: str) -> None:
+        """Raise AblateError naming the budgets if ``budget`` is not one of them."""
+        if budget not in self.budgets:
+            raise AblateError(
+                f"study {self.name!r} ({self.path}): "
+                + _unknown("budget", budget, self.budgets)
+                + "; add it under 'budgets:' or pass one of these to --budget"
+            )
+
+    def overrides(self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET) -> dict[str, Any]:
+        """The merged dotted overrides of an arm at a budget: base < budget < levels."""
+        self.check_budget(budget)
+        levels = arm.levels if isinstance(arm, Arm) else arm
+        out = {**self.base, **self.budgets[budget]}
+        for f in self.factors:
+            out.update(f.level(levels[f.name]).overrides)
+        return out
+
+    def config(
+        self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET, seed: int | None = None
+    ) -> TrialConfig:
+        """The TrialConfig of an arm at a budget (and seed, when given). Its configuration warnings
+        were collected once when the file was loaded (:attr:`warnings`) and are not raised again."""
+        overrides = self.overrides(arm, budget)
+        if seed is not None:
+            overrides[SEED_PATH] = seed
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigWarning)
+            return TrialConfig.from_overrides(overrides)
+
+    def arm_config(self, arm: Arm, budget: str = DEFAULT_BUDGET) -> TrialConfig:
+        """The TrialConfig of ``arm`` at ``budget`` as :func:`load_study` validated it (built again only
+        for a study made without it); its seed is the default: :class:`ablate.plan.Plan` sets each trial's."""
+        config = self.configs.get((arm.name, budget))
+        return config if config is not None else self.config(arm, budget)
+
+    @property
+    def n_trials(self) -> int:
+        """Arms x seeds (the same at every budget)."""
+        return len(self.arms) * len(self.seeds)
+
+
+def level_name(value: Any) -> str:
+    """The level name of a shorthand value: ``str(value)``, but ``true``/``false``/``null`` as YAML
+    writes them, and lists joined by ``+``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "+".join(level_name(v) for v in value)
+    return str(value)
