@@ -2,8 +2,8 @@
 DataFrames and numpy arrays. The inference on the reduced values (intervals, the linear model,
 claims) is :mod:`ablate.inference`.
 
-- :func:`summarize`, :func:`trial_objectives`: one objective value per trial, as the study's
-  ``objective:`` says (the same summaries as :func:`ablate.store.summarize_objective`).
+- :func:`trial_objectives`: one objective value per trial, as the study's ``objective:`` says
+  (:func:`ablate.objective.summarize`, the one implementation of the summaries).
 - :func:`final_values`: per trial, the mean of a metric over its last logged values (diagnostics).
 - :func:`seed_level_means`: per (level, seed), the mean over the arms with that level.
 - :func:`fit_saturating`, :func:`compute_efficiency`: the objective against generated tokens with
@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import optimize, stats
+
+from ablate.objective import summarize
 
 #: Confidence level of the fits' intervals.
 CONFIDENCE = 0.95
@@ -55,44 +57,6 @@ def _finite(values: Any) -> np.ndarray:
 # ------------------------------------------------------------------------------- trial summaries
 
 
-def summarize(steps: Sequence[float], values: Sequence[float], summary: str = "last", last_n: int = 1) -> float:
-    """One number from one trial's metric history (the study's ``objective.summary``).
-
-    Args:
-        steps: the steps of the values (any order; sorted here).
-        values: the metric's values; non-finite ones are skipped.
-        summary: ``last`` (mean of the last ``last_n`` values), ``mean``, ``max``, ``min``, or
-            ``auc`` (trapezoid area under value-over-step divided by the step range; one point: its
-            value).
-        last_n: values averaged by ``last``.
-
-    Returns:
-        The summary, NaN when there is no finite value. Agrees with
-        :func:`ablate.store.summarize_objective` (a test checks it).
-    """
-    s = np.asarray(steps, dtype=float)
-    v = np.asarray(values, dtype=float)
-    keep = np.isfinite(v)
-    s, v = s[keep], v[keep]
-    if v.size == 0:
-        return math.nan
-    order = np.argsort(s, kind="stable")
-    s, v = s[order], v[order]
-    if summary == "last":
-        return float(v[-max(1, int(last_n)):].mean())
-    if summary == "mean":
-        return float(v.mean())
-    if summary == "max":
-        return float(v.max())
-    if summary == "min":
-        return float(v.min())
-    if summary == "auc":
-        if v.size == 1 or s[-1] == s[0]:
-            return float(v[-1])
-        return float(np.sum((s[1:] - s[:-1]) * (v[1:] + v[:-1]) / 2) / (s[-1] - s[0]))
-    raise ValueError(f"unknown objective summary {summary!r}; allowed: last, mean, max, min, auc")
-
-
 def trial_objectives(table: pd.DataFrame, metric: str, summary: str = "last", last_n: int = 1,
                      level_columns: Sequence[str] = ()) -> pd.DataFrame:
     """One row per trial with its objective: ``key, arm, seed, <level columns>, objective``.
@@ -101,7 +65,7 @@ def trial_objectives(table: pd.DataFrame, metric: str, summary: str = "last", la
         table: the tidy results table (columns ``key, arm, seed, step, metric, value`` and the level
             columns).
         metric: the objective metric (its MLflow name).
-        summary, last_n: as in :func:`summarize`.
+        summary, last_n: as in :func:`ablate.objective.summarize`.
         level_columns: the factor-level columns to carry along.
 
     Returns:

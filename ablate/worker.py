@@ -261,7 +261,7 @@ def train_logged(tracker: Tracker, parent: str, spec: TrialSpec, config: TrialCo
         result = run_trial(config, log, workdir=workdir)
         logger.backfill(result.history)  # steps before a resume that a killed attempt never sent
         logger.close()
-    except BaseException as exc:
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - the caller records why, with the run
         raise TrialRunError(logger) from exc
     return result, logger.run_id
 
@@ -309,6 +309,7 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
     steps = config.train.steps
     common = {"worker": worker.name, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "steps": steps}
     t0 = time.time()
+    opened: list[TrialLogger] = []  # the trial's run, once it exists (its failure is recorded there too)
     try:
         with Heartbeat(store, attempt, steps=steps) as hb:
 
@@ -317,6 +318,7 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
                 emit(events, kind="step", step=step, **common)
 
             def on_start(logger: TrialLogger) -> None:
+                opened.append(logger)
                 store.set_run_id(attempt, logger.run_id)
                 emit(events, kind="start", attempt=attempt.number, retry=attempt.retry, **common)
 
@@ -332,9 +334,9 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
         emit(events, kind="end", state=outcome, seconds=time.time() - t0, objective=value,
              metric=plan.study.objective.metric, **common)
         return outcome
-    except (KeyboardInterrupt, TrialRunError, Exception) as exc:  # noqa: BLE001 - one trial's error is recorded
-        logger = exc.logger if isinstance(exc, TrialRunError) else None
-        cause = exc.__cause__ if isinstance(exc, TrialRunError) else exc
+    except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - one trial's error is recorded; the study goes on
+        logger = opened[0] if opened else None
+        cause = exc.__cause__ if isinstance(exc, TrialRunError) and exc.__cause__ is not None else exc
         if isinstance(cause, KeyboardInterrupt):
             record_failure(store, tracker, attempt, logger, "interrupted (KeyboardInterrupt)", status="KILLED")
             emit(events, kind="end", state="failed", seconds=time.time() - t0, error="interrupted", **common)

@@ -22,7 +22,7 @@ import yaml
 
 from ablate.errors import ConfigError
 
-__all__ = ["LineDict", "LineList", "LineLoader", "YamlError", "YamlProblem", "parse_yaml", "plain", "read_yaml"]
+__all__ = ["LineDict", "LineList", "LineLoader", "YamlError", "FileProblem", "parse_yaml", "plain", "read_yaml"]
 
 
 class LineDict(dict):
@@ -119,8 +119,9 @@ LineLoader.add_implicit_resolver(
 
 
 @dataclass(frozen=True)
-class YamlProblem:
-    """Why a YAML file could not be read.
+class FileProblem:
+    """One thing wrong in a file the user wrote, at a line: why a YAML file could not be read, or
+    (:mod:`ablate.study`) one problem of a study file.
 
     Attributes:
         file: the file.
@@ -140,9 +141,9 @@ class YamlProblem:
 
 
 class YamlError(ConfigError):
-    """A YAML file that cannot be read or parsed; ``problems`` holds one :class:`YamlProblem`."""
+    """A YAML file that cannot be read or parsed; ``problems`` holds one :class:`FileProblem`."""
 
-    def __init__(self, problem: YamlProblem) -> None:
+    def __init__(self, problem: FileProblem) -> None:
         self.file = problem.file
         self.problems = [problem]
         super().__init__(str(problem))
@@ -158,9 +159,9 @@ def read_yaml(path: str | Path) -> Any:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise YamlError(YamlProblem(file, None, "file", "no such file; check the path")) from None
+        raise YamlError(FileProblem(file, None, "file", "no such file; check the path")) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise YamlError(YamlProblem(file, None, "file", f"cannot read: {exc}")) from None
+        raise YamlError(FileProblem(file, None, "file", f"cannot read: {exc}")) from None
     return parse_yaml(text, file)
 
 
@@ -180,9 +181,9 @@ def parse_yaml(text: str, file: str = "<string>") -> Any:
             what += "; only plain (safe) YAML is accepted: no !!python or custom tags"
         elif exc.context:
             what = f"{exc.context}, {what}"
-        raise YamlError(YamlProblem(file, line, "yaml", f"invalid YAML: {what}")) from None
+        raise YamlError(FileProblem(file, line, "yaml", f"invalid YAML: {what}")) from None
     except yaml.YAMLError as exc:
-        raise YamlError(YamlProblem(file, None, "yaml", f"invalid YAML: {exc}")) from None
+        raise YamlError(FileProblem(file, None, "yaml", f"invalid YAML: {exc}")) from None
 
 
 def plain(obj: Any) -> Any:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from ablate import analysis as an
-from ablate.objective import summarize_history
+from ablate.objective import summarize, summarize_history
 
 # ---------------------------------------------------------------------------------------- reductions
 
@@ -26,7 +26,7 @@ def test_summarize_agrees_with_the_history_form_on_random_histories():
         for summary in ("last", "mean", "max", "min", "auc"):
             for last_n in (1, 3):
                 want = summarize_history(history, "m", summary, last_n)
-                got = an.summarize(steps, values, summary, last_n)
+                got = summarize(steps, values, summary, last_n)
                 assert got == pytest.approx(want), (trial, summary, last_n)
 
 

@@ -50,7 +50,7 @@ from ablate.config.sections import (
     one_line,
 )
 from ablate.config.validators import check_device
-from ablate.yamlio import LineDict, YamlError, YamlProblem, plain, read_yaml
+from ablate.yamlio import FileProblem, LineDict, YamlError, plain, read_yaml
 
 __all__ = ["KEY_EXCLUDED_PATHS", "TrialConfig", "caller_stacklevel", "describe_path", "field_paths", "nearest_path"]
 
@@ -296,7 +296,7 @@ class TrialConfig(Section):
         return hashlib.sha256(payload.encode("ascii")).hexdigest()[:12]
 
 
-def _yaml_problem(problem: YamlProblem) -> ConfigProblem:
+def _yaml_problem(problem: FileProblem) -> ConfigProblem:
     """A trial file's read or parse problem as a :class:`ConfigProblem` of the whole configuration."""
     if problem.key == "file":
         return ConfigProblem("", f"cannot read the file: {problem.message}")

@@ -83,7 +83,7 @@ also rejects duplicate keys (which ``yaml.safe_load`` silently collapses to the 
 
 from __future__ import annotations
 
-from ablate.study.checker import StudyError, StudyProblem, read_yaml
+from ablate.study.checker import StudyError, read_yaml
 from ablate.study.load import load_study
 from ablate.study.model import (
     DEFAULT_BUDGET,
@@ -99,7 +99,7 @@ from ablate.study.model import (
     TuneSpec,
     level_name,
 )
-from ablate.yamlio import LineDict, LineList, plain
+from ablate.yamlio import FileProblem, LineDict, LineList, plain
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -113,7 +113,7 @@ __all__ = [
     "SeedRange",
     "Study",
     "StudyError",
-    "StudyProblem",
+    "FileProblem",
     "TrialSpec",
     "TuneParam",
     "TuneSpec",

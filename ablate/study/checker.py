@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ablate.errors import AblateError
 from ablate.study.model import SEED_PATH, SeedRange, _unknown
-from ablate.yamlio import LineDict, LineList, YamlError, plain
+from ablate.yamlio import FileProblem, LineDict, LineList, YamlError, plain
 from ablate.yamlio import read_yaml as _read_yaml
 
 #: Top-level keys of a study file, with what each holds (for error messages).
@@ -50,31 +49,10 @@ _PATTERN_TEXT = {NAME_RE: "[a-z0-9_-]+", FACTOR_RE: "[A-Za-z0-9_-]+"}
 MAX_ARM_PROBLEMS = 20
 
 
-@dataclass(frozen=True)
-class StudyProblem:
-    """One thing wrong with a study file.
-
-    Attributes:
-        file: the study file.
-        line: 1-based line of the key at fault (None when there is no file position).
-        key: where in the file, as a dotted path (``factors.loss_norm.levels.token``).
-        message: what is wrong, what is allowed and the nearest valid name.
-    """
-
-    file: str
-    line: int | None
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.key}: {self.message}"
-
-
 class StudyError(AblateError):
     """An invalid study file; ``problems`` lists everything found, all at once."""
 
-    def __init__(self, file: str, problems: Sequence[StudyProblem]) -> None:
+    def __init__(self, file: str, problems: Sequence[FileProblem]) -> None:
         self.file = file
         self.problems = list(problems)
         n = len(self.problems)
@@ -95,7 +73,7 @@ def read_yaml(path: str | Path) -> Any:
     try:
         return _read_yaml(path)
     except YamlError as exc:
-        raise StudyError(exc.file, exc.problems) from None  # YamlProblem: same fields as Problem
+        raise StudyError(exc.file, exc.problems) from None
 
 
 def _line(node: Any, key: Any = None) -> int | None:
@@ -130,10 +108,10 @@ class _Checker:
     def __init__(self, file: str, doc: Any) -> None:
         self.file = file
         self.doc = doc
-        self.problems: list[StudyProblem] = []
+        self.problems: list[FileProblem] = []
 
     def add(self, line: int | None, key: str, message: str) -> None:
-        self.problems.append(StudyProblem(self.file, line, key, message))
+        self.problems.append(FileProblem(self.file, line, key, message))
 
     # -- generic pieces -------------------------------------------------------------------------
 
