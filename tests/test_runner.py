@@ -325,7 +325,7 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     assert after[keys[0]] == before[keys[0]]  # the completed trial did not run again
     stale, resumed = after[keys[1]]
     assert stale.state == "failed" and stale.error.startswith("stale: its worker") and str(proc.pid) in stale.error
-    assert resumed.state == "complete" and resumed.result["resumed_from"] >= 1  # from its checkpoint
+    assert resumed.state == "done" and resumed.result["resumed_from"] >= 1  # from its checkpoint
     assert [a.state for a in after[keys[2]]] == ["done"] and after[keys[2]][0].claim["pid"] == os.getpid()
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     parent, children = mlflow_runs(uri, "killed")
