@@ -7,6 +7,10 @@ only ``true``/``false`` are booleans (``on``, ``off``, ``yes``, ``no`` stay stri
 names often are) and ``1e-5`` is a float (YAML 1.1 reads it as a string). ``path=value`` override
 strings are read with the same dialect (:func:`parse_yaml`).
 
+Aliases are bounded: a document whose aliases would expand to more than :data:`MAX_EXPANDED_NODES`
+values (a "billion laughs" alias bomb), or that nests deeper than :data:`MAX_DEPTH`, or whose aliases
+refer to themselves, is refused with one message before anything is built from it.
+
 This module imports nothing of ablate but its errors, so reading a file never imports torch.
 """
 
@@ -22,7 +26,18 @@ import yaml
 
 from ablate.errors import ConfigError
 
-__all__ = ["LineDict", "LineList", "LineLoader", "YamlError", "FileProblem", "parse_yaml", "plain", "read_yaml"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_EXPANDED_NODES",
+    "FileProblem",
+    "LineDict",
+    "LineList",
+    "LineLoader",
+    "YamlError",
+    "parse_yaml",
+    "plain",
+    "read_yaml",
+]
 
 
 class LineDict(dict):
@@ -47,6 +62,52 @@ class LineList(list):
 
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+#: The most values (mappings, sequences and scalars, each alias counted as the values it stands for)
+#: a document may expand to; a study file has a few hundred.
+MAX_EXPANDED_NODES = 100_000
+#: The deepest nesting of mappings and sequences a document may have.
+MAX_DEPTH = 64
+
+
+def _expansion(node: yaml.Node, memo: dict[int, tuple[int, int]], active: set[int]) -> tuple[int, int]:
+    """``(values, depth)`` of ``node`` with every alias expanded, computed once per node (aliases share
+    their node, so this takes time linear in the document's text, not in its expansion).
+
+    Raises:
+        ValueError: an alias refers to a node that contains it.
+    """
+    if id(node) in memo:
+        return memo[id(node)]
+    if id(node) in active:
+        raise ValueError("an alias refers to a value that contains it")
+    if isinstance(node, yaml.ScalarNode):
+        return 1, 0
+    active.add(id(node))
+    children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+    sizes = [_expansion(c, memo, active) for c in children]
+    active.discard(id(node))
+    result = (1 + sum(n for n, _ in sizes), 1 + max((d for _, d in sizes), default=0))
+    memo[id(node)] = result
+    return result
+
+
+def _check_expansion(node: yaml.Node | None, file: str) -> None:
+    """Refuse a document whose aliases expand beyond the bounds (see the module docstring)."""
+    if node is None:
+        return
+    line = node.start_mark.line + 1
+    try:
+        values, depth = _expansion(node, {}, set())
+    except ValueError as exc:
+        raise YamlError(FileProblem(file, line, "yaml", f"invalid YAML: {exc}; write the value out")) from None
+    except RecursionError:
+        values, depth = 0, MAX_DEPTH + 1
+    if values > MAX_EXPANDED_NODES:
+        raise YamlError(FileProblem(file, line, "yaml", f"its aliases expand to {values:,} values, more than "
+                                    f"{MAX_EXPANDED_NODES:,} (an alias bomb?); write the values out or use fewer aliases"))
+    if depth > MAX_DEPTH:
+        raise YamlError(FileProblem(file, line, "yaml", f"nested deeper than {MAX_DEPTH} levels; flatten it"))
 
 
 class LineLoader(yaml.SafeLoader):
@@ -171,8 +232,11 @@ def parse_yaml(text: str, file: str = "<string>") -> Any:
     Raises:
         YamlError: the text is not valid (safe) YAML; names the line.
     """
+    loader = LineLoader(text)
     try:
-        return yaml.load(text, Loader=LineLoader)  # noqa: S506 - LineLoader is a SafeLoader
+        node = loader.get_single_node()
+        _check_expansion(node, file)
+        return loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
@@ -184,6 +248,8 @@ def parse_yaml(text: str, file: str = "<string>") -> Any:
         raise YamlError(FileProblem(file, line, "yaml", f"invalid YAML: {what}")) from None
     except yaml.YAMLError as exc:
         raise YamlError(FileProblem(file, None, "yaml", f"invalid YAML: {exc}")) from None
+    finally:
+        loader.dispose()
 
 
 def plain(obj: Any) -> Any:

@@ -572,3 +572,13 @@ def test_random_study_draws_around_exclusions(tmp_path):
     assert not any(a.levels["clip_high"] == "0.28" and a.levels["clip_low"] == "0.1" for a in study.arms)
     for f in study.factors:
         assert sorted(Counter(a.levels[f.name] for a in study.arms).values()) == [2, 2]
+
+
+def test_a_file_of_many_mistakes_prints_the_first_50_and_counts_the_rest(tmp_path):
+    keys = "".join(f"unknown_{i}: 1\n" for i in range(2000))
+    path = write(tmp_path, QUICKSTART + keys)
+    with pytest.raises(StudyError) as exc:
+        load_study(path)
+    text = str(exc.value)
+    assert len(exc.value.problems) == 2000 and text.count("\n  ") == 51
+    assert text.rstrip().endswith("... and 1,950 more (fix these first)")

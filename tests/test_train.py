@@ -151,6 +151,30 @@ def test_resume_equals_uninterrupted(ws_cache, tmp_path):
     assert rest.eval_problems == full.eval_problems
 
 
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "foreign"])
+def test_an_unreadable_checkpoint_is_moved_aside_and_the_trial_starts_over(ws_cache, tmp_path, damage):
+    from ablate.train.checkpoint import CorruptCheckpointWarning
+
+    cfg = tiny(ws_cache, "train.steps=3", "train.checkpoint_every=1", "eval.every=2")
+    full = run_trial(cfg)
+    run_trial(cfg, workdir=tmp_path, stop_after=2)
+    ckpt = tmp_path / "trainer.pt"
+    data = ckpt.read_bytes()
+    if damage == "truncated":  # a disk that filled up while it was written
+        ckpt.write_bytes(data[: len(data) // 2])
+    elif damage == "garbled":
+        ckpt.write_bytes(bytes(b ^ 0x5A for b in data[:4096]) + data[4096:])
+    else:  # a readable file that is not an ablate checkpoint
+        torch.save({"weights": torch.zeros(2)}, ckpt)
+    with pytest.warns(CorruptCheckpointWarning, match=r"trainer\.pt: the checkpoint cannot be read .*moved to .*"
+                                                      r"trainer\.pt\.corrupt; the trial starts again from step 0"):
+        again = run_trial(cfg, workdir=tmp_path)
+    assert again.resumed_from is None and again.steps == 3
+    _same(_stable(full.history), _stable(again.history))  # from scratch: the uninterrupted result
+    assert (tmp_path / "trainer.pt.corrupt").exists() and (tmp_path / "trainer.pt").exists()  # a good one again
+    assert run_trial(cfg, workdir=tmp_path).resumed_from == 3  # and it is read back
+
+
 def test_eval_records_agree_with_the_logged_eval_metrics(ws_cache):
     result = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1"))
     rows = result.eval_problems

@@ -71,3 +71,32 @@ def test_read_yaml_keeps_lines_and_names_the_file(tmp_path):
     assert str(info.value) == f"{tmp_path / 'nope.yaml'}: file: no such file; check the path"
     with pytest.raises(YamlError, match=r"trial.yaml:2: yaml: invalid YAML"):
         read_yaml(_trial(tmp_path, "a: [1, 2\n"))
+
+
+def _bomb(levels: int = 9) -> str:
+    """The "billion laughs" document: each anchor holds 9 aliases of the one before."""
+    lines = ["a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\nname: x\n"
+
+
+def test_an_alias_bomb_is_refused_before_it_is_expanded(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb())
+    with pytest.raises(StudyError, match=r"bomb\.yaml:1: yaml: its aliases expand to 4,412,961,518 values, more "
+                                         r"than 100,000 \(an alias bomb\?\); write the values out"):
+        load_study(path)
+    with pytest.raises(YamlError, match="alias bomb"):
+        parse_yaml(_bomb(), "trial.yaml")
+
+
+def test_aliases_within_the_bounds_still_read_and_self_reference_is_refused():
+    doc = parse_yaml(_bomb(levels=3))  # 9**4 + ... values: under the bound
+    assert len(doc["a3"]) == 9 and doc["a3"][0] is doc["a2"]
+    merged = parse_yaml("base: &b {x: 1}\narm: {<<: *b, y: 2}\n")
+    assert merged["arm"] == {"x": 1, "y": 2}
+    with pytest.raises(YamlError, match=r"<string>:1: yaml: invalid YAML: an alias refers to a value that "
+                                        r"contains it"):
+        parse_yaml("a: &x\n  b: *x\n")
+    with pytest.raises(YamlError, match="nested deeper than 64 levels"):
+        parse_yaml("a: " + "[" * 70 + "]" * 70 + "\n")

@@ -47,6 +47,8 @@ MODULE_RE = PATH_RE
 _PATTERN_TEXT = {NAME_RE: "[a-z0-9_-]+", FACTOR_RE: "[A-Za-z0-9_-]+"}
 #: At most this many per-arm configuration failures are listed one by one.
 MAX_ARM_PROBLEMS = 20
+#: The most problems a StudyError prints (all of them stay in ``StudyError.problems``).
+MAX_SHOWN_PROBLEMS = 50
 
 
 class StudyError(AblateError):
@@ -57,7 +59,10 @@ class StudyError(AblateError):
         self.problems = list(problems)
         n = len(self.problems)
         head = f"invalid study file {file} ({n} problem{'s' if n != 1 else ''}):"
-        super().__init__("\n".join([head, *(f"  {p}" for p in self.problems)]))
+        shown = [f"  {p}" for p in self.problems[:MAX_SHOWN_PROBLEMS]]
+        if n > MAX_SHOWN_PROBLEMS:
+            shown.append(f"  ... and {n - MAX_SHOWN_PROBLEMS:,} more (fix these first)")
+        super().__init__("\n".join([head, *shown]))
 
     def __str__(self) -> str:
         return str(self.args[0])

@@ -1,9 +1,16 @@
 """Saving and resuming a trial: ``<workdir>/trainer.pt`` holds the trial state's tensors and
-counters, the history logged so far and the eval rows, written atomically."""
+counters, the history logged so far and the eval rows, written atomically (a temporary file renamed
+into place).
+
+A checkpoint that cannot be read back (cut short by a full disk, garbled, not an ablate checkpoint)
+never blocks its trial: it is moved aside to ``trainer.pt.corrupt``, a :class:`CorruptCheckpointWarning`
+names both files and why, and the trial starts again from step 0 (only the last checkpoint is kept,
+so there is no earlier one to fall back to). A readable checkpoint of another trial is an error."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +24,13 @@ from ablate.train.setup import TrialState
 CHECKPOINT_FILE = "trainer.pt"
 
 History = list[tuple[int, dict[str, float]]]
+
+#: What every checkpoint holds at its top level.
+_KEYS = frozenset({"key", "step", "trainer", "history"})
+
+
+class CorruptCheckpointWarning(RuntimeWarning):
+    """A checkpoint could not be read back; it was moved aside and its trial starts from step 0."""
 
 
 @dataclass
@@ -72,7 +86,9 @@ def resume(state: TrialState, path: Path | None) -> Resume:
     if path is None or not path.exists():
         return Resume()
     key = state.config.trial_key()
-    saved = torch.load(path, map_location=state.device, weights_only=False)
+    saved = read_checkpoint(path, state.device)
+    if saved is None:
+        return Resume()
     if saved["key"] != key:
         raise RuntimeError(f"{path} belongs to trial {saved['key']}, not {key}")
     load_state_dict(state, saved["trainer"])
@@ -81,6 +97,23 @@ def resume(state: TrialState, path: Path | None) -> Resume:
         history=[(int(s), dict(m)) for s, m in saved["history"]],
         eval_rows=[dict(r) for r in saved.get("eval_problems", [])],  # absent in checkpoints of older versions
     )
+
+
+def read_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
+    """The checkpoint at ``path``, or None when it cannot be read back: then it is moved aside to
+    ``<path>.corrupt`` (replacing an older one) and a :class:`CorruptCheckpointWarning` says so."""
+    try:
+        saved = torch.load(path, map_location=device, weights_only=False)
+        if not isinstance(saved, dict) or not _KEYS <= saved.keys():
+            raise ValueError("not an ablate checkpoint (its top-level keys are missing)")
+        return saved
+    except Exception as exc:  # noqa: BLE001 - torch.load raises many types for a cut or garbled file
+        aside = path.with_name(path.name + ".corrupt")
+        os.replace(path, aside)
+        why = (str(exc).strip().splitlines() or [""])[0]
+        warnings.warn(f"{path}: the checkpoint cannot be read ({type(exc).__name__}: {why}); moved to {aside}; "
+                      "the trial starts again from step 0", CorruptCheckpointWarning, stacklevel=2)
+        return None
 
 
 def save_checkpoint(
