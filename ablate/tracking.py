@@ -125,6 +125,18 @@ def resolve_tracking_uri(uri: str | None = None) -> str:
     return uri
 
 
+def missing_local_store(uri: str) -> str | None:
+    """Where a local tracking store (a SQLite file or a folder) should be, when it does not exist; None
+    when it exists or the store is a server. Readers check it first: MLflow creates a store it opens."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri[len("sqlite:///"):])
+    elif uri.startswith("file:") or "://" not in uri:
+        path = Path(uri[len("file://"):] if uri.startswith("file://") else uri.removeprefix("file:"))
+    else:
+        return None
+    return None if path.exists() else str(path)
+
+
 def tracking_location(uri: str) -> str:
     """Where the results are, for people: the SQLite file, or the URI, with how to browse it."""
     if uri.startswith("sqlite:///"):

@@ -286,6 +286,16 @@ def test_report_command(store, capsys):
     assert "cannot find the study 'nosuch'" in err and "no study 'nosuch' with budget 'default' in MLflow" in err
 
 
+def test_report_without_a_tracking_store_creates_none(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["report", "nosuch"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"ablate report: error: there is no MLflow store at {tmp_path / 'mlflow.db'}, so study 'nosuch' has no "
+        "results here; run it first (`ablate run FILE`) or pass the --tracking-uri it ran with")
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
 def test_a_study_is_found_by_name(store, tmp_path):
     tmp, uri = store["tmp"], store["uri"]
     work = tmp_path / "work"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -52,17 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="probability of detecting min_effect, per contrast (default: 0.8)")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="family-wise error rate over the planned contrasts (default: 0.05)")
-
-
-def _missing_store(uri: str) -> str | None:
-    """Where a local tracking store should be, when it does not exist (reading must not create it)."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri[len("sqlite:///"):])
-    elif uri.startswith("file:") or "://" not in uri:
-        path = Path(uri[len("file://"):] if uri.startswith("file://") else uri.removeprefix("file:"))
-    else:
-        return None
-    return None if path.exists() else str(path)
 
 
 def _no_pilot(study: Study, pilot: str, where: str) -> str:
@@ -210,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     from ablate.planning import plan_seeds, read_pilot
     from ablate.registry import nearest
     from ablate.study import load_study
-    from ablate.tracking import resolve_tracking_uri
+    from ablate.tracking import missing_local_store, resolve_tracking_uri
 
     study = load_study(args.file)
     study.check_budget(args.budget)
@@ -225,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         raise AblateError("; ".join(problems))
     uri = resolve_tracking_uri(args.tracking_uri)
-    missing = _missing_store(uri)
+    missing = missing_local_store(uri)
     if missing is not None:
         raise AblateError(_no_pilot(study, pilot_budget, f"there is no MLflow store at {missing}"))
     # an adaptive study may have run more seeds than its min: every seed up to its max is looked for

@@ -78,6 +78,21 @@ def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str)
                       + "; pass the study file's path (and --tracking-uri / --budget where it ran)")
 
 
+def _check_store(arg: str, tracking_uri: str | None) -> None:
+    """Refuse to read a local MLflow store that does not exist (opening it would create an empty one).
+
+    Raises:
+        AblateError: naming where the store should be and the fix.
+    """
+    from ablate.errors import AblateError
+    from ablate.tracking import missing_local_store, resolve_tracking_uri
+
+    missing = missing_local_store(resolve_tracking_uri(tracking_uri))
+    if missing is not None:
+        raise AblateError(f"there is no MLflow store at {missing}, so study {arg!r} has no results here; run it "
+                          "first (`ablate run FILE`) or pass the --tracking-uri it ran with")
+
+
 def upload_report(study_name: str, budget: str, tracking_uri: str | None, folder: Path) -> bool:
     """Log the report folder as artifacts (under ``report/``) of the study's parent MLflow run at
     ``budget``; False when there is no such run."""
@@ -100,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
         from ablate.plan import Plan
 
+        _check_store(args.study, args.tracking_uri)
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
         index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out)
         if not args.no_log:
