@@ -302,3 +302,26 @@ def test_postgresql_errors_name_the_cause(pg):
     StudyStore(url, "s")
     with pytest.raises(StoreNotFoundError, match="study 'x' is not in the store"):
         StudyStore(url, "x", create=False)
+
+
+def test_a_torn_last_journal_record_is_cut_off_and_a_damaged_line_is_refused(tmp_path):
+    from ablate.store import TornJournalWarning
+
+    path = tmp_path / "runs" / "s" / STORE_FILE
+    store = open_store(str(path))
+    store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"op_code": 5, "worker_id": "x", "trial_i')  # a writer died mid-record
+    with pytest.warns(TornJournalWarning, match=r"store\.journal: its last record was cut short \(41 bytes"):
+        again = open_store(str(path))
+    repaired = path.read_bytes()  # opening may append records, after the cut
+    assert repaired.startswith(whole) and b'"trial_i\n' not in repaired and b'"trial_i{' not in repaired
+    assert (path.parent / "store.journal.torn").read_bytes() == b'{"op_code": 5, "worker_id": "x", "trial_i'
+    assert again.counts("default") == {"done": 0, "running": 0, "failed": 0, "pending": 4}
+    again.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))  # appending works again
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = b"\x00garbled"
+    path.write_bytes(b"\n".join(lines))
+    with pytest.raises(StoreError, match=r"store\.journal: line 3 of the study store is damaged \(not a JSON record\); "
+                                         r"restore the file from a backup, or move it away"):
+        open_store(str(path))

@@ -11,6 +11,7 @@ SQLite URLs are refused: SQLite cannot claim a trial atomically across processes
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -107,6 +108,43 @@ class _JournalLock(BaseJournalFileLock or object):  # type: ignore[misc]
         self._lock.release()
 
 
+class TornJournalWarning(RuntimeWarning):
+    """The journal's last record was cut short (a writer died mid-write); it was removed and kept aside."""
+
+
+def check_journal(path: Path) -> None:
+    """Check a journal file before Optuna reads it; call it holding the journal's write lock.
+
+    Every record is one line of JSON. A last record without its newline was cut short by a writer
+    that died (or a full disk): it never took effect, so it is moved to ``<journal>.torn`` and cut
+    off, with a :class:`TornJournalWarning` (appending after it would damage the next record too).
+    Any other unreadable line is damage that cannot be repaired safely.
+
+    Raises:
+        StoreError: a line that is not JSON (other than a torn last one), naming the file, the line
+            and the fix.
+    """
+    data = path.read_bytes()
+    cut = data.rfind(b"\n") + 1  # where the last complete record ends (0: none is complete)
+    body, tail = data[: max(cut - 1, 0)], data[cut:]
+    if tail:
+        import warnings
+
+        aside = path.with_name(path.name + ".torn")
+        aside.write_bytes(tail)
+        with open(path, "r+b") as fh:
+            fh.truncate(len(data) - len(tail))
+        warnings.warn(f"{path}: its last record was cut short ({len(tail)} bytes, a writer that died?); it never "
+                      f"took effect and was moved to {aside}", TornJournalWarning, stacklevel=3)
+    for number, line in enumerate(body.split(b"\n") if body else [], start=1):
+        try:
+            json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise StoreError(f"{path}: line {number} of the study store is damaged (not a JSON record); restore the "
+                             "file from a backup, or move it away to start a new store (the results in MLflow stay; "
+                             "trials not in the new store run again)") from None
+
+
 def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
     """The Optuna storage of ``storage`` (a journal file path or a PostgreSQL URL).
 
@@ -121,6 +159,9 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
             if not create:
                 raise StoreNotFoundError(f"no study store at {path}: the study has not been run here (ablate run FILE)")
             path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            with FileLock(str(path) + ".lock"):  # the journal's write lock: no writer is mid-record now
+                check_journal(path)
         lock = _JournalLock(str(path) + ".lock") if BaseJournalFileLock is not None else None
         return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
     url = postgres_url_with_driver(storage)
@@ -179,6 +220,8 @@ __all__ = [
     "ENV_STORAGE",
     "StoreError",
     "StoreNotFoundError",
+    "TornJournalWarning",
+    "check_journal",
     "check_storage",
     "describe_storage",
     "is_rdb_url",
