@@ -253,6 +253,20 @@ def test_cli_train_json(ws_cache, capsys):
     assert out["warmstart"]["steps"] > 0
 
 
+def test_cli_train_that_diverges_names_the_step_and_quantity(ws_cache, capsys):
+    args = ["train", "--json"]
+    for item in tiny(ws_cache).changed_from_defaults().items():
+        args += ["--set", f"{item[0]}={json.dumps(item[1])}"]
+    args += ["--set", "train.steps=3", "--set", "optim.lr=1.0e+30", "--set", "optim.max_grad_norm=null"]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["error"].startswith("non-finite ") and "at RL step" in out["error"]
+    last = captured.err.strip().splitlines()[-1]  # (transformers may draw a loading bar above it)
+    assert last.startswith("ablate train: the trial diverged: non-finite ") and "at RL step 1" in last
+    assert "Traceback" not in captured.err
+
+
 def test_cli_train_bad_override(capsys):
     assert main(["train", "--set", "loss.agregation=token-mean"]) == 2
     err = capsys.readouterr().err

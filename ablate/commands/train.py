@@ -46,9 +46,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = TrialConfig.from_overrides(args.overrides)
 
-    from ablate.train import run_trial
+    from ablate.train import NonFiniteError, run_trial
 
-    result = run_trial(config, workdir=args.workdir, progress=not args.no_progress and not args.json)
+    try:
+        result = run_trial(config, workdir=args.workdir, progress=not args.no_progress and not args.json)
+    except NonFiniteError as exc:  # the configuration diverged at once: say where, not a traceback
+        if args.json:
+            json.dump({"key": config.trial_key(), "error": str(exc)}, sys.stdout, indent=2)
+            print()
+        print(f"ablate train: the trial diverged: {exc}; lower optim.lr or check the overrides", file=sys.stderr)
+        return 1
     final = {k: v for k, v in sorted(result.final.items()) if not k.startswith("perf/")}
     if args.json:
         payload = {
