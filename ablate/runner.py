@@ -302,13 +302,21 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, plan)
 
 
-def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int]) -> str:
+def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int], runs: str) -> str:
+    """The line that opens a round: trials, done, to run, and what dead workers left."""
+    from ablate.paths import trial_dir
+    from ablate.train import CHECKPOINT_FILE
+
     msg = (f"study {plan.study.name}, budget {plan.budget}: {prepared.total} trials; {counts['done']} already done, "
            f"{counts['pending']} to run")
     if counts["running"]:
         msg += f", {counts['running']} running on other workers"
     if prepared.stale:
-        msg += f" ({len(prepared.stale)} of them left by dead workers: they resume from their checkpoints)"
+        saved = sum((trial_dir(plan.study.name, s.attempt.key, runs) / CHECKPOINT_FILE).exists() for s in prepared.stale)
+        n = len(prepared.stale)
+        how = ("they resume from their checkpoints" if saved == n else "they start over: no checkpoint was saved"
+               if saved == 0 else f"{saved} resume from their checkpoints, {n - saved} start over")
+        msg += f" ({n} of them left by dead workers: {how})"
     if prepared.extended is not None:
         msg += f" (extended by {len(prepared.extended.added)} trials)"
     return msg
@@ -323,7 +331,7 @@ def _run_round(plan: Plan, settings: RunSettings, store: StudyStore, tracker: Tr
     if settings.threads == 0 and workers > 1:
         settings = replace(settings, threads=threads_per_worker(workers))
     settings = replace(settings, parent_run_id=parent)
-    print(_round_message(plan, prepared, counts), file=stream)
+    print(_round_message(plan, prepared, counts, settings.runs), file=stream)
     print(f"  store: {store.description}\n  tracking: {tracker.location}", file=stream)
     display = Progress(prepared.total, plan.steps, counts, stream=stream, live=live,
                        label=f"{plan.study.name} {plan.budget}") if progress else None

@@ -320,7 +320,8 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     assert status.rstrip().endswith(f"STALE: its worker {before[keys[1]][0].claim['name']} died (process {proc.pid} is gone)")
 
     assert run(str(study_file), "--no-progress") == 0  # same command again
-    assert "3 trials; 1 already done, 2 to run (1 of them left by dead workers" in capsys.readouterr().err
+    assert "3 trials; 1 already done, 2 to run (1 of them left by dead workers: they resume from their checkpoints)" in \
+        capsys.readouterr().err
     after = attempts_by_key(storage, "killed")
     assert after[keys[0]] == before[keys[0]]  # the completed trial did not run again
     stale, resumed = after[keys[1]]
