@@ -430,7 +430,7 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     return run_worker(settings, study=study, events=display.handle, prepare=True)
 
 
-def open_store(study: Study, settings: RunSettings) -> StudyStore | None:
+def existing_store(study: Study, settings: RunSettings) -> StudyStore | None:
     """The study's store as ``settings`` name it, opened without creating anything; None when the
     study has not run there."""
     from ablate.store import StoreNotFoundError
@@ -544,7 +544,7 @@ __all__ = [
     "cpu_cores",
     "gpu_for_worker",
     "make_settings",
-    "open_store",
+    "existing_store",
     "record_command",
     "run_one_worker",
     "run_study",

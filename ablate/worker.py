@@ -190,10 +190,11 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
             if not store.has_work(budget):
                 tracker.finish_parent(parent, failed=store.counts(budget)["failed"] > 0)
                 return stats
-            grown = current_plan(study, settings, store, plan.tuned)  # a round of `ablate run` may add seeds
-            if grown.seeds != plan.seeds:
-                plan = grown
-                continue
+            if study.seed_range is not None:  # a round of `ablate run` may have added seeds
+                grown = current_plan(study, settings, store, plan.tuned)
+                if grown.seeds != plan.seeds:
+                    plan = grown
+                    continue
             time.sleep(settings.poll_seconds)
             continue
         outcome = run_attempt(plan, plan.by_key[attempt.key], attempt, store, tracker, parent, settings, worker, events)

@@ -120,12 +120,12 @@ def render(data: dict[str, Any], verbose: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the study's status; creates nothing."""
-    from ablate.runner import make_settings, open_store
+    from ablate.runner import existing_store, make_settings
     from ablate.study import load_study
 
     study = load_study(args.file)
     settings = make_settings(study, args.budget, storage=args.storage, runs=args.runs)
-    store = open_store(study, settings)
+    store = existing_store(study, settings)
     if store is None:
         print(f"note: study {study.name!r} is not in the store {settings.storage}: it has not been run there "
               "(ablate run FILE, with the same --storage)", file=sys.stderr)
