@@ -23,3 +23,10 @@ class UnknownNameError(AblateError, KeyError):
 
 class ConfigError(AblateError, ValueError):
     """An invalid configuration value or combination."""
+
+
+class OutageError(AblateError):
+    """A server or file a study needs (the study store, the tracking server) did not answer within
+    the time allowed: printed in one line like any AblateError, but exit code 1 (not bad input)."""
+
+    exit_code = 1

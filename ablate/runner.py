@@ -27,9 +27,11 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ablate.outbox import upload_unsent
+from ablate.paths import trial_dir
 from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.progress import Progress
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
@@ -39,6 +41,7 @@ from ablate.worker import (
     WorkerStats,
     current_plan,
     finish_logged,
+    finish_parent,
     parent_run_id,
     process_main,
     record_stale,
@@ -79,18 +82,20 @@ def tuning_trainer(study: Study, settings: RunSettings, tracker: Tracker) -> tup
         spec = TrialSpec(study.name, arm.name, dict(arm.levels), seed, label, config, config.trial_key())
         config = trial_config(spec, settings.threads)
         try:
-            result, run_id = train_logged(tracker, parent, spec, config, worker=worker,
+            result, logger = train_logged(tracker, parent, spec, config, worker=worker,
                                           flush_every=settings.flush_every)
         except TrialRunError as exc:
             cause = exc.__cause__ or exc
             try:
-                tracker.fail_trial(exc.logger.run_id, "".join(traceback.format_exception(cause)))
+                if exc.logger.run_id is not None:
+                    tracker.fail_trial(exc.logger.run_id, "".join(traceback.format_exception(cause)))
             except Exception:  # noqa: BLE001 - the tracking store may be what failed
                 pass
             raise cause from None
         record = {"steps": result.steps, "seconds": round(result.seconds, 3), "worker": worker,
-                  "mlflow_run_id": run_id, "tuning": True}
-        finish_logged(tracker, run_id, spec, config, result, study, record)
+                  "mlflow_run_id": logger.run_id, "tuning": True}
+        finish_logged(tracker, logger, parent, spec, config, result, study, record, worker=worker,
+                      outbox=trial_dir(study.name, spec.key, settings.runs))
         return result
 
     return train, parent
@@ -111,9 +116,9 @@ def tune_study(study: Study, settings: RunSettings, tracker: Tracker,
     try:
         best = Tuner(study, settings.storage, train=train).tune_all(stream)
     except BaseException:
-        tracker.finish_parent(parent, failed=True)
+        finish_parent(tracker, parent, failed=True)
         raise
-    tracker.finish_parent(parent, failed=False)
+    finish_parent(tracker, parent, failed=False)
     return best
 
 
@@ -233,6 +238,9 @@ class StudyRun:
         storage: the study store's description.
         seconds: wall time.
         plan: the plan at the end (a study with ``seeds: {min, max}`` may have added seeds).
+        unsent: trials done but not in MLflow (its server did not answer): they wait in the outbox
+            (:mod:`ablate.outbox`) for the next ``ablate run`` of the study.
+        tracking_error: why the outbox could not be uploaded (None when it is empty).
     """
 
     counts: dict[str, int]
@@ -242,6 +250,8 @@ class StudyRun:
     storage: str
     seconds: float
     plan: Plan
+    unsent: list[str] = field(default_factory=list)
+    tracking_error: str | None = None
 
     @property
     def seeds(self) -> tuple[int, ...]:
@@ -272,12 +282,17 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     Raises:
         DesignChangedError: the plan differs from the design frozen in the store.
     """
-    from ablate.tracking import Tracker
+    from ablate.tracking import Tracker, check_tracking_server
 
     stream = stream or sys.stderr
     t0 = time.time()
+    check_tracking_server(settings.tracking_uri)  # before anything is created
     store = settings.open_store(study)
     tracker = Tracker(settings.tracking_uri)
+    sent = upload_unsent(tracker, study.name, settings.runs)  # trials an earlier outage left on disk
+    if sent.sent:
+        print(f"study {study.name}: uploaded {len(sent.sent)} trial(s) kept on disk during a tracking outage to "
+              f"MLflow {tracker.location}", file=stream)
     tuned = tune_study(study, settings, tracker, stream)  # sequentially in this process, before any main trial
     plan = current_plan(study, settings, store, tuned)
     prepared = first = store.prepare(plan, extend=extend)
@@ -297,14 +312,15 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
         parent = parent_run_id(plan, store, tracker)  # running again
         record_stale(tracker, prepared.stale)
         tag_plan(tracker, parent, plan, adaptive_rounds(store, plan.budget))
+    outbox = upload_unsent(tracker, study.name, settings.runs)
     if not store.has_work(plan.budget):
-        tracker.finish_parent(parent, failed=counts["failed"] > 0)
-    return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, plan)
+        finish_parent(tracker, parent, failed=counts["failed"] > 0 or bool(outbox.left))
+    return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, plan,
+                    unsent=outbox.left, tracking_error=outbox.error)
 
 
 def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int], runs: str) -> str:
     """The line that opens a round: trials, done, to run, and what dead workers left."""
-    from ablate.paths import trial_dir
     from ablate.train import CHECKPOINT_FILE
 
     msg = (f"study {plan.study.name}, budget {plan.budget}: {prepared.total} trials; {counts['done']} already done, "
@@ -374,7 +390,8 @@ def status_plan(study: Study, store: StudyStore | None, budget: str, storage: st
 
 def make_settings(study: Study, budget: str, *, storage: str | None = None, tracking_uri: str | None = None,
                   runs: str = "runs", threads: int = 0, workers: int = 1, max_retries: int | None = None,
-                  heartbeat: float | None = None, grace: float | None = None) -> RunSettings:
+                  heartbeat: float | None = None, grace: float | None = None,
+                  store_wait: float | None = None) -> RunSettings:
     """Check the run options and build the :class:`RunSettings` (creates nothing).
 
     ``storage`` None: ``$ABLATE_STORAGE``, else ``<runs>/<study>/store.journal``; ``tracking_uri``
@@ -388,6 +405,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         DEFAULT_GRACE_PERIOD,
         DEFAULT_HEARTBEAT_INTERVAL,
         DEFAULT_MAX_RETRIES,
+        DEFAULT_STORE_WAIT,
         resolve_storage,
     )
     from ablate.tracking import resolve_tracking_uri
@@ -396,6 +414,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
     max_retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries
     heartbeat = DEFAULT_HEARTBEAT_INTERVAL if heartbeat is None else heartbeat
     grace = DEFAULT_GRACE_PERIOD if grace is None else grace
+    store_wait = DEFAULT_STORE_WAIT if store_wait is None else store_wait
     problems = []
     if workers < 1:
         problems.append(f"--workers {workers}: must be at least 1")
@@ -405,12 +424,14 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         problems.append(f"--max-retries {max_retries}: must be 0 or more")
     if heartbeat <= 0 or grace <= heartbeat:
         problems.append(f"--heartbeat {heartbeat:g} / --grace {grace:g}: need 0 < heartbeat < grace")
+    if not store_wait >= 0:
+        problems.append(f"--store-wait {store_wait:g}: must be 0 or more seconds")
     if problems:
         raise AblateError("; ".join(problems))
     return RunSettings(
         study_file=str(study.path), budget=budget, storage=resolve_storage(storage, study.name, runs),
         tracking_uri=resolve_tracking_uri(tracking_uri), runs=runs, threads=threads,
-        heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries,
+        heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
     )
 
 
@@ -418,7 +439,9 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     """``ablate worker``: this process as one worker of the study (it checks the plan against the
     store's frozen design and enqueues what must run first), with a progress display on ``stream``."""
     from ablate.store import describe_storage
+    from ablate.tracking import check_tracking_server
 
+    check_tracking_server(settings.tracking_uri)  # before anything is created
     stream = stream or sys.stderr
     if settings.threads > 0:
         import torch

@@ -58,7 +58,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -135,6 +135,31 @@ def missing_local_store(uri: str) -> str | None:
     else:
         return None
     return None if path.exists() else str(path)
+
+
+def check_tracking_server(uri: str, timeout: float = 10.0) -> None:
+    """For an ``http(s)://`` tracking URI: whether the server answers its ``/health`` check, asked
+    once with ``timeout`` (MLflow's own client would retry for minutes before it says anything).
+
+    Raises:
+        OutageError: it does not answer; the message names the server and the fix.
+    """
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    from ablate.errors import OutageError
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            return
+    except urllib.error.HTTPError:
+        return  # it answers (a proxy or an older server without /health): MLflow's client takes it from here
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise OutageError(f"the MLflow tracking server {uri} does not answer ({why}); start it (mlflow server ...) "
+                          "or pass another --tracking-uri; nothing was run") from None
 
 
 def tracking_location(uri: str) -> str:
@@ -245,36 +270,73 @@ def code_version() -> dict[str, str]:
 # -------------------------------------------------------------------------------------- the logger
 
 
+#: Errors that mean the tracking store did not take a request (a server down or restarting, a
+#: network error after MLflow's own retries, a locked SQLite file): the data is kept and sent later.
+#: ``requests``' errors are ``OSError``\ s.
+TRACKING_ERRORS: tuple[type[BaseException], ...] = (MlflowException, OSError)
+
+#: Seconds between two tries to send a trial's metrics while the tracking server does not answer.
+RETRY_SECONDS = 60.0
+
+
+def first_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception (MLflow's can run to pages)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
 class TrialLogger:
     """The trainer's ``log(metrics, step)``: buffers metrics and sends them with ``log_batch``.
 
     A flush happens every ``flush_every`` logged steps, after ``flush_seconds`` without one, and on
-    :meth:`close`. Each flush also sets the run's tag ``ablate.logged_step`` (in the same request), so
-    that a resumed trial skips the steps already logged (``skip_through``) and no step is logged twice.
-    With ``hold_logged_step`` (a trial that resumes from a checkpoint: the steps before it come only
-    with :meth:`backfill`) the tag is set only by :meth:`close`, so that it never claims steps that
-    were not sent.
+    :meth:`close`. Each request also sets the run's tag ``ablate.logged_step`` to the last step whose
+    metrics are all sent (in the same request), so that a resumed trial skips the steps already
+    logged (``skip_through``) and no step is logged twice. With ``hold_logged_step`` (a trial that
+    resumes from a checkpoint: the steps before it come only with :meth:`backfill`) the tag is set
+    only by :meth:`close`, so that it never claims steps that were not sent.
+
+    **Outages never stop training.** A request the tracking store does not take
+    (:data:`TRACKING_ERRORS`) leaves the metrics in the buffer, with their first timestamps (MLflow
+    stores a metric row sent twice once), and they are tried again ``retry_seconds`` later and on
+    :meth:`close`; :attr:`unsent` says why the last try failed. A logger without a run
+    (:meth:`offline`: the run could not even be created) only buffers. ``fence`` (called before each
+    request) returning False stops all sending for good: the attempt was taken over by another worker,
+    whose metrics must not be mixed with these.
 
     Attributes:
         requests: ``log_batch`` requests sent so far.
         last_step: the last step given (logged or skipped).
+        unsent: None when everything given so far reached the store; else why it did not.
     """
 
-    def __init__(self, client: MlflowClient, run_id: str, *, skip_through: int = -1, flush_every: int = 10,
-                 flush_seconds: float = 30.0, hold_logged_step: bool = False) -> None:
+    def __init__(self, client: MlflowClient | None, run_id: str | None, *, skip_through: int = -1,
+                 flush_every: int = 10, flush_seconds: float = 30.0, hold_logged_step: bool = False,
+                 retry_seconds: float = RETRY_SECONDS, fence: Callable[[], bool] | None = None) -> None:
         self.client = client
         self.hold_logged_step = hold_logged_step
         self.run_id = run_id
         self.skip_through = skip_through
         self.flush_every = max(1, int(flush_every))
         self.flush_seconds = flush_seconds
+        self.retry_seconds = retry_seconds
+        self.fence = fence
         self.requests = 0
         self.last_step: int | None = None
+        self.unsent: str | None = None
+        self.fenced = False
         self._buffer: list[Metric] = []
         self._buffered_steps = 0
         self._buffered_through: int | None = None
         self._seen: set[int] = set()
         self._last_flush = time.monotonic()
+        self._retry_at = 0.0
+
+    @classmethod
+    def offline(cls, why: str, **kwargs: Any) -> TrialLogger:
+        """A logger for a trial whose run could not be created: it buffers and never sends."""
+        logger = cls(None, None, **kwargs)
+        logger.unsent = why
+        return logger
 
     def __call__(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffer ``metrics`` at ``step`` (skipped when ``step <= skip_through``); flush when due."""
@@ -286,7 +348,8 @@ class TrialLogger:
         self._buffer.extend(Metric(metric_name(k), float(v), ts, int(step)) for k, v in metrics.items())
         self._buffered_steps += 1
         self._buffered_through = max(step, self._buffered_through if self._buffered_through is not None else step)
-        if self._buffered_steps >= self.flush_every or time.monotonic() - self._last_flush >= self.flush_seconds:
+        due = self._buffered_steps >= self.flush_every or time.monotonic() - self._last_flush >= self.flush_seconds
+        if due and time.monotonic() >= self._retry_at:
             self.flush()
 
     def backfill(self, history: Sequence[tuple[int, Mapping[str, float]]]) -> None:
@@ -296,28 +359,69 @@ class TrialLogger:
         for step, metrics in history:
             self(metrics, int(step))
 
-    def flush(self) -> None:
-        """Send every buffered metric (in requests of at most MLflow's batch size)."""
+    def _sendable(self) -> bool:
+        if self.fenced or (self.fence is not None and not self.fence()):
+            self.fenced, self._buffer = True, []
+            return False
+        return self.client is not None and self.run_id is not None
+
+    def flush(self) -> bool:
+        """Send every buffered metric (in requests of at most MLflow's batch size, in step order).
+
+        Returns:
+            True when the buffer is empty afterwards; False when the store did not take a request
+            (the rest stays buffered, :attr:`unsent` says why) or there is no run to send to.
+        """
         if not self._buffer:
-            return
-        chunk = MAX_METRICS_PER_BATCH - 1  # one entity of the last request is the logged_step tag
-        for i in range(0, len(self._buffer), chunk):
-            part = self._buffer[i : i + chunk]
-            last = i + chunk >= len(self._buffer)
-            tags = [RunTag(TAG_LOGGED_STEP, str(self._buffered_through))] if last and not self.hold_logged_step else []
-            self.client.log_batch(self.run_id, metrics=part, tags=tags)
+            return True
+        if not self._sendable():
+            return self.fenced
+        self._buffer.sort(key=lambda m: m.step)  # stable: a step's metrics stay together and in order
+        chunk = MAX_METRICS_PER_BATCH - 1  # one entity of each request is the logged_step tag
+        while self._buffer:
+            part, rest = self._buffer[:chunk], self._buffer[chunk:]
+            through = self._buffered_through if not rest else _last_whole_step(part, rest[0].step)
+            tags = [] if self.hold_logged_step or through is None else [RunTag(TAG_LOGGED_STEP, str(through))]
+            try:
+                self.client.log_batch(self.run_id, metrics=part, tags=tags)  # type: ignore[union-attr]
+            except TRACKING_ERRORS as exc:
+                self.unsent = first_line(exc)
+                self._retry_at = time.monotonic() + self.retry_seconds
+                return False
+            self._buffer = rest
             self.requests += 1
-        self._buffer = []
+        self.unsent = None
         self._buffered_steps = 0
         self._last_flush = time.monotonic()
+        return True
 
-    def close(self) -> None:
-        """Flush what is left (and set the ``ablate.logged_step`` tag if it was held)."""
-        self.flush()
-        if self.hold_logged_step and self._buffered_through is not None:
-            self.client.set_tag(self.run_id, TAG_LOGGED_STEP, str(self._buffered_through))
+    def close(self) -> bool:
+        """Flush what is left (and set the ``ablate.logged_step`` tag if it was held).
+
+        Returns:
+            True when every metric given reached the run (or sending was fenced off); False when
+            some did not (:attr:`unsent` says why): the caller keeps the trial for a later upload.
+        """
+        if not self.flush():
+            return self.fenced
+        if self.hold_logged_step and self._buffered_through is not None and not self.fenced:
+            try:
+                self.client.set_tag(self.run_id, TAG_LOGGED_STEP, str(self._buffered_through))  # type: ignore[union-attr]
+            except TRACKING_ERRORS as exc:
+                self.unsent = first_line(exc)
+                return False
             self.requests += 1
             self.hold_logged_step = False
+        return True
+
+
+def _last_whole_step(part: Sequence[Metric], next_step: int) -> int | None:
+    """The last step all of whose metrics are in ``part`` (step-sorted; the next metric is at
+    ``next_step``), or None when there is none."""
+    for m in reversed(part):
+        if m.step < next_step:
+            return int(m.step)
+    return None
 
 
 # ------------------------------------------------------------------------------------- the tracker
@@ -434,9 +538,11 @@ class Tracker:
 
     def start_trial(self, parent_id: str, *, study: str, key: str, arm: str, seed: int, budget: str,
                     levels: Mapping[str, str], flat_config: Mapping[str, Any], worker: str = "",
-                    flush_every: int = 10, resuming: bool = False) -> TrialLogger:
+                    flush_every: int = 10, resuming: bool = False,
+                    fence: Callable[[], bool] | None = None) -> TrialLogger:
         """Open the child run of a trial (found again when it exists, else created with its params and
-        tags) and return its :class:`TrialLogger` (skipping the steps that run already logged)."""
+        tags) and return its :class:`TrialLogger` (skipping the steps that run already logged; ``fence``:
+        see :class:`TrialLogger`)."""
         existing = self.find_trial_run(parent_id, key)
         tags = {TAG_WORKER: worker}
         if existing is None:
@@ -459,7 +565,23 @@ class Tracker:
                 self.client.delete_tag(run_id, TAG_ERROR)
         if not has_params:
             self._log_params(run_id, trial_params(flat_config, levels))
-        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every, hold_logged_step=resuming)
+        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every, hold_logged_step=resuming,
+                           fence=fence)
+
+    def send_history(self, run_id: str, history: Sequence[tuple[int, Mapping[str, float]]]) -> int:
+        """Send the metrics of ``history`` that run ``run_id`` does not hold yet, so that it holds each
+        (metric, step) exactly once whatever reached it before (an upload after an outage: the run's
+        metrics are read first); then tag ``ablate.logged_step``. The number of metric values sent."""
+        keys = sorted({metric_name(k) for _, metrics in history for k in metrics})
+        held = {(m.key, int(m.step)) for key in keys for m in self.client.get_metric_history(run_id, key)}
+        ts = int(time.time() * 1000)
+        missing = [Metric(metric_name(k), float(v), ts, int(step)) for step, metrics in history
+                   for k, v in metrics.items() if (metric_name(k), int(step)) not in held]
+        for i in range(0, len(missing), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(run_id, metrics=missing[i : i + MAX_METRICS_PER_BATCH])
+        if history:
+            self.client.set_tag(run_id, TAG_LOGGED_STEP, str(max(int(step) for step, _ in history)))
+        return len(missing)
 
     def finish_trial(self, run_id: str, *, config_yaml: str, history: Sequence[tuple[int, Mapping[str, float]]],
                      samples: Sequence[Mapping[str, Any]], result: Mapping[str, Any], objective: float | None,
@@ -614,6 +736,10 @@ def log_report(tracker: Tracker, run_id: str, folder: str | Path, artifact_path:
         tracker.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
 
 __all__ = [
+    "RETRY_SECONDS",
+    "TRACKING_ERRORS",
+    "check_tracking_server",
+    "first_line",
     "DEFAULT_TRACKING_URI",
     "EVAL_PROBLEMS_FILE",
     "EVAL_PROBLEM_COLUMNS",

@@ -10,11 +10,19 @@ The worker loop::
         claim the oldest pending attempt of the plan (atomic: one worker gets it)
             none pending, none running anywhere -> done
             none pending, some running elsewhere -> wait (they may die and need a retry)
-        open its MLflow child run; heartbeat while it trains
+        heartbeat from a thread until the attempt is recorded (opening, training, finishing its run)
+        open its MLflow child run (a tracking outage: train anyway, offline)
         train: ablate.train.run_trial(config, log, workdir=runs/<study>/trials/<key>/)
-            (resumes from the checkpoint a killed attempt left there)
-        success: artifacts + FINISHED in MLflow, then done with the objective in the store
+            (resumes from the checkpoint a killed attempt left there; metrics the tracking store
+            does not take wait in memory and are sent when it answers again)
+        success: artifacts + FINISHED in MLflow (still unreachable: the trial goes to the outbox,
+            runs/<study>/trials/<key>/unsent.json, see ablate.outbox), then done in the store
         exception: the traceback on the attempt and the run (FAILED); the study goes on
+        another worker took the attempt over (failed it as stale): send nothing more, leave it
+
+Liveness: an attempt of a process on this machine is stale only when the process is gone; one of
+another machine, when its heartbeats stop for the grace period. Every call to the study store waits
+out an outage of up to ``--store-wait`` seconds (:class:`ablate.store.RetryingStorage`).
 
 Which trials: :func:`current_plan`, the plan the runner runs (the seeds the store holds for a study
 with ``seeds: {min, max}``, each arm's tuned values for a study with ``tune:``).
@@ -23,6 +31,7 @@ with ``seeds: {min, max}``, each arm's tuned values for a study with ``tune:``).
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 import warnings
@@ -32,12 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.objective import direction, summarize_history
+from ablate.outbox import upload_unsent
 from ablate.paths import RUNS_DIR, trial_dir
 from ablate.plan import Plan
 from ablate.store import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MAX_RETRIES,
+    DEFAULT_STORE_WAIT,
     Attempt,
     Heartbeat,
     StaleAttempt,
@@ -76,7 +87,7 @@ class RunSettings:
         runs: the folder of run folders (``runs/``): checkpoints go to ``<runs>/<study>/trials/<key>``.
         threads: torch threads per trial (0: leave torch's default).
         parent_run_id: the MLflow parent run (None: the worker finds or creates it).
-        heartbeat_interval, grace_period, max_retries: see :mod:`ablate.store`.
+        heartbeat_interval, grace_period, max_retries, store_wait: see :mod:`ablate.store`.
         flush_every: logged steps between two MLflow ``log_batch`` requests.
         poll_seconds: how long an idle worker waits before looking again.
     """
@@ -91,6 +102,7 @@ class RunSettings:
     heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL
     grace_period: float = DEFAULT_GRACE_PERIOD
     max_retries: int = DEFAULT_MAX_RETRIES
+    store_wait: float = DEFAULT_STORE_WAIT
     flush_every: int = 10
     poll_seconds: float = POLL_SECONDS
 
@@ -98,17 +110,19 @@ class RunSettings:
         """The study store these settings name, for ``study``."""
         return StudyStore(self.storage, study.name, direction=direction(study.objective.mode),
                           heartbeat_interval=self.heartbeat_interval, grace_period=self.grace_period,
-                          max_retries=self.max_retries)
+                          max_retries=self.max_retries, store_wait=self.store_wait)
 
 
 @dataclass
 class WorkerStats:
     """What one worker did: keys of the trials it completed, that failed, and that it lost (another
-    worker declared them stale while they ran)."""
+    worker declared them stale while they ran); and the trials its outbox still held at the end
+    (``ablate worker`` only: a local pool's outbox is the runner's)."""
 
     done: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
+    unsent: list[str] = field(default_factory=list)  # trials left in the outbox when it stopped
 
 
 def current_plan(study: Study, settings: RunSettings, store: StudyStore,
@@ -188,7 +202,9 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
         attempt = store.claim(budget, worker, keys=plan.by_key.keys())
         if attempt is None:
             if not store.has_work(budget):
-                tracker.finish_parent(parent, failed=store.counts(budget)["failed"] > 0)
+                if settings.parent_run_id is None:  # `ablate worker`: its own outbox, and the parent's state
+                    stats.unsent = upload_unsent(tracker, study.name, settings.runs).left
+                    finish_parent(tracker, parent, failed=store.counts(budget)["failed"] > 0 or bool(stats.unsent))
                 return stats
             if study.seed_range is not None:  # a round of `ablate run` may have added seeds
                 grown = current_plan(study, settings, store, plan.tuned)
@@ -202,10 +218,33 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
 
 
 def parent_run_id(plan: Plan, store: StudyStore, tracker: Tracker) -> str:
-    """The study's MLflow parent run at the plan's budget, found or created under the store's lock."""
-    with store.lock():
-        return tracker.parent_run(plan.study, plan.budget, storage=store.description,
-                                  design=store.frozen_design(plan.budget))
+    """The study's MLflow parent run at the plan's budget, found or created under the store's lock.
+
+    Raises:
+        OutageError: the tracking store does not answer (one line naming it; nothing was trained).
+    """
+    from ablate.errors import OutageError
+    from ablate.tracking import TRACKING_ERRORS, first_line
+
+    try:
+        with store.lock():
+            return tracker.parent_run(plan.study, plan.budget, storage=store.description,
+                                      design=store.frozen_design(plan.budget))
+    except TRACKING_ERRORS as exc:
+        raise OutageError(f"MLflow {tracker.location} does not answer ({first_line(exc)}); start it (or pass "
+                          "another --tracking-uri) and run the same command again") from None
+
+
+def finish_parent(tracker: Tracker, parent: str, *, failed: bool) -> str | None:
+    """Mark the parent run finished or failed; the tracking error's first line when the store does
+    not answer (the parent's state is a summary: the trials' runs and the outbox hold the results)."""
+    from ablate.tracking import TRACKING_ERRORS, first_line
+
+    try:
+        tracker.finish_parent(parent, failed=failed)
+    except TRACKING_ERRORS as exc:
+        return first_line(exc)
+    return None
 
 
 def trial_config(spec: TrialSpec, threads: int) -> TrialConfig:
@@ -223,10 +262,14 @@ def trial_config(spec: TrialSpec, threads: int) -> TrialConfig:
 def train_logged(tracker: Tracker, parent: str, spec: TrialSpec, config: TrialConfig, *, worker: str,
                  flush_every: int, workdir: os.PathLike[str] | None = None,
                  on_log: Callable[[int], None] | None = None,
-                 on_start: Callable[[TrialLogger], None] | None = None) -> tuple[TrialResult, str]:
-    """Train one trial as a child run of ``parent``: log every step, upload its files, mark it FINISHED.
+                 on_start: Callable[[TrialLogger], None] | None = None,
+                 fence: Callable[[], bool] | None = None) -> tuple[TrialResult, TrialLogger]:
+    """Train one trial as a child run of ``parent``, logging every step.
 
-    The one way ablate trains a trial of a study (main trials and tuning trials alike).
+    The one way ablate trains a trial of a study (main trials and tuning trials alike). A tracking
+    store that does not answer never stops the trial: when its run cannot be opened the trial trains
+    with an offline logger, and metrics it cannot send wait in the logger (:class:`TrialLogger`);
+    :func:`finish_logged` then keeps what did not arrive in the outbox.
 
     Args:
         spec: the trial's identity (study, arm, seed, budget, levels, key).
@@ -235,21 +278,24 @@ def train_logged(tracker: Tracker, parent: str, spec: TrialSpec, config: TrialCo
         workdir: the trial's checkpoint folder (None: no checkpoints).
         on_log: called with each logged step (heartbeats, progress).
         on_start: called with the run's logger once it exists (e.g. to record its run id).
+        fence: False once the attempt belongs to another worker: its logger stops sending.
 
     Returns:
-        The trial's result and its run id.
+        The trial's result and its logger (closed: ``logger.unsent`` is None when every metric
+        reached the run).
 
     Raises:
         TrialRunError: training failed; it carries the run's logger so the caller can record why.
     """
+    from ablate.tracking import TRACKING_ERRORS, TrialLogger, first_line
     from ablate.train import CHECKPOINT_FILE, run_trial
 
     resuming = workdir is not None and (Path(workdir) / CHECKPOINT_FILE).exists()
-    logger = tracker.start_trial(
-        parent, study=spec.study, key=spec.key, arm=spec.arm, seed=spec.seed, budget=spec.budget,
-        levels=spec.levels, flat_config=config.to_flat_dict(), worker=worker, flush_every=flush_every,
-        resuming=resuming,
-    )
+    try:
+        logger = tracker.start_trial(parent, resuming=resuming, fence=fence, flush_every=flush_every,
+                                     **start_arguments(spec, config, worker))
+    except TRACKING_ERRORS as exc:  # the run cannot be opened now: train anyway, keep the metrics
+        logger = TrialLogger.offline(first_line(exc), flush_every=flush_every)
     try:
         if on_start is not None:
             on_start(logger)
@@ -264,7 +310,13 @@ def train_logged(tracker: Tracker, parent: str, spec: TrialSpec, config: TrialCo
         logger.close()
     except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - the caller records why, with the run
         raise TrialRunError(logger) from exc
-    return result, logger.run_id
+    return result, logger
+
+
+def start_arguments(spec: TrialSpec, config: TrialConfig, worker: str) -> dict[str, Any]:
+    """What a trial's MLflow run is opened with (:meth:`Tracker.start_trial`), as kept in the outbox."""
+    return {"study": spec.study, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
+            "levels": dict(spec.levels), "flat_config": config.to_flat_dict(), "worker": worker}
 
 
 class TrialRunError(Exception):
@@ -275,33 +327,61 @@ class TrialRunError(Exception):
         self.logger = logger
 
 
-def finish_logged(tracker: Tracker, run_id: str, spec: TrialSpec, config: TrialConfig, result: TrialResult,
-                  study: Study, record: Mapping[str, Any]) -> float | None:
+def finish_logged(tracker: Tracker, logger: TrialLogger, parent: str, spec: TrialSpec, config: TrialConfig,
+                  result: TrialResult, study: Study, record: Mapping[str, Any], *, worker: str,
+                  outbox: os.PathLike[str] | None) -> tuple[float | None, bool]:
     """Upload a trained trial's files to its run (config, history, samples, per-problem records, the
-    result record) and mark it FINISHED; the trial's objective (None when its metric has no value)."""
+    result record) and mark it FINISHED.
+
+    When the tracking store does not take them (or some metrics never reached the run), the trial is
+    kept in the outbox folder ``outbox`` (:func:`ablate.outbox.write_unsent`) for a later upload;
+    without an outbox folder the tracking error is raised.
+
+    Returns:
+        The trial's objective (None when its metric has no value), and whether the run got everything
+        (False: the trial waits in the outbox).
+    """
+    from ablate.outbox import write_unsent
+    from ablate.tracking import TRACKING_ERRORS, first_line
+
     obj = study.objective
     value = summarize_history(result.history, obj.metric, obj.summary, obj.last_n)
     warm = {k: v for k, v in result.warmstart.items() if k != "history"}
     prm = {k: v for k, v in result.learned_prm.items() if k != "history"}
-    tracker.finish_trial(
-        run_id, config_yaml=config.to_yaml(), history=result.history, samples=result.samples,
-        eval_problems=result.eval_problems,
-        result={**record, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
-                "levels": spec.levels, "objective": value, "objective_metric": obj.metric,
-                "final": dict(result.final), "warmstart": warm, "learned_prm": prm},
-        objective=value,
-    )
-    return value
+    finish = {
+        "config_yaml": config.to_yaml(), "samples": list(result.samples), "eval_problems": result.eval_problems,
+        "result": {**record, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
+                   "levels": spec.levels, "objective": value, "objective_metric": obj.metric,
+                   "final": dict(result.final), "warmstart": warm, "learned_prm": prm},
+        "objective": value,
+    }
+    why = logger.unsent
+    if why is None:
+        try:
+            tracker.finish_trial(logger.run_id, history=result.history, **finish)  # type: ignore[arg-type]
+            return value, True
+        except TRACKING_ERRORS as exc:
+            if outbox is None:
+                raise
+            why = first_line(exc)
+    if outbox is None:
+        from ablate.tracking import TrackingError
+
+        raise TrackingError(f"the trial's metrics did not reach MLflow {tracker.location}: {why}")
+    write_unsent(outbox, parent=parent, start=start_arguments(spec, config, worker), history=result.history,
+                 finish=finish, why=why)
+    return value, False
 
 
 def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore, tracker: Tracker, parent: str,
                 settings: RunSettings, worker: WorkerInfo, events: EventFn | None = None) -> str:
-    """Run one claimed attempt: train with MLflow logging and heartbeats, then record the outcome.
+    """Run one claimed attempt: train with MLflow logging, finish its run, record the outcome; the
+    attempt heartbeats (from a thread) all along, while its run is opened and finished too.
 
     Returns:
         One of :data:`OUTCOMES`: ``done``, ``failed`` (recorded in the store and MLflow; the study goes
-        on), or ``lost`` (finished, but another worker failed the attempt as stale meanwhile; its retry
-        resumes from the final checkpoint).
+        on), or ``lost`` (another worker failed the attempt as stale meanwhile: its run is left to the
+        retry, which resumes from the final checkpoint; nothing more is sent to it from here).
 
     Raises:
         KeyboardInterrupt: after recording the attempt as failed ("interrupted") and its run KILLED.
@@ -311,6 +391,7 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
     common = {"worker": worker.name, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "steps": steps}
     t0 = time.time()
     opened: list[TrialLogger] = []  # the trial's run, once it exists (its failure is recorded there too)
+    workdir = trial_dir(plan.study.name, spec.key, settings.runs)
     try:
         with Heartbeat(store, attempt, steps=steps) as hb:
 
@@ -320,20 +401,23 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
 
             def on_start(logger: TrialLogger) -> None:
                 opened.append(logger)
-                store.set_run_id(attempt, logger.run_id)
+                if logger.run_id is not None:
+                    store.set_run_id(attempt, logger.run_id)
                 emit(events, kind="start", attempt=attempt.number, retry=attempt.retry, **common)
 
-            result, run_id = train_logged(tracker, parent, spec, config, worker=worker.name,
-                                          flush_every=settings.flush_every,
-                                          workdir=trial_dir(plan.study.name, spec.key, settings.runs),
-                                          on_log=on_log, on_start=on_start)
-        record = {"steps": result.steps, "seconds": round(result.seconds, 3), "resumed_from": result.resumed_from,
-                  "worker": worker.name, "mlflow_run_id": run_id}
-        value = finish_logged(tracker, run_id, spec, config, result, plan.study, record)
-        ok = store.complete(attempt, value, record)
-        outcome = "done" if ok and not hb.lost else "lost"
+            result, logger = train_logged(tracker, parent, spec, config, worker=worker.name,
+                                          flush_every=settings.flush_every, workdir=workdir,
+                                          on_log=on_log, on_start=on_start, fence=lambda: not hb.lost)
+            record = {"steps": result.steps, "seconds": round(result.seconds, 3), "resumed_from": result.resumed_from,
+                      "worker": worker.name, "mlflow_run_id": logger.run_id}
+            value, sent = None, True
+            if not hb.lost:  # a late finish would overwrite the run its new owner writes to
+                value, sent = finish_logged(tracker, logger, parent, spec, config, result, plan.study, record,
+                                            worker=worker.name, outbox=workdir)
+        ok = not hb.lost and store.complete(attempt, value, {**record, "sent_to_mlflow": sent})
+        outcome = "done" if ok else "lost"
         emit(events, kind="end", state=outcome, seconds=time.time() - t0, objective=value,
-             metric=plan.study.objective.metric, **common)
+             metric=plan.study.objective.metric, unsent=None if sent else logger.unsent, **common)
         return outcome
     except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - one trial's error is recorded; the study goes on
         logger = opened[0] if opened else None
@@ -358,7 +442,7 @@ def record_failure(store: StudyStore, tracker: Tracker, attempt: Attempt, logger
         except Exception:  # noqa: BLE001 - the tracking store may be what failed
             pass
     store.fail(attempt, text)
-    if logger is not None:
+    if logger is not None and logger.run_id is not None:
         try:
             tracker.fail_trial(logger.run_id, text, status=status)
         except Exception:  # noqa: BLE001
@@ -375,10 +459,15 @@ def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: s
         import torch
 
         torch.set_num_threads(settings.threads)
+    from ablate.errors import AblateError
+
     try:
         run_worker(settings, index=index, events=events.put)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except AblateError as exc:  # an outage it could not wait out: one line, and the pool decides
+        print(f"ablate worker {index}: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(exc.exit_code) from None
 
 
 __all__ = [
@@ -390,6 +479,8 @@ __all__ = [
     "current_plan",
     "emit",
     "finish_logged",
+    "finish_parent",
+    "start_arguments",
     "parent_run_id",
     "process_main",
     "record_failure",

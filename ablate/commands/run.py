@@ -72,6 +72,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between heartbeats of a running trial (default 15)")
     parser.add_argument("--grace", type=float, metavar="S",
                         help="seconds without heartbeat after which a trial of another machine is retried (default 90)")
+    parser.add_argument("--store-wait", type=float, metavar="S",
+                        help="seconds a worker waits out a study store that does not answer (a PostgreSQL restart, "
+                             "a journal I/O error) before it stops (default 300)")
 
 
 def prepare_environment() -> None:
@@ -95,7 +98,7 @@ def settings_from_args(args: argparse.Namespace, study: Study) -> RunSettings:
 
     return make_settings(study, args.budget, storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs,
                          threads=args.threads, workers=getattr(args, "workers", 1), max_retries=args.max_retries,
-                         heartbeat=args.heartbeat, grace=args.grace)
+                         heartbeat=args.heartbeat, grace=args.grace, store_wait=args.store_wait)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,6 +119,12 @@ def run(args: argparse.Namespace) -> int:
           f"{c['pending']} pending, in {result.seconds:.0f} s")
     print(f"results: MLflow {tracking_location(result.tracking_uri)}, experiment {study.name!r}")
     print(f"store: {result.storage}")
+    if result.unsent:
+        print(f"{len(result.unsent)} finished trial(s) could not reach MLflow {tracking_location(result.tracking_uri)} "
+              f"({result.tracking_error}); they are kept in {args.runs}/{study.name}/trials/<key>/unsent.json. When the "
+              f"server answers again, run the same command again: it uploads them and builds the report",
+              file=sys.stderr)
+        return 1
     rc = 0
     from ablate.commands.report import upload_report
     from ablate.report import build_report

@@ -40,4 +40,8 @@ def run(args: argparse.Namespace) -> int:
     study = load_study(args.file)
     stats = run_one_worker(study, settings_from_args(args, study), stream=sys.stderr)
     print(f"worker done: {len(stats.done)} trial(s) completed, {len(stats.failed)} failed, {len(stats.lost)} lost")
-    return 1 if stats.failed else 0
+    if stats.unsent:
+        print(f"{len(stats.unsent)} finished trial(s) could not reach MLflow; they are kept in "
+              f"{args.runs}/{study.name}/trials/<key>/unsent.json: when the server answers again, run the same "
+              "command again (or `ablate run` of the study) to upload them", file=sys.stderr)
+    return 1 if stats.failed or stats.unsent else 0

@@ -28,9 +28,12 @@ from ablate.objective import direction as objective_direction
 from ablate.states import DONE, FAILED, PENDING, RUNNING, zero_counts
 from ablate.store.design import DesignChangedError, DesignDiff, design_record, diff_designs, jsonable
 from ablate.store.storage import (
+    DEFAULT_STORE_WAIT,
+    RetryingStorage,
     StoreError,
     StoreNotFoundError,
     describe_storage,
+    is_outage,
     is_rdb_url,
     open_storage,
     resolve_storage,
@@ -75,8 +78,20 @@ def _node_id() -> str:
     return f"{socket.gethostname()}/{boot}/{pidns}"
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this machine and is not a zombie."""
+def process_start(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from /proc), None where unknown: with
+    the pid, it names a process even after the pid is reused."""
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:].split()[19]
+    return None
+
+
+def pid_alive(pid: int, started: str | None = None) -> bool:
+    """Whether process ``pid`` exists on this machine and is not a zombie (and, when ``started`` is
+    given, is the process that started then, not a later one given the same pid)."""
+    if started is not None and process_start(pid) not in (None, started):
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -99,22 +114,24 @@ class WorkerInfo:
         host: the machine's host name.
         node: host, boot id and PID namespace: where ``pid`` can be checked directly.
         pid: the worker's process id.
+        started: when that process started (see :func:`process_start`).
     """
 
     name: str
     host: str
     node: str
     pid: int
+    started: str | None = None
 
     @staticmethod
     def current(index: int | None = None) -> WorkerInfo:
         """This process as a worker (``index``: its number in a local pool)."""
         host, pid = socket.gethostname(), os.getpid()
         name = f"{host}:{pid}" + (f"/{index}" if index is not None else "")
-        return WorkerInfo(name=name, host=host, node=_node_id(), pid=pid)
+        return WorkerInfo(name=name, host=host, node=_node_id(), pid=pid, started=process_start(pid))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "host": self.host, "node": self.node, "pid": self.pid}
+        return {"name": self.name, "host": self.host, "node": self.node, "pid": self.pid, "started": self.started}
 
 
 # ----------------------------------------------------------------------------------------- records
@@ -289,8 +306,12 @@ class StudyStore:
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         grace_period: float = DEFAULT_GRACE_PERIOD,
         max_retries: int = DEFAULT_MAX_RETRIES,
+        store_wait: float = DEFAULT_STORE_WAIT,
     ) -> None:
         """Open (and with ``create``, create) the Optuna study ``study_name`` in ``storage``.
+
+        Every later call to the storage waits out an outage of up to ``store_wait`` seconds (a
+        PostgreSQL restart, a journal I/O error: :class:`~ablate.store.storage.RetryingStorage`).
 
         Raises:
             StoreError: a bad storage, or (``create=False``) no such study in it.
@@ -302,20 +323,21 @@ class StudyStore:
         self.heartbeat_interval = float(heartbeat_interval)
         self.grace_period = float(grace_period)
         self.max_retries = int(max_retries)
-        self.storage = open_storage(storage, create=create)
+        raw = open_storage(storage, create=create)
         if create:
             study = optuna.create_study(
-                storage=self.storage, study_name=study_name, direction=direction, load_if_exists=True
+                storage=raw, study_name=study_name, direction=direction, load_if_exists=True
             )
         else:
             try:
-                study = optuna.load_study(storage=self.storage, study_name=study_name)
+                study = optuna.load_study(storage=raw, study_name=study_name)
             except KeyError:
                 raise StoreNotFoundError(
                     f"study {study_name!r} is not in the store {describe_storage(storage)}: it has not been run there "
                     "(ablate run FILE, with the same --storage)"
                 ) from None
         self.study_id: int = study._study_id
+        self.storage: Any = RetryingStorage(raw, describe_storage(storage), store_wait)
         self._lock_depth = 0
         self._lock_mutex = threading.RLock()
         self._lock_release: Callable[[], None] | None = None
@@ -364,16 +386,29 @@ class StudyStore:
         from sqlalchemy import text
 
         key = int.from_bytes(hashlib.sha256(f"ablate:{self.name}".encode()).digest()[:8], "big", signed=True)
-        conn = self.storage.engine.connect()  # type: ignore[attr-defined]
-        conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
-        conn.commit()
+
+        def lock_pg() -> Any:
+            conn = self.storage.engine.connect()
+            try:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
+                conn.commit()
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        conn = self.storage.call(lock_pg)  # waits out a restart of the server like every store call
 
         def release_pg() -> None:
             try:
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
                 conn.commit()
+            except Exception as exc:  # a server restarted meanwhile ended the session, and its lock with it
+                if not is_outage(exc):
+                    raise
             finally:
-                conn.close()
+                with contextlib.suppress(Exception):
+                    conn.close()
 
         return release_pg
 
@@ -588,11 +623,19 @@ class StudyStore:
     # -- stale attempts ------------------------------------------------------------------------------
 
     def stale_reason(self, attempt: Attempt, now: float | None = None) -> str | None:
-        """Why a running attempt is stale, or None if it looks alive."""
+        """Why a running attempt is stale, or None if it looks alive.
+
+        An attempt claimed by a process of this machine is stale exactly when that process is gone;
+        one of another machine, when its last heartbeat is older than the grace period.
+        """
         if attempt.state != RUNNING:
             return None
         claim = attempt.claim or {}
-        if claim.get("node") == self._node and claim.get("pid") and not pid_alive(int(claim["pid"])):
+        if claim.get("node") == self._node and claim.get("pid"):
+            # On this machine the process itself answers: alive means never stale, however long its
+            # heartbeats are late (it may be waiting out a tracking or store outage).
+            if pid_alive(int(claim["pid"]), claim.get("started")):
+                return None
             return f"its worker {claim.get('name', claim['pid'])} died (process {claim['pid']} is gone)"
         last = attempt.last_seen
         now = time.time() if now is None else now

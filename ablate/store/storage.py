@@ -11,17 +11,23 @@ SQLite URLs are refused: SQLite cannot claim a trial atomically across processes
 
 from __future__ import annotations
 
+import errno
+import functools
 import json
 import os
 import re
+import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
-from ablate.errors import AblateError
+from ablate.errors import AblateError, OutageError
 from ablate.paths import STORE_FILE, store_file
 
 try:  # the lock interface of JournalFileBackend (not exported, stable since optuna 4.0)
@@ -31,6 +37,9 @@ except ImportError:  # pragma: no cover - a future optuna that moved it: fall ba
 
 #: Environment variable read when ``--storage`` is not given.
 ENV_STORAGE = "ABLATE_STORAGE"
+#: Seconds a study store that does not answer (a PostgreSQL restart, a journal I/O error) is waited
+#: for before a worker gives up (``--store-wait``).
+DEFAULT_STORE_WAIT = 300.0
 
 
 class StoreError(AblateError):
@@ -187,6 +196,97 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
     raise AssertionError("unreachable")
 
 
+# OS errors of a journal file that waiting cannot cure (the rest, e.g. a full disk or a network
+# filesystem's hiccup, are waited out like a database restart).
+_PERMANENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EROFS}
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception in its chain of causes) says the store is unreachable for now
+    (a database connection refused or dropped, a journal I/O error) rather than that the request is
+    wrong. Optuna wraps database errors in ``StorageInternalError``; the chain holds the driver's."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        kind = type(exc)
+        names = {c.__name__ for c in kind.__mro__}
+        if {"OperationalError", "InterfaceError", "DisconnectionError"} & names and kind.__module__.split(".")[0] in (
+                "sqlalchemy", "psycopg", "psycopg2"):
+            return True
+        if isinstance(exc, OSError) and exc.errno not in _PERMANENT_ERRNOS and not isinstance(exc, FileNotFoundError):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+class RetryingStorage:
+    """An Optuna storage whose calls wait out outages: a call that fails with :func:`is_outage` is
+    tried again with exponential backoff (0.5 s doubling to 10 s) for up to ``wait`` seconds, then
+    raises :class:`~ablate.errors.OutageError` naming the store and the driver's error. Other errors
+    (a finished trial updated, a bad request) pass through at once. One line on stderr says when an
+    outage starts and when the store answers again.
+
+    Retrying is safe for ablate's use: every write is either idempotent (attributes, heartbeats) or
+    a state change Optuna checks against the stored state (a claim made twice is refused once).
+    """
+
+    def __init__(self, storage: BaseStorage, description: str, wait: float = DEFAULT_STORE_WAIT) -> None:
+        self._storage = storage
+        self._description = description
+        self.wait = float(wait)
+        self._down = False  # an outage was announced and has not ended (shared by the worker's threads)
+        self._mutex = threading.Lock()
+
+    def _announce(self, down: bool, why: str = "") -> None:
+        with self._mutex:
+            if down == self._down:
+                return
+            self._down = down
+        if down:
+            print(f"ablate: the study store {self._description} does not answer ({why}); waiting up to "
+                  f"{self.wait:g} s for it", file=sys.stderr, flush=True)
+        else:
+            print(f"ablate: the study store {self._description} answers again", file=sys.stderr, flush=True)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._storage, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self.call(attr, *args, **kwargs)
+
+        return call
+
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, retried through an outage of at most :attr:`wait` seconds."""
+        deadline: float | None = None
+        delay = 0.5
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.wait
+                    self._announce(True, _root_message(exc))
+                if now >= deadline:
+                    raise OutageError(
+                        f"the study store {self._description} did not answer for {self.wait:g} s "
+                        f"({_root_message(exc)}); once it is back, run the study again: trials left running are "
+                        "retried from their checkpoints (--store-wait sets how long workers wait)"
+                    ) from None
+                time.sleep(min(delay, max(0.0, deadline - now)))
+                delay = min(delay * 2, 10.0)
+                continue
+            if deadline is not None:
+                self._announce(False)
+            return result
+
+
 def _root_message(exc: BaseException) -> str:
     """The first line of the innermost cause of ``exc`` (what the database driver said)."""
     seen = set()
@@ -217,6 +317,9 @@ def postgres_url_with_driver(url: str) -> str:
 
 
 __all__ = [
+    "DEFAULT_STORE_WAIT",
+    "RetryingStorage",
+    "is_outage",
     "ENV_STORAGE",
     "StoreError",
     "StoreNotFoundError",
