@@ -370,7 +370,9 @@ def record_command(run: StudyRun, argv: list[str]) -> None:
     try:
         Tracker(run.tracking_uri).record_command(run.parent_run_id, "ablate " + shlex.join(argv))
     except Exception as exc:  # noqa: BLE001
-        print(f"warning: the command could not be recorded in MLflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from ablate.tracking import first_line
+
+        print(f"warning: the command could not be recorded in MLflow: {first_line(exc)}", file=sys.stderr)
 
 
 def status_plan(study: Study, store: StudyStore | None, budget: str, storage: str | None) -> tuple[Plan, str | None]:

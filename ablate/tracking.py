@@ -279,10 +279,18 @@ TRACKING_ERRORS: tuple[type[BaseException], ...] = (MlflowException, OSError)
 RETRY_SECONDS = 60.0
 
 
+_NETWORK_CAUSE = re.compile(r"\[Errno -?\d+\][^\"')(]*|Read timed out|Connection aborted|Max retries exceeded|Remote end closed[^\"')]*")
+
+
 def first_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` of an exception (MLflow's can run to pages)."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    """What went wrong, in one short line: the network cause of a failed MLflow request (``[Errno
+    111] Connection refused``, ``Read timed out``), else ``Type: the message's first line``."""
+    text = str(exc).strip()
+    cause = _NETWORK_CAUSE.search(text)
+    if cause is not None:
+        return cause.group(0).strip().rstrip(".:,")
+    lines = text.splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
 class TrialLogger:

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"results: MLflow {tracking_location(result.tracking_uri)}, experiment {study.name!r}")
     print(f"store: {result.storage}")
     if result.unsent:
-        print(f"{len(result.unsent)} finished trial(s) could not reach MLflow {tracking_location(result.tracking_uri)} "
+        print(f"{len(result.unsent)} finished trial(s) could not reach MLflow at {result.tracking_uri} "
               f"({result.tracking_error}); they are kept in {args.runs}/{study.name}/trials/<key>/unsent.json. When the "
               f"server answers again, run the same command again: it uploads them and builds the report",
               file=sys.stderr)

@@ -62,6 +62,7 @@ from ablate.store.queue import (
     TrialStatus,
     WorkerInfo,
     pid_alive,
+    process_start,
 )
 from ablate.store.storage import (
     DEFAULT_STORE_WAIT,
@@ -110,6 +111,7 @@ __all__ = [
     "is_rdb_url",
     "open_storage",
     "pid_alive",
+    "process_start",
     "postgres_url_with_driver",
     "redact",
     "resolve_storage",

@@ -734,4 +734,5 @@ __all__ = [
     "TrialStatus",
     "WorkerInfo",
     "pid_alive",
+    "process_start",
 ]

@@ -288,16 +288,17 @@ class RetryingStorage:
 
 
 def _root_message(exc: BaseException) -> str:
-    """The first line of the innermost cause of ``exc`` (what the database driver said)."""
-    seen = set()
-    while id(exc) not in seen:
+    """The first line of the innermost cause of ``exc`` that says something (what the database driver
+    said; SQLAlchemy chains an empty pool error behind it)."""
+    seen: set[int] = set()
+    found = ""
+    while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        nxt = exc.__cause__ or exc.__context__
-        if nxt is None:
-            break
-        exc = nxt
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[0] if lines else type(exc).__name__
+        lines = [ln.strip() for ln in str(exc).splitlines() if any(ch.isalnum() for ch in ln)]
+        if lines:
+            found = lines[0]
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return found or type(exc).__name__
 
 
 def postgres_url_with_driver(url: str) -> str:

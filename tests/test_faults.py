@@ -1,0 +1,258 @@
+"""Fault injection (issue 15): tracking and store outages, liveness, an unreachable tracking server.
+
+Every fault is real and on loopback: an ``mlflow server`` or a PostgreSQL server stopped and started
+again at the same port (tests/servers.py), a tracking URI nobody listens on, a process that exists or
+not. Each test is bounded in time. Each asserts the outcome a user needs: no trial runs twice, each
+MLflow run holds each (metric, step) once, and a failure is one line naming the server and the fix.
+
+(Torn journals, corrupt checkpoints and hostile YAML are injected in test_store.py, test_train.py
+and test_yamlio.py; the multi-machine recipe with restarts in test_distributed.py.)
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import servers
+from mlflow import MlflowClient
+from test_runner import TINY, sub_env, write_study
+
+from ablate.cli import main
+from ablate.errors import OutageError
+from ablate.outbox import UNSENT_FILE, unsent_files, upload_unsent, write_unsent
+from ablate.store import StudyStore, WorkerInfo, process_start
+from ablate.store.queue import _node_id
+from ablate.tracking import TAG_LOGGED_STEP, Tracker, TrialLogger
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _fail_fast_http(monkeypatch):
+    """MLflow's client retries a dead server for minutes by default: here a request fails at once."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+
+
+def metric_rows(client: MlflowClient, run_id: str) -> collections.Counter:
+    """(metric, step) -> how many rows the run holds."""
+    run = client.get_run(run_id)
+    return collections.Counter((m.key, m.step) for key in run.data.metrics
+                               for m in client.get_metric_history(run_id, key))
+
+
+def dead_uri() -> str:
+    return f"http://127.0.0.1:{servers.free_port()}"
+
+
+# ------------------------------------------------------------------------------- tracking outages
+
+
+def test_the_logger_keeps_metrics_through_an_outage_and_sends_each_once(tmp_path):
+    uri = servers.fresh_mlflow_db(tmp_path)
+    live = MlflowClient(uri)
+    run_id = live.create_run(live.create_experiment("x")).info.run_id
+    logger = TrialLogger(live, run_id, flush_every=2, retry_seconds=3600)
+    logger({"a": 1.0, "b": 2.0}, 0)
+    logger({"a": 1.5, "b": 2.5}, 1)  # sent
+    assert logger.unsent is None and logger.requests == 1
+    logger.client = MlflowClient(dead_uri())  # the server goes away
+    logger({"a": 2.0, "b": 3.0}, 2)
+    logger({"a": 2.5, "b": 3.5}, 3)  # due, not taken: kept, no exception
+    assert logger.unsent is not None and "\n" not in logger.unsent
+    logger({"a": 3.0, "b": 4.0}, 4)
+    logger({"a": 3.5, "b": 4.5}, 5)  # due again, but the next try waits retry_seconds: training goes on
+    assert logger.requests == 1
+    logger.client = live  # it is back
+    assert logger.close() is True and logger.unsent is None
+    rows = metric_rows(live, run_id)
+    assert set(rows) == {(k, s) for k in "ab" for s in range(6)} and set(rows.values()) == {1}
+    assert live.get_run(run_id).data.tags[TAG_LOGGED_STEP] == "5"
+
+
+def test_a_request_split_in_chunks_tags_only_whole_steps(tmp_path):
+    uri = servers.fresh_mlflow_db(tmp_path)
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("x")).info.run_id
+    logger = TrialLogger(client, run_id, flush_every=100)
+    for step in range(3):  # 3 steps of 700 metrics: requests of 999 cut steps in two
+        logger({f"m{i}": float(i + step) for i in range(700)}, step)
+    assert logger.close() and logger.requests == 3
+    rows = metric_rows(client, run_id)
+    assert len(rows) == 2100 and set(rows.values()) == {1}
+
+
+def test_a_fenced_logger_sends_nothing_more(tmp_path):
+    uri = servers.fresh_mlflow_db(tmp_path)
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("x")).info.run_id
+    owned = [True]
+    logger = TrialLogger(client, run_id, flush_every=1, fence=lambda: owned[0])
+    logger({"a": 1.0}, 0)
+    owned[0] = False  # another worker took the attempt over
+    logger({"a": 2.0}, 1)
+    assert logger.close() is True and logger.fenced
+    assert metric_rows(client, run_id) == {("a", 0): 1}
+
+
+def test_the_outbox_uploads_only_what_the_run_lacks_and_finishes_it(tmp_path):
+    uri = servers.fresh_mlflow_db(tmp_path)
+    tracker = Tracker(uri)
+    client = tracker.client
+    exp = client.create_experiment("s")
+    parent = client.create_run(exp, tags={"ablate.role": "study"}).info.run_id
+    start = {"study": "s", "key": "k1", "arm": "a", "seed": 0, "budget": "smoke", "levels": {"f": "x"},
+             "flat_config": {"loss.clip": 0.2}, "worker": "w"}
+    history = [(s, {"eval/accuracy": s / 10, "loss": 1.0 - s / 10}) for s in range(5)]
+    logger = tracker.start_trial(parent, flush_every=100, **start)  # the run got steps 0-2 before the outage
+    for step, metrics in history[:3]:
+        logger(metrics, step)
+    assert logger.close()
+    finish = {"config_yaml": "x: 1\n", "samples": [], "eval_problems": None,
+              "result": {"objective": 0.4}, "objective": 0.4}
+    folder = tmp_path / "runs" / "s" / "trials" / "k1"
+    write_unsent(folder, parent=parent, start=start, history=history, finish=finish, why="ConnectionError: down")
+    assert unsent_files("s", tmp_path / "runs") == [folder / UNSENT_FILE]
+
+    down = upload_unsent(Tracker(dead_uri()), "s", tmp_path / "runs")  # still down: kept, one line why
+    assert down.sent == [] and down.left == ["k1"] and "\n" not in down.error
+    assert (folder / UNSENT_FILE).exists()
+
+    up = upload_unsent(tracker, "s", tmp_path / "runs")
+    assert up.sent == ["k1"] and up.left == [] and not (folder / UNSENT_FILE).exists()
+    run = tracker.find_trial_run(parent, "k1")
+    rows = metric_rows(client, run.info.run_id)
+    assert set(rows) == {(k, s) for k in ("eval/accuracy", "loss") for s in range(5)} and set(rows.values()) == {1}
+    assert run.info.status == "FINISHED" and run.data.tags["ablate.objective"] == "0.4"
+    assert upload_unsent(tracker, "s", tmp_path / "runs").sent == []  # nothing twice
+
+
+# --------------------------------------------------------------------------------------- liveness
+
+
+def test_a_live_process_on_this_machine_is_never_stale_and_a_reused_pid_is(tmp_path):
+    store = StudyStore(str(tmp_path / "s.journal"), "s", heartbeat_interval=0.1, grace_period=0.2)
+    store._enqueue("k", "a", 0, "b", {}, retry=0)
+    me = WorkerInfo.current()
+    attempt = store.claim("b", me)
+    store.heartbeat(attempt)
+    time.sleep(0.4)  # heartbeats late, as when a worker waits out an outage
+    assert store.stale_reason(store.attempt(attempt.trial_id)) is None
+    assert store.fail_stale("b") == []
+    # the same pid, but another process (the pid was reused): its start time differs
+    other = WorkerInfo(name="old", host=me.host, node=_node_id(), pid=os.getpid(), started="1")
+    assert process_start(os.getpid()) not in (None, "1")
+    store._enqueue("k2", "a", 1, "b", {}, retry=0)
+    gone = store.claim("b", other)
+    assert "died" in store.stale_reason(store.attempt(gone.trial_id))
+
+
+# ---------------------------------------------------------------------------------- store outages
+
+
+@pytest.fixture(scope="module")
+def pg():
+    with servers.postgres_server() as server:
+        yield server
+
+
+@pytest.mark.slow
+def test_the_store_waits_out_a_postgres_restart_and_gives_up_with_one_line(pg, capfd):
+    url = pg.create_database("outage")
+    store = StudyStore(url, "s", store_wait=60)
+    store._enqueue("k", "a", 0, "b", {}, retry=0)
+    attempt = store.claim("b", WorkerInfo.current())
+    pg.stop()
+    restart = threading.Timer(3.0, pg.start)
+    restart.start()
+    t0 = time.monotonic()
+    try:
+        assert store.complete(attempt, 0.5, {"steps": 1})  # blocks through the restart, then succeeds
+    finally:
+        restart.join()
+    assert time.monotonic() - t0 >= 2.5
+    assert [(a.state, a.value) for a in store.attempts("b")] == [("done", 0.5)]
+    err = capfd.readouterr().err
+    assert "does not answer (connection to server" in err and "answers again" in err and "Traceback" not in err
+
+    impatient = StudyStore(url, "s", store_wait=1.0)
+    pg.stop()
+    try:
+        with pytest.raises(OutageError) as info:
+            impatient.attempts("b")
+    finally:
+        pg.start()
+    message = str(info.value)
+    assert "\n" not in message and "127.0.0.1" in message and "did not answer for 1 s" in message
+    assert "run the study again" in message
+
+
+# ---------------------------------------------------------------------- an unreachable tracking server
+
+
+def test_an_unreachable_tracking_server_is_refused_before_anything_is_created(tmp_path, monkeypatch, capsys):
+    study = write_study(tmp_path, "unreachable")
+    monkeypatch.chdir(tmp_path)
+    uri = dead_uri()
+    rc = main(["run", str(study), "--tracking-uri", uri, "--threads", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and uri in lines[0] and "--tracking-uri" in lines[0], err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+# ----------------------------------------------------------- a study through a tracking outage
+
+
+@pytest.mark.slow
+def test_a_study_survives_a_tracking_outage_and_uploads_every_trial_exactly_once(tmp_path):
+    """The server goes down after the first trial is done and stays down until the run ends: the
+    trials go on, the run says what is kept and how to upload it (exit 1, no traceback), and the same
+    command after the server is back uploads them: every trial trained once, each (metric, step) once."""
+    study = write_study(tmp_path, "outage", seeds=3, base={**TINY, "train.steps": 12})
+    env = {**sub_env(tmp_path), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+    with servers.mlflow_server(tmp_path / "mlflow") as server:
+        cmd = [sys.executable, "-m", "ablate", "run", str(study), "--tracking-uri", server.uri, "--threads", "1",
+               "--no-progress"]
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        journal = tmp_path / "runs" / "outage" / "store.journal"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if journal.exists() and StudyStore(str(journal), "outage", create=False).counts("default")["done"] >= 1:
+                break
+            time.sleep(0.2)
+        server.stop()
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err
+        assert "Traceback" not in err, err
+        kept = unsent_files("outage", tmp_path / "runs")
+        assert kept and "could not reach MLflow" in err and "run the same command again" in err
+        assert all(len(line) < 400 for line in err.splitlines()), err  # no pages of MLflow's text
+
+        server.start()
+        again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert "uploaded" in again.stderr and "report:" in again.stdout
+    store = StudyStore(str(journal), "outage", create=False)
+    attempts = collections.Counter(a.key for a in store.attempts("default"))
+    assert len(attempts) == 6 and set(attempts.values()) == {1}  # nothing trained twice
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'server.db'}")
+    exp = client.get_experiment_by_name("outage")
+    runs = client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'trial'")
+    assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(attempts)
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        rows = metric_rows(client, r.info.run_id)
+        assert set(rows.values()) == {1}, r.data.tags["ablate.trial_key"]
+        assert {s for _, s in rows} == set(range(13))  # steps 0..12, each once
+        done = next(a for a in store.attempts("default") if a.key == r.data.tags["ablate.trial_key"])
+        assert float(r.data.tags["ablate.objective"]) == pytest.approx(done.value)
+    assert not unsent_files("outage", tmp_path / "runs")
