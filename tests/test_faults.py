@@ -12,6 +12,7 @@ and test_yamlio.py; the multi-machine recipe with restarts in test_distributed.p
 from __future__ import annotations
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -236,6 +237,9 @@ def test_a_study_survives_a_tracking_outage_and_uploads_every_trial_exactly_once
         kept = unsent_files("outage", tmp_path / "runs")
         assert kept and "could not reach MLflow" in err and "run the same command again" in err
         assert all(len(line) < 400 for line in err.splitlines()), err  # no pages of MLflow's text
+        status = subprocess.run([sys.executable, "-m", "ablate", "status", str(study), "--json"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert sorted(json.loads(status.stdout)["unsent"]) == sorted(p.parent.name for p in kept)
 
         server.start()
         again = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

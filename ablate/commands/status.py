@@ -130,8 +130,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: study {study.name!r} is not in the store {settings.storage}: it has not been run there "
               "(ablate run FILE, with the same --storage)", file=sys.stderr)
     data = collect(study, store, args.budget, settings.storage)
+    from ablate.outbox import unsent_files
+
+    data["unsent"] = [p.parent.name for p in unsent_files(study.name, args.runs)]
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         print(render(data, verbose=args.verbose))
+        if data["unsent"]:
+            print(f"{len(data['unsent'])} finished trial(s) wait in {args.runs}/{study.name}/trials/<key>/unsent.json for "
+                  "an MLflow server that did not answer: `ablate run` of the study uploads them")
     return 0
