@@ -4,7 +4,8 @@ on its own machine) on ``studies/quickstart.yaml`` at the smoke budget, then ``a
 trial must run exactly once: one attempt per trial in the store, done; one MLflow child run per trial,
 each (metric, step) logged once. The second test takes PostgreSQL and then the MLflow server down in
 the middle of the study (the quickstart with 4 seeds, 16 trials, so that it is still running through
-both outages) and expects the same outcome."""
+both outages) and expects the same outcome. Every ``ablate`` and ``mlflow server`` command of the
+recipe (docs/distributed.md, examples/distributed/) is parsed by the real command lines."""
 
 from __future__ import annotations
 
@@ -21,12 +22,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import servers
+import yaml
 
 from ablate.plan import Plan
 from ablate.store import StudyStore
 from ablate.study import load_study
-
-pytestmark = pytest.mark.slow  # each test: a minute or two on 2 busy cores
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = ROOT / "studies" / "quickstart.yaml"
@@ -34,6 +34,57 @@ BUDGET = "smoke"
 WORKERS = 3
 #: The most seconds the workers may take (the study takes well under a minute of CPU).
 WORKER_TIMEOUT = 300
+
+
+DOC = ROOT / "docs" / "distributed.md"
+EXAMPLES = ROOT / "examples" / "distributed"
+
+
+def recipe_commands() -> list[str]:
+    """Every ``ablate ...`` and ``mlflow server ...`` command of the recipe: the lines of the doc's bash
+    blocks (backslash continuations joined), the Compose services' commands, the Slurm script's worker."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split(" #")[0].strip()
+            if line.startswith("docker compose") and " worker " in line:  # a command run in the worker's image
+                line = line.split(" worker ", 1)[1].strip()
+            if line.startswith(("ablate ", "mlflow server ")):
+                commands.append(line)
+            commands += re.findall(r"--wrap \"([^\"]+)\"", line)
+    compose = yaml.safe_load((EXAMPLES / "compose.yaml").read_text())
+    commands += [compose["services"][s]["command"] for s in ("mlflow", "worker")]
+    slurm = (EXAMPLES / "slurm_array.sh").read_text()
+    (worker,) = [ln for ln in slurm.splitlines() if ln.startswith("exec ablate worker")]
+    commands.append(worker.removeprefix("exec ").replace('"$study"', "studies/quickstart.yaml")
+                    .replace('"$budget"', "default").replace('"$threads"', "4"))
+    return [c.removeprefix(".venv/bin/") for c in commands]
+
+
+def test_every_command_of_the_recipe_exists():
+    """Each command parses with ablate's and mlflow's own parsers: no option the programs do not have."""
+    import shlex
+
+    from mlflow.cli import cli as mlflow_cli
+
+    from ablate.cli import build_parser
+
+    commands = recipe_commands()
+    assert {c.split()[1] for c in commands if c.startswith("ablate")} == {"worker", "status", "report", "run"}
+    assert sum(c.startswith("mlflow server") for c in commands) == 2
+    parser = build_parser()
+    for command in commands:
+        argv = shlex.split(command)
+        if argv[0] == "ablate":
+            try:
+                parser.parse_args(argv[1:])
+            except SystemExit:
+                pytest.fail(f"not a valid ablate command: {command}")
+        else:
+            ctx = mlflow_cli.commands["server"].make_context("server", argv[2:])
+            assert ctx.params["serve_artifacts"] and ctx.params["artifacts_destination"], command
+            assert ctx.params["default_artifact_root"] is None, command  # artifacts only through the server
+            assert ctx.params["allowed_hosts"], command
 
 
 @pytest.fixture(scope="module")
@@ -154,6 +205,7 @@ def check_report(tmp_path: Path, study: Path, tracking_uri: str, cache: Path) ->
     assert len(results) == load_study(study).n_trials and set(results["state"]) == {"done"}
 
 
+@pytest.mark.slow  # 1.5-2 minutes on 2 busy cores (the warm start built once, 8 smoke trials, the report)
 def test_three_workers_on_postgresql_and_an_mlflow_server_run_each_trial_once(tmp_path, pg, mlflow, cache):
     storage = pg.create_database("recipe")
     outputs = wait_workers(start_workers(tmp_path, STUDY, storage, mlflow, cache))
@@ -182,6 +234,7 @@ def outage(server, seconds: float, storage: str, label: str, outages: list[str])
     outages.append(f"{label} down {seconds:g} s at {counts}")
 
 
+@pytest.mark.slow  # about a minute when it fails at the first outage; 2 minutes when it passes
 @pytest.mark.xfail(reason="issue 15 items 1-3: workers do not survive outages yet", strict=False)
 def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_path, pg, mlflow, cache):
     """PostgreSQL goes down for 5 s two seconds after the first trial is done, then the MLflow server
