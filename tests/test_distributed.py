@@ -235,7 +235,6 @@ def outage(server, seconds: float, storage: str, label: str, outages: list[str])
 
 
 @pytest.mark.slow  # about a minute when it fails at the first outage; 2 minutes when it passes
-@pytest.mark.xfail(reason="issue 15 items 1-3: workers do not survive outages yet", strict=False)
 def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_path, pg, mlflow, cache):
     """PostgreSQL goes down for 5 s two seconds after the first trial is done, then the MLflow server
     for 5 s (plus the time it takes to start); one after the other, so that each is the only server
