@@ -36,7 +36,9 @@ Trials logged before this file existed have none (:mod:`ablate.results` then giv
 
 The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
 the working directory (MLflow's own default); ``mlflow ui`` (or ``mlflow ui --backend-store-uri
-sqlite:///mlflow.db``) shows it all. An ``http://`` URI logs to an ``mlflow server``.
+sqlite:///mlflow.db``) shows it all. An ``http://`` URI logs to an ``mlflow server``. A SQLite store is
+opened under a lock file beside it (``mlflow.db.lock``): MLflow creates a new store's schema when it opens
+it, and two processes doing that at once would race.
 
 Metrics are buffered by :class:`TrialLogger` and sent with ``MlflowClient.log_batch`` every
 ``flush_every`` steps and at the end, never one request per metric. MLflow metric names allow only
@@ -58,11 +60,12 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
@@ -323,14 +326,43 @@ class TrialLogger:
 # ------------------------------------------------------------------------------------- the tracker
 
 
+@contextlib.contextmanager
+def _sqlite_open_lock(uri: str) -> Iterator[None]:
+    """Hold the lock file beside a ``sqlite:///`` store (``<db>.lock``) for the block; nothing for other
+    stores, nor where the lock cannot be created (a read-only folder, where no schema can be created
+    either)."""
+    lock = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        lock = FileLock(db.with_name(db.name + ".lock"))
+        try:
+            lock.acquire()
+        except OSError:
+            lock = None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+
 class Tracker:
     """MLflow runs of a study: the experiment, the parent run, the trials' child runs."""
 
     def __init__(self, uri: str | None = None) -> None:
-        """Connect to the tracking store ``uri`` (see :func:`resolve_tracking_uri`)."""
+        """Connect to the tracking store ``uri`` (see :func:`resolve_tracking_uri`).
+
+        Opening a SQLite store creates its schema when it is new, and MLflow's schema creation fails in
+        one of two processes that do it at once; so a SQLite store is opened under a lock file beside it
+        (``mlflow.db.lock``), and its first query is made there.
+        """
         self.uri = resolve_tracking_uri(uri)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars in ablate's output
-        self.client = MlflowClient(tracking_uri=self.uri)
+        with _sqlite_open_lock(self.uri):
+            self.client = MlflowClient(tracking_uri=self.uri)
+            if self.uri.startswith("sqlite:"):
+                self.client.search_experiments(max_results=1)
 
     @property
     def location(self) -> str:

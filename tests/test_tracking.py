@@ -254,3 +254,41 @@ def test_deleted_experiment_is_a_clear_error(tracker, study):
     tracker.client.delete_experiment(exp.experiment_id)
     with pytest.raises(TrackingError, match="is deleted; restore it"):
         tracker.parent_run(study, "default")
+
+
+def _open_trackers(uris: list[str], barrier, errors) -> None:
+    """In a spawned process: open a Tracker on each fresh SQLite URI in turn, together with the other
+    process (the barrier), and do one thing with it; any exception is put on ``errors``."""
+    from ablate.tracking import Tracker
+
+    for uri in uris:
+        barrier.wait(timeout=300)
+        try:
+            Tracker(uri).experiment_id("together")
+        except Exception as exc:  # reported by the test
+            errors.put(f"{uri}: {type(exc).__name__}: {exc}")
+
+
+def test_two_processes_open_a_fresh_sqlite_store_at_once(tmp_path):
+    """MLflow creates a fresh SQLite store's schema when it opens it; two processes doing so at once race
+    (e.g. "table experiments already exists"): the Tracker serialises it under a lock beside the db."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    uris = [f"sqlite:///{tmp_path / f'rep{i}' / 'mlflow.db'}" for i in range(3)]
+    for uri in uris:
+        Path(uri[len("sqlite:///"):]).parent.mkdir()
+    barrier, errors = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_trackers, args=(uris, barrier, errors)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+    assert [p.exitcode for p in procs] == [0, 0]
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == []
+    for uri in uris:
+        exps = [e.name for e in MlflowClient(uri).search_experiments()]
+        assert sorted(exps) == ["Default", "together"]
