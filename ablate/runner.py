@@ -274,6 +274,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     """
     from ablate.tracking import Tracker
 
+    check_runs_writable(study, settings)  # before the store, MLflow or any worker touches anything
     stream = stream or sys.stderr
     t0 = time.time()
     store = settings.open_store(study)
@@ -419,6 +420,7 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     store's frozen design and enqueues what must run first), with a progress display on ``stream``."""
     from ablate.store import describe_storage
 
+    check_runs_writable(study, settings)
     stream = stream or sys.stderr
     if settings.threads > 0:
         import torch
@@ -428,6 +430,43 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     print(f"worker for study {study.name} ({settings.budget}); store: {describe_storage(settings.storage)}",
           file=stream)
     return run_worker(settings, study=study, events=display.handle, prepare=True)
+
+
+def check_runs_writable(study: Study, settings: RunSettings) -> None:
+    """Refuse a runs folder that cannot be written (checkpoints and the default store live there), before
+    anything is enqueued or logged: otherwise every trial fails at its first checkpoint and the workers
+    that die of it are replaced again and again.
+
+    Checks ``<runs>`` (its nearest existing parent when it does not exist yet), and ``<runs>/<study>`` and
+    its ``trials/`` when they exist, by creating (and at once removing) an unnamed file in each.
+
+    Raises:
+        AblateError: one line naming the folder, the OS error and the fix.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from ablate.errors import AblateError
+    from ablate.paths import run_dir
+
+    runs = Path(settings.runs)
+    nearest = runs
+    while not nearest.exists() and nearest.parent != nearest:
+        nearest = nearest.parent
+    study_dir = run_dir(study.name, runs)
+    folders = {nearest: "the runs folder" if nearest == runs else f"the folder in which --runs {runs} would be made",
+               study_dir: "the study's run folder", study_dir / "trials": "the study's trials folder"}
+    for folder, what in folders.items():
+        if folder != nearest and not folder.exists():
+            continue
+        try:
+            with tempfile.TemporaryFile(dir=folder, prefix=".ablate-write-check-"):
+                pass
+        except OSError as exc:
+            raise AblateError(
+                f"{what} {folder.resolve()} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
+                f"fix its permissions (e.g. chmod -R u+w {folder}) or pass --runs DIR with a writable folder"
+            ) from exc
 
 
 def existing_store(study: Study, settings: RunSettings) -> StudyStore | None:

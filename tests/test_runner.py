@@ -257,6 +257,8 @@ BAD_RUNS = {
     "sqlite store": (["{study}", "--storage", "sqlite:///store.db"], "SQLite cannot claim trials atomically"),
     "unknown scheme": (["{study}", "--storage", "redis://h/0"], "unsupported scheme 'redis'"),
     "no workers": (["{study}", "--workers", "0"], "--workers 0: must be at least 1"),
+    "runs not a folder": (["{study}", "--runs", "{runs_file}"], "the runs folder {runs_file} is not writable (Not a "
+                          "directory): fix its permissions (e.g. chmod -R u+w {runs_file}) or pass --runs DIR"),
 }
 
 
@@ -270,11 +272,57 @@ def test_bad_input_exits_2_and_creates_nothing(case, tmp_path, monkeypatch, caps
         "study_bad": tmp_path / "bad.yaml",
     }
     files["study_bad"].write_text(files["study"].read_text().replace("factors:", "factorz:"))
+    files["runs_file"] = tmp_path / "runs.txt"  # a --runs that cannot hold folders, even for root
+    files["runs_file"].write_text("")
     before = sorted(p.name for p in tmp_path.iterdir())
     argv, message = BAD_RUNS[case]
     assert main(["run", *(a.format(**files) for a in argv)]) == 2
-    assert message in capsys.readouterr().err
+    assert message.format(**files) in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no runs/, no mlflow.db, no mlruns/
+
+
+def chmod_blocks_writes(folder: Path) -> bool:
+    """Whether a folder made read-only with chmod refuses this process's writes (root's do not)."""
+    probe = folder / "chmod-probe"
+    probe.mkdir()
+    probe.chmod(0o555)
+    try:
+        (probe / "f").write_text("")
+    except PermissionError:
+        return True
+    finally:
+        probe.chmod(0o755)
+        (probe / "f").unlink(missing_ok=True)
+        probe.rmdir()
+    return False
+
+
+def test_read_only_runs_folder_exits_2_before_anything_runs(tmp_path, monkeypatch, capsys):
+    if not chmod_blocks_writes(tmp_path):
+        pytest.skip("this process writes into read-only folders (root with CAP_DAC_OVERRIDE): chmod cannot make one "
+                    "for it; the 'runs not a folder' case of test_bad_input_exits_2_and_creates_nothing runs for root")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    study = write_study(tmp_path, "locked")
+    (tmp_path / "runs" / "locked" / "trials").mkdir(parents=True)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for folder in ("runs/locked/trials", "runs/locked", "runs"):
+        (tmp_path / folder).chmod(0o555)  # chmod -R a-w runs
+    try:
+        for command in ("run", "worker"):
+            assert main([command, str(study)]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err == (f"ablate {command}: error: the runs folder {tmp_path / 'runs'} is not writable (Permission "
+                           "denied): fix its permissions (e.g. chmod -R u+w runs) or pass --runs DIR with a writable "
+                           "folder")
+        (tmp_path / "runs").chmod(0o755)  # only the study's folder is read-only now
+        assert main(["run", str(study)]) == 2
+        assert f"the study's run folder {tmp_path / 'runs' / 'locked'} is not writable" in capsys.readouterr().err
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before  # no mlflow.db, no store
+    finally:
+        for folder in ("runs", "runs/locked", "runs/locked/trials"):
+            (tmp_path / folder).chmod(0o755)
 
 
 def test_status_of_a_study_never_run_creates_nothing(tmp_path, monkeypatch, capsys):
