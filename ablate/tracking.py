@@ -20,8 +20,10 @@ This is the only module that imports mlflow. Layout in MLflow::
           files   config.yaml, history.csv (every logged step x metric: one file, so that reports
                   need not fetch metric by metric), eval_problems.csv (every evaluation x eval
                   problem, see below), samples.json (sample completions with their per-component
-                  rewards), result.json (final metrics, objective, warm start), error.txt (failed
-                  trials)
+                  rewards), result.json (final metrics, objective, warm start), and
+                  errors/attempt-<n>.txt: the error of each failed attempt (n = 1, 2, ...), kept
+                  when a retry succeeds, so the run's status (and the ablate.error tag, which a
+                  retry removes) says how the trial ended and errors/ how its attempts failed
 
 ``eval_problems.csv`` holds one row per evaluation of the trial x eval problem, with the columns
 :data:`EVAL_PROBLEM_COLUMNS`: ``step`` (the RL step evaluated after; 0 = the start policy),
@@ -94,6 +96,8 @@ TAG_LOGGED_STEP = "ablate.logged_step"
 TAG_STORAGE = "ablate.storage"
 TAG_COMMAND = "ablate.command"
 LEVEL_PARAM_PREFIX = "level."
+#: The artifact folder of a trial run's failed attempts: ``errors/attempt-<n>.txt``.
+ERRORS_DIR = "errors"
 
 #: Limits of MLflow's API (from mlflow.utils.validation when it has them).
 try:
@@ -514,9 +518,11 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
 
     def fail_trial(self, run_id: str, error: str, *, status: str = "FAILED") -> None:
-        """Record a trial's error (tag ``ablate.error``: the end of it; ``error.txt``: all of it) and
+        """Record a failed attempt of a trial (tag ``ablate.error``: the end of its error, removed when the
+        trial is retried; ``errors/attempt-<n>.txt``: all of it, the n-th failed attempt's file, kept) and
         mark its run ``status`` (FAILED, or KILLED when interrupted)."""
-        self._log_files(run_id, {"error.txt": error})
+        n = len(self.client.list_artifacts(run_id, ERRORS_DIR)) + 1
+        self._log_files(run_id, {f"{ERRORS_DIR}/attempt-{n}.txt": error})
         tail = error if len(error) <= MAX_TAG_VALUE else "..." + error[-(MAX_TAG_VALUE - 3):]
         self.client.set_tag(run_id, TAG_ERROR, tail)
         self.client.set_terminated(run_id, status=status)
@@ -536,6 +542,7 @@ class Tracker:
     def _log_files(self, run_id: str, files: Mapping[str, str]) -> None:
         with tempfile.TemporaryDirectory(prefix="ablate-artifacts-") as tmp:
             for name, text in files.items():
+                Path(tmp, name).parent.mkdir(parents=True, exist_ok=True)
                 Path(tmp, name).write_text(text, encoding="utf-8")
             self.client.log_artifacts(run_id, tmp)
 

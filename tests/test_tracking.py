@@ -245,7 +245,30 @@ def test_failed_trial_keeps_the_end_of_its_traceback(tracker, study):
     assert run.info.status == "FAILED"
     tag = run.data.tags["ablate.error"]
     assert len(tag) <= MAX_TAG_VALUE and tag.endswith("RuntimeError: the cause") and tag.startswith("...")
-    assert Path(tracker.client.download_artifacts(logger.run_id, "error.txt")).read_text() == error
+    assert Path(tracker.client.download_artifacts(logger.run_id, "errors/attempt-1.txt")).read_text() == error
+
+
+def test_a_retried_trial_keeps_each_failed_attempt_and_no_error_once_it_finishes(tracker, study):
+    """Each failure is its own errors/attempt-<n>.txt; a success removes the error tag and leaves no
+    error file that would read as the trial's outcome."""
+    parent = tracker.parent_run(study, "default")
+    spec = Plan.of(study, "default").specs[0]
+    run_id = start(tracker, parent, spec).run_id
+    tracker.fail_trial(run_id, "stale: its worker died")
+    assert start(tracker, parent, spec).run_id == run_id
+    tracker.fail_trial(run_id, "RuntimeError: out of memory", status="KILLED")
+    assert start(tracker, parent, spec).run_id == run_id
+    tracker.finish_trial(run_id, config_yaml="seed: 0\n", history=[(0, {"eval/accuracy": 0.5})], samples=[],
+                         result={"objective": 0.5}, objective=0.5)
+    c = tracker.client
+    run = c.get_run(run_id)
+    assert run.info.status == "FINISHED" and "ablate.error" not in run.data.tags
+    top = sorted(f.path for f in c.list_artifacts(run_id))
+    assert top == ["config.yaml", "errors", "history.csv", "result.json", "samples.json"]  # no error.txt
+    errors = sorted(f.path for f in c.list_artifacts(run_id, "errors"))
+    assert errors == ["errors/attempt-1.txt", "errors/attempt-2.txt"]
+    texts = [Path(c.download_artifacts(run_id, p)).read_text() for p in errors]
+    assert texts == ["stale: its worker died", "RuntimeError: out of memory"]
 
 
 def test_deleted_experiment_is_a_clear_error(tracker, study):
