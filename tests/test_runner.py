@@ -179,6 +179,32 @@ def test_run_logs_every_trial_once_and_a_rerun_runs_nothing(workdir, capsys):
     assert lines[4].split() == ["total", "4", "0", "0", "0"]
 
 
+def test_an_emptied_or_deleted_store_is_refused_when_mlflow_holds_finished_trials(workdir, capsys):
+    """A store that lost its trials must not train them all again: run and worker exit 2 before enqueueing."""
+    study = write_study(workdir, "lost", levels={"token": LOSS_NORM["token"]}, seeds=1)
+    assert run(str(study), "--no-progress") == 0
+    capsys.readouterr()
+    journal, uri = workdir / "runs" / "lost" / STORE_FILE, f"sqlite:///{workdir / 'mlflow.db'}"
+    parent, children = mlflow_runs(uri, "lost")
+    exp = parent.info.experiment_id
+    journal.write_text("")  # : > runs/lost/store.journal
+    for argv in (["run", str(study), "--threads", "1"], ["worker", str(study)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ablate {argv[0]}: error: the study store {journal} holds no "
+                                                         "trial of study 'lost' at budget default, but MLflow ")
+        assert f"MLflow {uri} holds 1 finished trial run(s) of it (parent run {parent.info.run_id})" in err
+        assert ("Restore the store file (or pass the --storage that ran them); or, to train again from scratch, "
+                f"delete the MLflow experiment 'lost' for good (mlflow experiments delete --experiment-id {exp}, "
+                "then mlflow gc), or use another --tracking-uri or study name") in err
+        assert journal.read_text() == ""  # nothing enqueued
+    journal.unlink()  # a deleted store: the same
+    assert main(["run", str(study), "--threads", "1"]) == 2
+    assert "holds 1 finished trial run(s)" in capsys.readouterr().err and not journal.exists()
+    after, children_after = mlflow_runs(uri, "lost")  # MLflow untouched: no new run, the parent still finished
+    assert after.info.status == "FINISHED" and [r.info.run_id for r in children_after] == [children[0].info.run_id]
+
+
 def write_jsonl(path: Path, n: int = 100) -> None:
     r = random.Random(0)
     with open(path, "w") as f:
