@@ -55,6 +55,13 @@ BUILTIN_NAMES: dict[str, tuple[str, ...]] = {
     "reward component": ("final_answer", "prm", "kl", "format", "partial", "missing_eos", "soft_overlong"),
 }
 
+#: The positions (prompt plus completion tokens) of each built-in model, declared without importing
+#: torch, so that validation can check ``rollout.max_new_tokens`` (a test checks them against the zoo).
+BUILTIN_MODEL_POSITIONS: dict[str, int] = {
+    "micro-llama": 256, "tiny-llama": 256, "small-llama": 512, "base-llama": 512, "tiny-gpt2": 256,
+    "tiny-qwen2": 256, "smollm2-135m": 8192,
+}
+
 _builtins_loaded = False
 
 

@@ -2,6 +2,8 @@
 
 ``ablate run FILE`` = :func:`run_study`::
 
+    refuse a runs folder that cannot be written, and a store holding none of the trials that MLflow
+        holds finished at the budget (an emptied or deleted store would train them all again)
     tune every arm first (a study with ``tune:``; ablate.tuner, its trials logged to MLflow)
     plan = the study's Plan at the budget (tuned values, the seeds the store holds)
     the store checks the plan against its frozen design and enqueues what must run
@@ -284,9 +286,11 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     """
     from ablate.tracking import Tracker, check_tracking_server
 
+    check_tracking_server(settings.tracking_uri)  # before the store, MLflow or any worker touches anything
+    check_runs_writable(study, settings)
+    check_store_not_lost(study, settings)
     stream = stream or sys.stderr
     t0 = time.time()
-    check_tracking_server(settings.tracking_uri)  # before anything is created
     store = settings.open_store(study)
     tracker = Tracker(settings.tracking_uri)
     sent = upload_unsent(tracker, study.name, settings.runs)  # trials an earlier outage left on disk
@@ -444,6 +448,8 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     from ablate.tracking import check_tracking_server
 
     check_tracking_server(settings.tracking_uri)  # before anything is created
+    check_runs_writable(study, settings)
+    check_store_not_lost(study, settings)
     stream = stream or sys.stderr
     if settings.threads > 0:
         import torch
@@ -453,6 +459,77 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     print(f"worker for study {study.name} ({settings.budget}); store: {describe_storage(settings.storage)}",
           file=stream)
     return run_worker(settings, study=study, events=display.handle, prepare=True)
+
+
+def check_runs_writable(study: Study, settings: RunSettings) -> None:
+    """Refuse a runs folder that cannot be written (checkpoints and the default store live there), before
+    anything is enqueued or logged: otherwise every trial fails at its first checkpoint and the workers
+    that die of it are replaced again and again.
+
+    Checks ``<runs>`` (its nearest existing parent when it does not exist yet), and ``<runs>/<study>`` and
+    its ``trials/`` when they exist, by creating (and at once removing) an unnamed file in each.
+
+    Raises:
+        AblateError: one line naming the folder, the OS error and the fix.
+    """
+    import tempfile
+    from pathlib import Path
+
+    from ablate.errors import AblateError
+    from ablate.paths import run_dir
+
+    runs = Path(settings.runs)
+    nearest = runs
+    while not nearest.exists() and nearest.parent != nearest:
+        nearest = nearest.parent
+    study_dir = run_dir(study.name, runs)
+    folders = {nearest: "the runs folder" if nearest == runs else f"the folder in which --runs {runs} would be made",
+               study_dir: "the study's run folder", study_dir / "trials": "the study's trials folder"}
+    for folder, what in folders.items():
+        if folder != nearest and not folder.exists():
+            continue
+        try:
+            with tempfile.TemporaryFile(dir=folder, prefix=".ablate-write-check-"):
+                pass
+        except OSError as exc:
+            raise AblateError(
+                f"{what} {folder.resolve()} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
+                f"fix its permissions (e.g. chmod -R u+w {folder}) or pass --runs DIR with a writable folder"
+            ) from exc
+
+
+def check_store_not_lost(study: Study, settings: RunSettings) -> None:
+    """Refuse to start a study from a store that holds none of its trials at the budget while MLflow holds
+    finished trials of it there: the store was emptied, deleted or replaced, and running would train every
+    trial again as if none had run. Creates nothing (a missing local MLflow store is not opened).
+
+    Raises:
+        AblateError: one message naming the store, the tracking store, the finished trials and the fixes.
+    """
+    from ablate.errors import AblateError
+    from ablate.store import describe_storage
+    from ablate.tracking import Tracker, missing_local_store, study_runs
+
+    store = existing_store(study, settings)
+    if store is not None and store.attempts(settings.budget):
+        return
+    if missing_local_store(settings.tracking_uri) is not None:
+        return
+    tracker = Tracker(settings.tracking_uri)
+    parent, trials = study_runs(tracker, study.name, settings.budget)
+    finished = sum(t.status == "FINISHED" for t in trials)
+    if parent is None or not finished:
+        return
+    exp = tracker.experiment_id(study.name, create=False)
+    raise AblateError(
+        f"the study store {describe_storage(settings.storage)} holds no trial of study {study.name!r} at budget "
+        f"{settings.budget}, but MLflow {settings.tracking_uri} holds {finished} finished trial "
+        f"run(s) of it (parent run {parent.run_id}): the store that ran them was emptied, deleted or "
+        f"replaced, and running now would train every trial again. Restore the store file (or pass the --storage "
+        f"that ran them); or, to train again from scratch, delete the MLflow experiment {study.name!r} for good "
+        f"(mlflow experiments delete --experiment-id {exp}, then mlflow gc), or use another --tracking-uri or "
+        f"study name"
+    )
 
 
 def existing_store(study: Study, settings: RunSettings) -> StudyStore | None:

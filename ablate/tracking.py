@@ -20,8 +20,10 @@ This is the only module that imports mlflow. Layout in MLflow::
           files   config.yaml, history.csv (every logged step x metric: one file, so that reports
                   need not fetch metric by metric), eval_problems.csv (every evaluation x eval
                   problem, see below), samples.json (sample completions with their per-component
-                  rewards), result.json (final metrics, objective, warm start), error.txt (failed
-                  trials)
+                  rewards), result.json (final metrics, objective, warm start), and
+                  errors/attempt-<n>.txt: the error of each failed attempt (n = 1, 2, ...), kept
+                  when a retry succeeds, so the run's status (and the ablate.error tag, which a
+                  retry removes) says how the trial ended and errors/ how its attempts failed
 
 ``eval_problems.csv`` holds one row per evaluation of the trial x eval problem, with the columns
 :data:`EVAL_PROBLEM_COLUMNS`: ``step`` (the RL step evaluated after; 0 = the start policy),
@@ -36,7 +38,9 @@ Trials logged before this file existed have none (:mod:`ablate.results` then giv
 
 The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
 the working directory (MLflow's own default); ``mlflow ui`` (or ``mlflow ui --backend-store-uri
-sqlite:///mlflow.db``) shows it all. An ``http://`` URI logs to an ``mlflow server``.
+sqlite:///mlflow.db``) shows it all. An ``http://`` URI logs to an ``mlflow server``. A SQLite store is
+opened under a lock file beside it (``mlflow.db.lock``): MLflow creates a new store's schema when it opens
+it, and two processes doing that at once would race.
 
 Metrics are buffered by :class:`TrialLogger` and sent with ``MlflowClient.log_batch`` every
 ``flush_every`` steps and at the end, never one request per metric. MLflow metric names allow only
@@ -58,11 +62,12 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from filelock import FileLock
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, Run, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
@@ -91,6 +96,8 @@ TAG_LOGGED_STEP = "ablate.logged_step"
 TAG_STORAGE = "ablate.storage"
 TAG_COMMAND = "ablate.command"
 LEVEL_PARAM_PREFIX = "level."
+#: The artifact folder of a trial run's failed attempts: ``errors/attempt-<n>.txt``.
+ERRORS_DIR = "errors"
 
 #: Limits of MLflow's API (from mlflow.utils.validation when it has them).
 try:
@@ -435,14 +442,43 @@ def _last_whole_step(part: Sequence[Metric], next_step: int) -> int | None:
 # ------------------------------------------------------------------------------------- the tracker
 
 
+@contextlib.contextmanager
+def _sqlite_open_lock(uri: str) -> Iterator[None]:
+    """Hold the lock file beside a ``sqlite:///`` store (``<db>.lock``) for the block; nothing for other
+    stores, nor where the lock cannot be created (a read-only folder, where no schema can be created
+    either)."""
+    lock = None
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        lock = FileLock(db.with_name(db.name + ".lock"))
+        try:
+            lock.acquire()
+        except OSError:
+            lock = None
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+
 class Tracker:
     """MLflow runs of a study: the experiment, the parent run, the trials' child runs."""
 
     def __init__(self, uri: str | None = None) -> None:
-        """Connect to the tracking store ``uri`` (see :func:`resolve_tracking_uri`)."""
+        """Connect to the tracking store ``uri`` (see :func:`resolve_tracking_uri`).
+
+        Opening a SQLite store creates its schema when it is new, and MLflow's schema creation fails in
+        one of two processes that do it at once; so a SQLite store is opened under a lock file beside it
+        (``mlflow.db.lock``), and its first query is made there.
+        """
         self.uri = resolve_tracking_uri(uri)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars in ablate's output
-        self.client = MlflowClient(tracking_uri=self.uri)
+        with _sqlite_open_lock(self.uri):
+            self.client = MlflowClient(tracking_uri=self.uri)
+            if self.uri.startswith("sqlite:"):
+                self.client.search_experiments(max_results=1)
 
     @property
     def location(self) -> str:
@@ -612,9 +648,11 @@ class Tracker:
         self.client.set_terminated(run_id, status="FINISHED")
 
     def fail_trial(self, run_id: str, error: str, *, status: str = "FAILED") -> None:
-        """Record a trial's error (tag ``ablate.error``: the end of it; ``error.txt``: all of it) and
+        """Record a failed attempt of a trial (tag ``ablate.error``: the end of its error, removed when the
+        trial is retried; ``errors/attempt-<n>.txt``: all of it, the n-th failed attempt's file, kept) and
         mark its run ``status`` (FAILED, or KILLED when interrupted)."""
-        self._log_files(run_id, {"error.txt": error})
+        n = len(self.client.list_artifacts(run_id, ERRORS_DIR)) + 1
+        self._log_files(run_id, {f"{ERRORS_DIR}/attempt-{n}.txt": error})
         tail = error if len(error) <= MAX_TAG_VALUE else "..." + error[-(MAX_TAG_VALUE - 3):]
         self.client.set_tag(run_id, TAG_ERROR, tail)
         self.client.set_terminated(run_id, status=status)
@@ -634,6 +672,7 @@ class Tracker:
     def _log_files(self, run_id: str, files: Mapping[str, str]) -> None:
         with tempfile.TemporaryDirectory(prefix="ablate-artifacts-") as tmp:
             for name, text in files.items():
+                Path(tmp, name).parent.mkdir(parents=True, exist_ok=True)
                 Path(tmp, name).write_text(text, encoding="utf-8")
             self.client.log_artifacts(run_id, tmp)
 

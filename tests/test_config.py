@@ -242,6 +242,16 @@ def test_model_name_may_be_a_local_directory(tmp_path):
     assert "or give the path of an existing local checkpoint directory" in str(err)
 
 
+def test_max_new_tokens_is_checked_against_a_checkpoint_directory_positions(tmp_path):
+    """A checkpoint's config.json gives its positions (read as JSON, no torch); none known: not checked."""
+    assert build(f"model.name={tmp_path}", "rollout.max_new_tokens=5000").rollout.max_new_tokens == 5000
+    (tmp_path / "config.json").write_text(json.dumps({"n_positions": 128}))
+    assert build(f"model.name={tmp_path}", "rollout.max_new_tokens=127").rollout.max_new_tokens == 127
+    err = problems_of(f"model.name={tmp_path}", "rollout.max_new_tokens=128")
+    assert err.problems[0].path == "rollout.max_new_tokens"
+    assert f"128 tokens do not fit in the 128 positions of model {tmp_path}" in err.problems[0].message
+
+
 # --------------------------------------------------------------------------------------------------
 # errors
 
@@ -352,6 +362,9 @@ def test_constructor_and_model_validate_raise_the_same_error():
         (["reward.components=[final_answer, soft_overlong]", "reward.soft_overlong.buffer=65"],
          "reward.soft_overlong.buffer", "rollout.max_new_tokens=64"),
         (["kl.placement=loss", "kl.adaptive=true", "kl.beta=0"], "kl.beta", "stays 0 forever"),
+        (["rollout.max_new_tokens=100000"], "rollout.max_new_tokens", "the 256 positions of model tiny-llama"),
+        (["rollout.max_new_tokens=256"], "rollout.max_new_tokens", "e.g. rollout.max_new_tokens=64"),
+        (["model.name=tiny-gpt2", "rollout.max_new_tokens=300"], "rollout.max_new_tokens", "256 positions of model tiny-gpt2"),
         (["task.difficulty=21"], "task.difficulty", "outside task addition's range 1..20"),
         (["eval.n_problems=501"], "eval.n_problems", "task.eval_size=500"),
         (["warmstart.target_min=0.6"], "warmstart.target_min", "band [0.6, 0.6] is empty"),

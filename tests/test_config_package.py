@@ -24,7 +24,8 @@ import ablate.config
 from ablate.config import TrialConfig, TrialConfigError
 TrialConfig()
 errors = []
-for overrides in (["reward.components=[final_answer, prmm]"], ["algo.advantage=grpoo"]):
+for overrides in (["reward.components=[final_answer, prmm]"], ["algo.advantage=grpoo"],
+                  ["rollout.max_new_tokens=100000"]):
     try:
         TrialConfig.from_overrides(overrides)
     except TrialConfigError as exc:
@@ -43,7 +44,8 @@ def _run(script: str) -> dict:
 def test_validating_a_config_does_not_import_torch():
     out = _run(_TORCH_FREE)
     assert out["torch"] is False
-    reward, estimator = out["errors"]
+    reward, estimator, positions = out["errors"]
+    assert "rollout.max_new_tokens: 100000 tokens do not fit in the 256 positions of model tiny-llama" in positions
     assert "(1 problem)" in reward and "(1 problem)" in estimator
     assert ("reward.components[1]: unknown reward component 'prmm'; valid names: final_answer, prm, kl, format, "
             "partial, missing_eos, soft_overlong (did you mean 'prm'?)") in reward

@@ -179,6 +179,32 @@ def test_run_logs_every_trial_once_and_a_rerun_runs_nothing(workdir, capsys):
     assert lines[4].split() == ["total", "4", "0", "0", "0"]
 
 
+def test_an_emptied_or_deleted_store_is_refused_when_mlflow_holds_finished_trials(workdir, capsys):
+    """A store that lost its trials must not train them all again: run and worker exit 2 before enqueueing."""
+    study = write_study(workdir, "lost", levels={"token": LOSS_NORM["token"]}, seeds=1)
+    assert run(str(study), "--no-progress") == 0
+    capsys.readouterr()
+    journal, uri = workdir / "runs" / "lost" / STORE_FILE, f"sqlite:///{workdir / 'mlflow.db'}"
+    parent, children = mlflow_runs(uri, "lost")
+    exp = parent.info.experiment_id
+    journal.write_text("")  # : > runs/lost/store.journal
+    for argv in (["run", str(study), "--threads", "1"], ["worker", str(study)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ablate {argv[0]}: error: the study store {journal} holds no "
+                                                         "trial of study 'lost' at budget default, but MLflow ")
+        assert f"MLflow {uri} holds 1 finished trial run(s) of it (parent run {parent.info.run_id})" in err
+        assert ("Restore the store file (or pass the --storage that ran them); or, to train again from scratch, "
+                f"delete the MLflow experiment 'lost' for good (mlflow experiments delete --experiment-id {exp}, "
+                "then mlflow gc), or use another --tracking-uri or study name") in err
+        assert journal.read_text() == ""  # nothing enqueued
+    journal.unlink()  # a deleted store: the same
+    assert main(["run", str(study), "--threads", "1"]) == 2
+    assert "holds 1 finished trial run(s)" in capsys.readouterr().err and not journal.exists()
+    after, children_after = mlflow_runs(uri, "lost")  # MLflow untouched: no new run, the parent still finished
+    assert after.info.status == "FINISHED" and [r.info.run_id for r in children_after] == [children[0].info.run_id]
+
+
 def write_jsonl(path: Path, n: int = 100) -> None:
     r = random.Random(0)
     with open(path, "w") as f:
@@ -257,6 +283,8 @@ BAD_RUNS = {
     "sqlite store": (["{study}", "--storage", "sqlite:///store.db"], "SQLite cannot claim trials atomically"),
     "unknown scheme": (["{study}", "--storage", "redis://h/0"], "unsupported scheme 'redis'"),
     "no workers": (["{study}", "--workers", "0"], "--workers 0: must be at least 1"),
+    "runs not a folder": (["{study}", "--runs", "{runs_file}"], "the runs folder {runs_file} is not writable (Not a "
+                          "directory): fix its permissions (e.g. chmod -R u+w {runs_file}) or pass --runs DIR"),
 }
 
 
@@ -270,11 +298,57 @@ def test_bad_input_exits_2_and_creates_nothing(case, tmp_path, monkeypatch, caps
         "study_bad": tmp_path / "bad.yaml",
     }
     files["study_bad"].write_text(files["study"].read_text().replace("factors:", "factorz:"))
+    files["runs_file"] = tmp_path / "runs.txt"  # a --runs that cannot hold folders, even for root
+    files["runs_file"].write_text("")
     before = sorted(p.name for p in tmp_path.iterdir())
     argv, message = BAD_RUNS[case]
     assert main(["run", *(a.format(**files) for a in argv)]) == 2
-    assert message in capsys.readouterr().err
+    assert message.format(**files) in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # no runs/, no mlflow.db, no mlruns/
+
+
+def chmod_blocks_writes(folder: Path) -> bool:
+    """Whether a folder made read-only with chmod refuses this process's writes (root's do not)."""
+    probe = folder / "chmod-probe"
+    probe.mkdir()
+    probe.chmod(0o555)
+    try:
+        (probe / "f").write_text("")
+    except PermissionError:
+        return True
+    finally:
+        probe.chmod(0o755)
+        (probe / "f").unlink(missing_ok=True)
+        probe.rmdir()
+    return False
+
+
+def test_read_only_runs_folder_exits_2_before_anything_runs(tmp_path, monkeypatch, capsys):
+    if not chmod_blocks_writes(tmp_path):
+        pytest.skip("this process writes into read-only folders (root with CAP_DAC_OVERRIDE): chmod cannot make one "
+                    "for it; the 'runs not a folder' case of test_bad_input_exits_2_and_creates_nothing runs for root")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("ABLATE_STORAGE", raising=False)
+    study = write_study(tmp_path, "locked")
+    (tmp_path / "runs" / "locked" / "trials").mkdir(parents=True)
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for folder in ("runs/locked/trials", "runs/locked", "runs"):
+        (tmp_path / folder).chmod(0o555)  # chmod -R a-w runs
+    try:
+        for command in ("run", "worker"):
+            assert main([command, str(study)]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err == (f"ablate {command}: error: the runs folder {tmp_path / 'runs'} is not writable (Permission "
+                           "denied): fix its permissions (e.g. chmod -R u+w runs) or pass --runs DIR with a writable "
+                           "folder")
+        (tmp_path / "runs").chmod(0o755)  # only the study's folder is read-only now
+        assert main(["run", str(study)]) == 2
+        assert f"the study's run folder {tmp_path / 'runs' / 'locked'} is not writable" in capsys.readouterr().err
+        assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before  # no mlflow.db, no store
+    finally:
+        for folder in ("runs", "runs/locked", "runs/locked/trials"):
+            (tmp_path / folder).chmod(0o755)
 
 
 def test_status_of_a_study_never_run_creates_nothing(tmp_path, monkeypatch, capsys):

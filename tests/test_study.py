@@ -401,6 +401,19 @@ def test_validate_ok_and_bad_files_together(cli, tmp_path):
     assert rc == 0 and out == f"{good}: ok (3 arms x 3 seeds = 9 trials)\n"
 
 
+def test_completions_longer_than_the_model_are_refused_by_validate_run_and_train_alike(cli, tmp_path):
+    """One rule for all three: rollout.max_new_tokens beyond the model's positions, exit 2, nothing created."""
+    path = write(tmp_path, QUICKSTART.replace("base: {task.name: addition}",
+                                              "base: {task.name: addition, rollout.max_new_tokens: 100000}"))
+    fragment = "rollout.max_new_tokens: 100000 tokens do not fit in the 256 positions of model tiny-llama"
+    for args in (["validate", str(path)], ["run", str(path), "--budget", "smoke"]):
+        rc, out, err = cli(*args)
+        assert rc == 2 and out == "", args
+        assert f"{path}:4: base: " in err and fragment in err, err
+    rc, out, err = cli("train", "--set", "rollout.max_new_tokens=100000")
+    assert rc == 2 and fragment in err and "Traceback" not in err
+
+
 def test_validate_subprocess_on_a_syntax_error(tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()

