@@ -45,7 +45,14 @@ from __future__ import annotations
 from ablate.config.device import autocast_dtype, resolve_device
 from ablate.config.problems import ConfigProblem, ConfigWarning, TrialConfigError
 from ablate.config.rules import CRITIC_ESTIMATORS, GROUP_ESTIMATORS, RULES, SEQUENCE_RATIO_LEVELS
-from ablate.config.schema import KEY_EXCLUDED_PATHS, TrialConfig, describe_path, field_paths, nearest_path
+from ablate.config.schema import (
+    KEY_EXCLUDED_PATHS,
+    KEY_OMITTED_AT_DEFAULT,
+    TrialConfig,
+    describe_path,
+    field_paths,
+    nearest_path,
+)
 from ablate.config.sections import (
     AlgoConfig,
     CriticConfig,
@@ -73,6 +80,7 @@ __all__ = [
     "CRITIC_ESTIMATORS",
     "GROUP_ESTIMATORS",
     "KEY_EXCLUDED_PATHS",
+    "KEY_OMITTED_AT_DEFAULT",
     "SEQUENCE_RATIO_LEVELS",
     "AlgoConfig",
     "ConfigProblem",

@@ -52,13 +52,19 @@ from ablate.config.sections import (
 from ablate.config.validators import check_device
 from ablate.yamlio import FileProblem, LineDict, YamlError, plain, read_yaml
 
-__all__ = ["KEY_EXCLUDED_PATHS", "TrialConfig", "caller_stacklevel", "describe_path", "field_paths", "nearest_path"]
+__all__ = ["KEY_EXCLUDED_PATHS", "KEY_OMITTED_AT_DEFAULT", "TrialConfig", "caller_stacklevel", "describe_path", "field_paths", "nearest_path"]
 
 #: Paths that do not change what a trial computes, left out of :meth:`TrialConfig.trial_key`: where
 #: and how fast it runs (device, threads, grad_accum), and bookkeeping (logging, checkpoints, cache).
 KEY_EXCLUDED_PATHS: frozenset[str] = frozenset(
     {"device", "threads", "algo.grad_accum", "train.log_every", "train.checkpoint_every", "warmstart.cache_dir"}
 )
+
+#: Paths added to the schema after results were first committed, each with the value that reproduces
+#: what every trial computed before the path existed. A path holding that value is left out of
+#: :meth:`TrialConfig.trial_key`, so adding an option never renames the trials that ran without it;
+#: any other value is part of the key as usual. Add a new option here with its neutral default.
+KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {}
 
 
 class TrialConfig(Section):
@@ -286,12 +292,14 @@ class TrialConfig(Section):
         """The trial's identity: 12 hex digits of SHA-256 of the canonical JSON of the configuration.
 
         Every field counts (the seed included) except :data:`KEY_EXCLUDED_PATHS`, which do not change
-        what the trial computes. The canonical form (sorted dotted keys, no whitespace, ASCII, floats
+        what the trial computes, and the options of :data:`KEY_OMITTED_AT_DEFAULT` while they hold the
+        value that computes what trials computed before those options existed. The canonical form (sorted dotted keys, no whitespace, ASCII, floats
         in Python's shortest round-trip form) is the same in every process and Python version. Any
-        change to the schema (a new field, a new default) changes every key: a key names exactly
-        what ran.
+        other change to the schema (a new field outside that table, a new default) changes every key:
+        a key names exactly what ran.
         """
-        flat = {k: v for k, v in self.to_flat_dict().items() if k not in KEY_EXCLUDED_PATHS}
+        flat = {k: v for k, v in self.to_flat_dict().items()
+                if k not in KEY_EXCLUDED_PATHS and not (k in KEY_OMITTED_AT_DEFAULT and v == KEY_OMITTED_AT_DEFAULT[k])}
         payload = json.dumps(flat, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
         return hashlib.sha256(payload.encode("ascii")).hexdigest()[:12]
 
