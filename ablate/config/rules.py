@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
 
 __all__ = [
-    "CRITIC_ESTIMATORS", "GROUP_ESTIMATORS", "RULES", "RULE_CHECKS", "SEQUENCE_RATIO_LEVELS", "check_rules",
-    "model_positions",
+    "CRITIC_ESTIMATORS", "GROUP_ESTIMATORS", "LENGTH_WEIGHTED_AGGREGATIONS", "RULES", "RULE_CHECKS",
+    "SCOPED_ESTIMATORS", "SEQUENCE_RATIO_LEVELS", "check_rules", "model_positions",
 ]
 
 #: Advantage estimators that read a value function (need ``critic.enabled``).
@@ -29,6 +29,13 @@ CRITIC_ESTIMATORS: frozenset[str] = frozenset({"gae"})
 GROUP_ESTIMATORS: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo", "grpo_process"})
 #: Ratio levels with one ratio per sequence (GSPO), which stays within ~1e-3 of 1.
 SEQUENCE_RATIO_LEVELS: frozenset[str] = frozenset({"sequence", "sequence_token"})
+#: Estimators that read ``algo.adv_mean`` / ``algo.adv_std`` (as ``ablate.rl.advantages.SCOPED_ESTIMATORS``).
+SCOPED_ESTIMATORS: frozenset[str] = frozenset({"grpo"})
+#: Built-in aggregations that weight a sequence-level loss by the sequence's length: a sequence ratio's
+#: per-token loss is one value repeated over the sequence's tokens, which these sum (over the step, the
+#: sequence, or the prompt's group) instead of averaging per sequence (huggingface/trl#3823).
+LENGTH_WEIGHTED_AGGREGATIONS: frozenset[str] = frozenset(
+    {"token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean"})
 #: Clip ranges at or above this are "PPO-sized" for the GSPO warning.
 _PPO_SIZED_CLIP = 0.01
 
@@ -47,6 +54,9 @@ RULES: tuple[str, ...] = (
     "error: `algo.minibatches` must divide `rollout.prompts_per_step x rollout.group_size`, and "
     "`algo.grad_accum` the minibatch size.",
     "error: `loss.dual_clip` applies to `loss.surrogate=ppo` only.",
+    "error: `algo.adv_mean` / `algo.adv_std` other than group with an estimator other than grpo (rloo, gae, "
+    "grpo_process, dr_grpo and plugins ignore them), and `algo.adv_mean=batch` with `algo.adv_std=group` "
+    "(undefined for groups whose rewards agree).",
     "error: `reward.soft_overlong.buffer` at most `rollout.max_new_tokens` when soft_overlong is used.",
     "error: `rollout.max_new_tokens` below the model's positions (`max_position_embeddings`: 256 for the tiny zoo "
     "models, 512 for small/base-llama, 8192 for smollm2-135m, a checkpoint's config.json), which the prompt "
@@ -55,6 +65,9 @@ RULES: tuple[str, ...] = (
     "`warmstart.target_min < warmstart.target_max`.",
     "warning: a sequence ratio level (GSPO) with a clip range >= 0.01: sequence ratios stay within ~1e-3 of 1, "
     "so PPO-sized ranges almost never bind; GSPO uses 3e-4 / 4e-4.",
+    "warning: a sequence ratio level (GSPO) with `loss.aggregation` token-mean, seq-mean-token-sum, "
+    "seq-mean-token-sum-norm or prompt-mean: each sequence's loss is weighted by its length "
+    "(huggingface/trl#3823); only seq-mean-token-mean gives GSPO's per-sequence objective.",
     "warning: `loss.ratio_level=token` with both clip ranges < 0.01: nearly every token would be clipped.",
     "warning: `loss.aggregation=prompt-mean` with `rollout.group_size=1` (the same as seq-mean-token-mean).",
     "warning: `kl.placement=loss` with the k1 estimator, whose gradient has zero expectation under the policy.",
@@ -113,6 +126,24 @@ def _kl_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> 
             "kl.placement=loss with kl.estimator=k1: the gradient of k1 = log p - log p_ref is the score function, "
             "whose expectation under the policy is zero, so this penalty does not pull toward the reference; use "
             "k3 (GRPO) or k2 (whose gradient is the reverse-KL gradient)")
+
+
+def _advantage_scope_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """adv_mean / adv_std only with the estimators that read them; no batch mean over a group std."""
+    adv, mean, std = c.algo.advantage, c.algo.adv_mean, c.algo.adv_std
+    if adv not in SCOPED_ESTIMATORS:
+        for path, value in (("algo.adv_mean", mean), ("algo.adv_std", std)):
+            if value != "group":
+                hint = " (dr_grpo is grpo with algo.adv_std=none)" if adv == "dr_grpo" else ""
+                errors.append(ConfigProblem(path, (
+                    f"{value} is not read by algo.advantage={adv}, which keeps its own baseline; only "
+                    f"{', '.join(sorted(SCOPED_ESTIMATORS))} reads it: set {path}=group, or "
+                    f"algo.advantage=grpo{hint}")))
+    elif mean == "batch" and std == "group":
+        errors.append(ConfigProblem("algo.adv_std", (
+            "group with algo.adv_mean=batch divides a batch-centred reward by its group's std, which is 0 for "
+            "every group whose rewards agree (an undefined advantage, and no published recipe): set "
+            "algo.adv_std=batch (batch z-score) or none, or algo.adv_mean=group")))
 
 
 def _overlong_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
@@ -189,7 +220,7 @@ def _update_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str])
 
 
 def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
-    """Clip ranges sized for the ratio level (GSPO's tiny ones for sequence ratios)."""
+    """Clip ranges sized for the ratio level (GSPO's tiny ones for sequence ratios); sequence ratios averaged per sequence."""
     lo, hi = c.loss.clip_low, c.loss.clip_high
     if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and max(lo, hi) >= _PPO_SIZED_CLIP:
         notes.append(
@@ -197,6 +228,13 @@ def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
             "ratio is the geometric mean of its token ratios and stays within ~1e-3 of 1, so PPO-sized clip ranges "
             "almost never bind; GSPO (Zheng et al. 2025) uses clip_low=3e-4, clip_high=4e-4. Set them, unless "
             "you mean to compare without effective clipping")
+    if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and c.loss.aggregation in LENGTH_WEIGHTED_AGGREGATIONS:
+        notes.append(
+            f"loss.ratio_level={c.loss.ratio_level} (GSPO) with loss.aggregation={c.loss.aggregation}: a sequence "
+            "ratio gives one loss per sequence, repeated on each of its tokens, and this aggregation sums those "
+            "tokens, so each sequence weighs as much as it is long instead of GSPO's per-sequence mean "
+            "(Zheng et al. 2025; huggingface/trl#3823). Use loss.aggregation=seq-mean-token-mean, unless you "
+            "mean to compare length-weighted sequence losses")
     if c.loss.ratio_level == "token" and max(lo, hi) < _PPO_SIZED_CLIP:
         notes.append(
             f"loss.ratio_level=token with GSPO-sized clip ranges (clip_low={lo}, clip_high={hi}): token ratios "
@@ -242,6 +280,7 @@ def _eval_warmstart_rules(c: TrialConfig, errors: list[ConfigProblem], notes: li
 RULE_CHECKS: tuple[RuleCheck, ...] = (
     _critic_rules,
     _reward_rules,
+    _advantage_scope_rules,
     _kl_rules,
     _overlong_rules,
     _position_rules,

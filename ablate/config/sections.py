@@ -365,6 +365,29 @@ class AlgoConfig(Section):
         process supervision): group-normalized step rewards summed to go, needs prm; gae (Schulman et al.
         2016): from a learned value function, needs critic.enabled."""),
     )
+    adv_mean: Literal["group", "batch"] = Field(
+        "group",
+        description=one_line("""Scope of the mean that algo.advantage=grpo subtracts from each completion's reward R.
+        group: the mean of its prompt's group (GRPO, Dr. GRPO, Lite PPO; TRL always uses it); batch: the mean
+        of every completion of the step's rollout batch (the one batch the advantages are computed on, after
+        dynamic sampling, never a minibatch or micro-batch), a group of one then still gets an advantage.
+        Only grpo reads it (other estimators refuse batch); batch with adv_std=group is refused (undefined
+        for groups whose rewards agree). Recipes: GRPO = group/group, Dr. GRPO (Liu et al. 2025) =
+        group/none, Lite PPO ("Tricks or Traps?", Liu et al. 2025) = group/batch, batch z-score =
+        batch/batch."""),
+    )
+    adv_std: Literal["group", "batch", "none"] = Field(
+        "group",
+        description=one_line("""What algo.advantage=grpo divides (R - mean) by, as TRL's GRPOConfig.scale_rewards.
+        group: the unbiased std of the prompt's group plus 1e-6 (GRPO, Shao et al. 2024; TRL "group"), over-
+        weights prompts that are nearly always solved or failed; batch: the unbiased std of the raw rewards
+        of the whole rollout batch plus 1e-6 (Lite PPO, Liu et al. 2025 "Tricks or Traps?"; TRL "batch";
+        ScaleRL's batch-level normalization as TRL reads it), so every group is scaled alike and an easy
+        prompt's small differences stay small; none: no division (Dr. GRPO; TRL "none"; grpo with none =
+        dr_grpo). TRL adds 1e-4 instead of 1e-6 (ROLL 1e-6). Advantages are 0, never NaN, for zero-
+        variance groups, for groups of one (with adv_mean=group), and for a batch whose rewards all agree
+        (adv_std=batch). Only grpo reads it; other estimators refuse values other than group."""),
+    )
     gamma: float = Field(
         1.0,
         ge=0.0,

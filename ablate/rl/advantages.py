@@ -11,7 +11,10 @@ rewards at or after it.
 Normalizer scopes (where the big libraries have had their bugs): the group statistics of the
 outcome estimators and of ``grpo_process`` are over the members of one prompt's group in the batch
 given (call :func:`compute_advantages` on the whole rollout batch, never on a micro-batch);
-whitening (``whiten=True``) is over all active tokens of the batch given.
+whitening (``whiten=True``) is over all active tokens of the batch given. ``grpo`` alone also takes
+the scope of its mean (:data:`MEAN_SCOPES`: ``group`` or ``batch``) and of its std
+(:data:`STD_SCOPES`: ``group``, ``batch`` or ``none``); a "batch" statistic is over every group
+member of the batch given, i.e. the step's whole rollout batch.
 
 Advantages carry no gradient: everything here runs under ``torch.no_grad()``.
 """
@@ -26,10 +29,22 @@ from ablate.errors import ConfigError
 from ablate.registry import Registry
 from ablate.rl.masking import as_bool_mask, check_same_shape, masked_whiten, zero_padding
 
-__all__ = ["ADVANTAGE_ESTIMATORS", "GROUP_STD_EPS", "AdvantageFn", "compute_advantages"]
+__all__ = [
+    "ADVANTAGE_ESTIMATORS", "GROUP_STD_EPS", "MEAN_SCOPES", "SCOPED_ESTIMATORS", "STD_SCOPES", "AdvantageFn",
+    "compute_advantages",
+]
 
-#: Added to a group's standard deviation by ``grpo`` and ``grpo_process`` (as in GRPO).
+#: Added to the standard deviation (a group's or the batch's) by ``grpo`` and ``grpo_process``, as in
+#: GRPO and ROLL; TRL's ``GRPOTrainer`` adds 1e-4 instead, which shrinks advantages of groups with a
+#: std near 1e-4 (with 0/1 rewards and G <= 64 every non-constant group has std >= 0.12, so the
+#: two agree to within 1e-3 relative there).
 GROUP_STD_EPS = 1e-6
+#: Where ``grpo`` takes the mean it subtracts: the row's group, or every group member of the batch.
+MEAN_SCOPES: tuple[str, ...] = ("group", "batch")
+#: What ``grpo`` divides by: the std of the row's group, of every member of the batch, or nothing.
+STD_SCOPES: tuple[str, ...] = ("group", "batch", "none")
+#: Estimators that take ``mean_scope`` / ``std_scope``; the others refuse scopes other than group/group.
+SCOPED_ESTIMATORS: frozenset[str] = frozenset({"grpo"})
 
 
 class AdvantageFn(Protocol):
@@ -106,6 +121,67 @@ def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # outcome-style
 
 
+def _batch_stats(score: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean, unbiased std, member count, all-equal) of the valid rows of ``score`` [B]; 0-dim tensors.
+
+    All-equal is exact (the largest and the smallest member agree), so a constant batch is recognised
+    even where its computed std is a rounding error above 0.
+    """
+    w = valid.to(score.dtype)
+    n = w.sum()
+    mean = (score * w).sum() / n.clamp(min=1)
+    std = torch.sqrt((((score - mean) ** 2) * w).sum() / (n - 1).clamp(min=1))
+    if not bool(valid.any()):
+        return mean, std, n, torch.tensor(True, device=score.device)
+    members = score[valid]
+    return mean, std, n, members.max() == members.min()
+
+
+def _scoped_normalization(
+    token_rewards: torch.Tensor,
+    mask: torch.Tensor,
+    group_ids: torch.Tensor | None,
+    estimator: str,
+    mean_scope: str,
+    std_scope: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A [B], r [B])``: ``A_i = (r_i - mean) / (std + 1e-6)`` with each statistic over its scope.
+
+    Scopes (``MEAN_SCOPES`` x ``STD_SCOPES``, mean batch with std group excepted): ``group`` = the
+    valid members of row i's group, ``batch`` = every valid row of the batch given, std ``none`` = no
+    division. ``A_i = 0`` where the mean's scope has fewer than 2 members, where the std's scope has
+    fewer than 2 members, and (std ``batch``) where the whole batch scored the same; never NaN. The
+    group/group arithmetic is exactly the original GRPO code, so default results do not move.
+    """
+    if mean_scope not in MEAN_SCOPES or std_scope not in STD_SCOPES:
+        raise ConfigError(
+            f"advantage scopes must be mean_scope in {list(MEAN_SCOPES)} and std_scope in {list(STD_SCOPES)}, "
+            f"got mean_scope={mean_scope!r}, std_scope={std_scope!r}"
+        )
+    if (mean_scope, std_scope) == ("batch", "group"):
+        raise ConfigError(
+            "advantage scopes mean_scope='batch' with std_scope='group' are refused: a batch-centred reward "
+            "divided by a group's std is undefined for every group whose members agree (std 0); use "
+            "std_scope='batch' or 'none'"
+        )
+    score, valid, inverse, g, count, _, mean = _sequence_scores(token_rewards, mask, group_ids, estimator)
+    zero = torch.zeros_like(score)
+    if mean_scope == "group":
+        centred, ok = score - mean, valid & (count > 1)  # (B,), (B,)
+    else:
+        b_mean, _, n, _ = _batch_stats(score, valid)
+        centred, ok = score - b_mean, valid & (n > 1)
+    if std_scope == "none":
+        return torch.where(ok, centred, zero), score
+    if std_scope == "group":  # mean_scope is group here
+        sq = _group_sum(((score - mean) ** 2) * valid.to(score.dtype), inverse, g)[inverse]
+        std = torch.sqrt(sq / (count - 1).clamp(min=1))
+        return torch.where(ok, centred / (std + GROUP_STD_EPS), zero), score
+    _, b_std, n, constant = _batch_stats(score, valid)
+    ok = ok & (n > 1) & ~constant
+    return torch.where(ok, centred / (b_std + GROUP_STD_EPS), zero), score
+
+
 @ADVANTAGE_ESTIMATORS.register("grpo")
 def grpo_advantages(
     token_rewards: torch.Tensor,
@@ -116,19 +192,31 @@ def grpo_advantages(
     gamma: float,
     lam: float,
     step_mask: torch.Tensor | None,
+    mean_scope: str = "group",
+    std_scope: str = "group",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome supervision (Shao et al. 2024, DeepSeekMath §4.1.2), [B, T].
 
-    ``r_i`` = sum of sequence i's token rewards; ``A_i = (r_i - mean_g) / (std_g + 1e-6)`` with the
-    mean and the *unbiased* std (torch's default) over the members of i's group; broadcast over
-    i's active tokens. A group of one member (std undefined) gives advantage 0; a group whose
+    ``r_i`` = sum of sequence i's token rewards; ``A_i = (r_i - mean) / (std + 1e-6)``, broadcast over
+    i's active tokens, with (defaults) the mean and the *unbiased* std (torch's default) over the
+    members of i's group. A group of one member (std undefined) gives advantage 0; a group whose
     members all scored the same gives 0. Returns: ``r_i`` broadcast over the active tokens.
+
+    Scopes (as TRL's ``scale_rewards`` where TRL has them: its mean is always the group's):
+
+    * ``std_scope="group"``: the std of i's group (GRPO; TRL ``"group"``);
+    * ``std_scope="batch"``: the unbiased std of the raw scores ``r_j`` of every valid row of the
+      batch (Lite PPO, Liu et al. 2025 "Tricks or Traps?", with ``mean_scope="group"``; TRL
+      ``"batch"``; ScaleRL's batch-level normalization as TRL reads it); 0 when the whole batch scored
+      the same;
+    * ``std_scope="none"``: no division (Dr. GRPO, Liu et al. 2025; TRL ``"none"``), equal to ``dr_grpo``;
+    * ``mean_scope="batch"``: the mean of every valid row of the batch (with std ``batch``: the
+      batch z-score; with ``none``: REINFORCE with a batch-mean baseline); a group of one member then
+      gets a non-zero advantage. ``mean_scope="batch"`` with ``std_scope="group"`` raises.
+
+    The batch is the ``[B]`` rows given: call it on the step's whole rollout batch, never a micro-batch.
     """
-    score, valid, inverse, g, count, _, mean = _sequence_scores(token_rewards, mask, group_ids, "grpo")
-    w = valid.to(score.dtype)
-    sq = _group_sum(((score - mean) ** 2) * w, inverse, g)[inverse]
-    std = torch.sqrt(sq / (count - 1).clamp(min=1))
-    adv = torch.where(valid & (count > 1), (score - mean) / (std + GROUP_STD_EPS), torch.zeros_like(score))
+    adv, score = _scoped_normalization(token_rewards, mask, group_ids, "grpo", mean_scope, std_scope)
     return _broadcast(adv, mask), _broadcast(score, mask)
 
 
@@ -146,12 +234,11 @@ def dr_grpo_advantages(
     """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training"), [B, T].
 
     ``A_i = r_i - mean_g``: GRPO without the division by the group std (which over-weights
-    prompts that are nearly always solved or failed). ``r_i`` = sum of the sequence's token
-    rewards, mean over the members of its group; 0 for a group of one. Broadcast over active
-    tokens. Returns: ``r_i`` broadcast.
+    prompts that are nearly always solved or failed); exactly ``grpo`` with ``std_scope="none"``.
+    ``r_i`` = sum of the sequence's token rewards, mean over the members of its group; 0 for a
+    group of one. Broadcast over active tokens. Returns: ``r_i`` broadcast.
     """
-    score, valid, _, _, count, _, mean = _sequence_scores(token_rewards, mask, group_ids, "dr_grpo")
-    adv = torch.where(valid & (count > 1), score - mean, torch.zeros_like(score))
+    adv, score = _scoped_normalization(token_rewards, mask, group_ids, "dr_grpo", "group", "none")
     return _broadcast(adv, mask), _broadcast(score, mask)
 
 
@@ -290,11 +377,14 @@ def compute_advantages(
     lam: float = 1.0,
     step_mask: torch.Tensor | None = None,
     whiten: bool = False,
+    mean_scope: str = "group",
+    std_scope: str = "group",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token advantages and returns from per-token rewards.
 
     Estimators (:data:`ADVANTAGE_ESTIMATORS`; see each function for its formula and paper):
-    ``"grpo"`` ((r - group mean) / (group std + 1e-6)), ``"dr_grpo"`` (r - group mean), ``"rloo"``
+    ``"grpo"`` ((r - mean) / (std + 1e-6), group mean and group std unless ``mean_scope`` /
+    ``std_scope`` say otherwise), ``"dr_grpo"`` (r - group mean), ``"rloo"``
     (r - mean of the other members), ``"grpo_process"`` (DeepSeekMath process supervision, needs
     ``step_mask``), ``"gae"`` (needs ``values``).
 
@@ -311,6 +401,11 @@ def compute_advantages(
         step_mask: [B, T], 1 on the last token of each step (``grpo_process``).
         whiten: whiten the advantages over all active tokens of the batch (mean 0, unbiased std 1,
             ``masked_whiten``) after the estimator; returns are not whitened.
+        mean_scope: ``grpo``'s mean: ``"group"`` (the row's group) or ``"batch"`` (every row given
+            with an active token; pass the step's whole rollout batch).
+        std_scope: ``grpo``'s divisor: ``"group"``, ``"batch"`` (the unbiased std of the sequence
+            scores of every row given) or ``"none"``. Estimators outside :data:`SCOPED_ESTIMATORS`
+            accept only the defaults (group, group).
 
     Returns:
         ``(advantages, returns)``, both [B, T], exactly 0 where ``mask`` is 0, without gradient.
@@ -320,10 +415,20 @@ def compute_advantages(
     Raises:
         UnknownNameError: unknown ``estimator``.
         ConfigError: a needed input is missing (``values`` for gae, ``step_mask`` for grpo_process,
-            ``group_ids`` for group estimators), a reward off the step ends with grpo_process, or
-            ``gamma`` / ``lam`` outside [0, 1].
+            ``group_ids`` for group estimators), a reward off the step ends with grpo_process,
+            ``gamma`` / ``lam`` outside [0, 1], or scopes other than (group, group) for an estimator
+            that ignores them (or the refused mean batch with std group).
     """
     fn = ADVANTAGE_ESTIMATORS.get(estimator)
+    scopes: dict[str, str] = {}
+    if estimator in SCOPED_ESTIMATORS:
+        scopes = {"mean_scope": mean_scope, "std_scope": std_scope}
+    elif (mean_scope, std_scope) != ("group", "group"):
+        raise ConfigError(
+            f"advantage estimator {estimator!r} ignores mean_scope / std_scope (got {mean_scope!r}, "
+            f"{std_scope!r}); only {', '.join(sorted(SCOPED_ESTIMATORS))} takes them: pass the defaults "
+            "(group, group) or use estimator='grpo'"
+        )
     if not 0.0 <= gamma <= 1.0:
         raise ConfigError(f"gamma={gamma!r} must be in [0, 1]")
     if not 0.0 <= lam <= 1.0:
@@ -333,7 +438,7 @@ def compute_advantages(
     rewards = zero_padding(token_rewards.detach(), m)
     vals = None if values is None else zero_padding(values.detach().to(rewards.dtype), m)
     steps = None if step_mask is None else as_bool_mask(step_mask) & m
-    adv, ret = fn(rewards, m, group_ids, values=vals, gamma=gamma, lam=lam, step_mask=steps)
+    adv, ret = fn(rewards, m, group_ids, values=vals, gamma=gamma, lam=lam, step_mask=steps, **scopes)
     adv, ret = zero_padding(adv, m), zero_padding(ret, m)
     if whiten:
         adv = masked_whiten(adv, m)

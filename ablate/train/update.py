@@ -93,7 +93,7 @@ def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInput
     adv, returns = compute_advantages(
         batch.token_rewards, loss_mask, batch.group_ids,
         estimator=c.algo.advantage, values=old_values, gamma=c.algo.gamma, lam=c.algo.lam,
-        step_mask=batch.step_mask, whiten=c.algo.whiten,
+        step_mask=batch.step_mask, whiten=c.algo.whiten, mean_scope=c.algo.adv_mean, std_scope=c.algo.adv_std,
     )  # (B, T), (B, T) or None
     check_finite(adv, "advantages", step)
     return UpdateInputs(input_ids, attn, p, loss_mask, adv, returns, old_values)
