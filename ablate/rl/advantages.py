@@ -150,7 +150,7 @@ def _scoped_normalization(
     Scopes (``MEAN_SCOPES`` x ``STD_SCOPES``, mean batch with std group excepted): ``group`` = the
     valid members of row i's group, ``batch`` = every valid row of the batch given, std ``none`` = no
     division. ``A_i = 0`` where the mean's scope has fewer than 2 members, where the std's scope has
-    fewer than 2 members, and (std ``batch``) where the whole batch scored the same; never NaN. The
+    fewer than 2 members, and (a ``batch`` scope) where the whole batch scored the same; never NaN. The
     group/group arithmetic is exactly the original GRPO code, so default results do not move.
     """
     if mean_scope not in MEAN_SCOPES or std_scope not in STD_SCOPES:
@@ -169,8 +169,8 @@ def _scoped_normalization(
     if mean_scope == "group":
         centred, ok = score - mean, valid & (count > 1)  # (B,), (B,)
     else:
-        b_mean, _, n, _ = _batch_stats(score, valid)
-        centred, ok = score - b_mean, valid & (n > 1)
+        b_mean, _, n, constant = _batch_stats(score, valid)
+        centred, ok = score - b_mean, valid & (n > 1) & ~constant
     if std_scope == "none":
         return torch.where(ok, centred, zero), score
     if std_scope == "group":  # mean_scope is group here

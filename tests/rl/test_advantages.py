@@ -257,3 +257,145 @@ def test_unknown_estimator():
     x = t([[1.0]])
     with pytest.raises(UnknownNameError, match="did you mean 'grpo'"):
         compute_advantages(x, x, torch.tensor([0]), estimator="grpoo")
+
+
+# --------------------------------------------------------------------------------------------------
+# grpo's normalization scopes (algo.adv_mean x algo.adv_std), hand-computed
+
+# group 7: rows 0, 1, 2 (scores 1, 0, 0) and row 4 (no active token: a padding row, not a member);
+# group 3: row 3 alone (score 2); group 5: rows 5, 6 (scores 1, 1: zero variance).
+# Batch members: rows 0, 1, 2, 3, 5, 6, scores [1, 0, 0, 2, 1, 1]: mean 5/6, unbiased std sqrt(17/30).
+SCOPE_MASK = [[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 0], [0, 0, 0], [1, 0, 0], [1, 1, 1]]
+SCOPE_REWARDS = [[0.0, 0.0, 1.0], [0.5, -0.5, 9.0], [0.0, 5.0, 5.0], [0.0, 2.0, 0.0], [3.0, 3.0, 3.0],
+                 [1.0, 7.0, 7.0], [0.5, 0.0, 0.5]]
+SCOPE_GROUPS = [7, 7, 7, 3, 7, 5, 5]
+GROUP_STD = math.sqrt(1 / 3)  # group 7: scores 1, 0, 0
+BATCH_MEAN, BATCH_STD = 5 / 6, math.sqrt(17 / 30)
+SCOPE_EXPECTED = {
+    ("group", "group"): [(2 / 3) / (GROUP_STD + EPS), (-1 / 3) / (GROUP_STD + EPS), (-1 / 3) / (GROUP_STD + EPS),
+                         0.0, 0.0, 0.0, 0.0],
+    ("group", "none"): [2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0, 0.0],
+    # Lite PPO: group mean, batch std; a singleton and a zero-variance group are still 0 (r - group mean = 0)
+    ("group", "batch"): [(2 / 3) / (BATCH_STD + EPS), (-1 / 3) / (BATCH_STD + EPS),
+                         (-1 / 3) / (BATCH_STD + EPS), 0.0, 0.0, 0.0, 0.0],
+    # batch mean: the singleton and the zero-variance group get the batch baseline
+    ("batch", "none"): [1 / 6, -5 / 6, -5 / 6, 7 / 6, 0.0, 1 / 6, 1 / 6],
+    ("batch", "batch"): [v / (BATCH_STD + EPS) for v in (1 / 6, -5 / 6, -5 / 6, 7 / 6)]
+    + [0.0] + [(1 / 6) / (BATCH_STD + EPS)] * 2,
+}
+
+
+def scoped(mean_scope, std_scope, rewards=SCOPE_REWARDS, mask=SCOPE_MASK, groups=SCOPE_GROUPS,
+           estimator="grpo"):
+    m = t(mask)
+    return compute_advantages(t(rewards), m, torch.tensor(groups), estimator=estimator,
+                              mean_scope=mean_scope, std_scope=std_scope)
+
+
+@pytest.mark.parametrize("scopes", list(SCOPE_EXPECTED), ids="/".join)
+def test_grpo_scopes_hand_computed(scopes):
+    adv, ret = scoped(*scopes)
+    close(adv, [[v * m for m in row] for v, row in zip(SCOPE_EXPECTED[scopes], SCOPE_MASK)])
+    close(ret, [[v * m for m in row] for v, row in zip([1.0, 0.0, 0.0, 2.0, 0.0, 1.0, 1.0], SCOPE_MASK)])
+
+
+def test_grpo_default_scopes_are_group_group_and_dr_grpo_is_std_none():
+    default, _ = compute_advantages(t(SCOPE_REWARDS), t(SCOPE_MASK), torch.tensor(SCOPE_GROUPS), estimator="grpo")
+    assert torch.equal(default, scoped("group", "group")[0])
+    for seed in range(3):  # exactly equal, on random rollouts with holes and empty rows
+        rewards, _, mask, _, groups = random_rollout(seed)
+        dr, _ = compute_advantages(rewards, mask, groups, estimator="dr_grpo")
+        grpo_none, _ = compute_advantages(rewards, mask, groups, estimator="grpo", std_scope="none")
+        assert torch.equal(dr, grpo_none)
+
+
+@pytest.mark.parametrize("scopes", list(SCOPE_EXPECTED), ids="/".join)
+def test_grpo_scopes_zero_variance_batch_and_single_row_give_zero_not_nan(scopes):
+    # every member scored 0.1 (not exact in binary: the computed std is a rounding error above 0)
+    adv, _ = scoped(*scopes, rewards=[[0.0, 0.1], [0.1, 0.0], [0.05, 0.05], [0.1, 0.0]],
+                    mask=[[1, 1], [1, 1], [1, 1], [1, 0]], groups=[0, 0, 1, 1])
+    if scopes != ("group", "group"):  # group/group keeps GRPO's arithmetic (see the report of issue 13)
+        assert torch.count_nonzero(adv) == 0
+    assert torch.isfinite(adv).all()
+    # a batch of one member: no baseline in any scope
+    adv, _ = scoped(*scopes, rewards=[[1.0, 2.0], [5.0, 5.0]], mask=[[1, 1], [0, 0]], groups=[0, 1])
+    assert torch.count_nonzero(adv) == 0
+
+
+def test_grpo_scopes_are_over_the_batch_given():
+    """'batch' is the rows passed in: the step's rollout batch, not a slice of it."""
+    whole, _ = scoped("group", "batch")
+    part, _ = scoped("group", "batch", rewards=SCOPE_REWARDS[:3], mask=SCOPE_MASK[:3], groups=SCOPE_GROUPS[:3])
+    assert not torch.allclose(whole[:3], part)
+
+
+def test_scope_errors():
+    with pytest.raises(ConfigError, match="std_scope='group' are refused"):
+        scoped("batch", "group")
+    with pytest.raises(ConfigError, match="must be mean_scope in"):
+        scoped("prompt", "group")
+    for estimator in ("dr_grpo", "rloo", "grpo_process", "gae"):
+        with pytest.raises(ConfigError, match=f"{estimator!r} ignores mean_scope / std_scope"):
+            scoped("group", "batch", estimator=estimator)
+
+
+# TRL's GRPOTrainer advantages (huggingface/trl f2cd5771, trl/trainer/grpo_trainer.py
+# `_generate_and_score_completions`, multi_objective_aggregation="sum_then_normalize", and
+# trl/trainer/utils.py `nanstd`), transcribed line for line; TRL's own nanstd is used when TRL is
+# installed. TRL adds 1e-4 to the std; ablate 1e-6 (GROUP_STD_EPS).
+def _trl_nanstd(tensor, dim=None):
+    mean = torch.nanmean(tensor, dim=dim, keepdim=True)
+    variance = torch.nanmean((tensor - mean) ** 2, dim=dim, keepdim=True)
+    count = torch.sum(~torch.isnan(tensor), dim=dim, keepdim=True)
+    correction = count / (count - 1)
+    correction = torch.where(count > 1, correction, torch.full_like(correction, float("nan")))
+    std = torch.sqrt(variance * correction)
+    return std.squeeze() if dim is None else std.squeeze(dim)
+
+
+def trl_advantages(rewards, num_generations, scale_rewards, eps=1e-4):
+    try:
+        from trl.trainer.utils import nanstd
+    except ImportError:
+        nanstd = _trl_nanstd
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, num_generations), dim=1)
+    mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(num_generations, dim=0)
+    if scale_rewards in ["group", "none"]:
+        std_rewards = nanstd(rewards.view(-1, num_generations), dim=1)
+        std_rewards = std_rewards.repeat_interleave(num_generations, dim=0)
+    else:  # "batch"
+        std_rewards = nanstd(rewards).expand_as(rewards)
+    advantages = rewards - mean_grouped_rewards
+    if scale_rewards != "none":
+        advantages = advantages / (std_rewards + eps)
+    return advantages
+
+
+def test_trl_transcription_gives_the_hand_values_of_the_notes():
+    rewards = t([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])  # G=4; issue13-spec.md §1a
+    close(trl_advantages(rewards, 4, "group"), [1.4997, -0.4999, -0.4999, -0.4999, 0.8659, 0.8659, -0.8659, -0.8659],
+          atol=1e-4)
+    close(trl_advantages(rewards, 4, "batch"), [1.4489, -0.4830, -0.4830, -0.4830, 0.9659, 0.9659, -0.9659, -0.9659],
+          atol=1e-4)
+    close(trl_advantages(rewards, 4, "none"), [0.75, -0.25, -0.25, -0.25, 0.5, 0.5, -0.5, -0.5])
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grpo_scopes_match_trl_scale_rewards(scale_rewards, seed):
+    """adv_mean=group with adv_std=<TRL's scale_rewards> is TRL's advantage on identical rewards."""
+    g = torch.Generator().manual_seed(seed)
+    num_prompts, group = 6, 4
+    rewards = torch.randint(0, 3, (num_prompts * group,), generator=g).to(F64) / 2  # ties and constant groups
+    rewards[:group] = 0.5  # one zero-variance group
+    lengths = torch.randint(1, 6, (num_prompts * group,), generator=g)
+    mask = torch.arange(6).unsqueeze(0) < lengths.unsqueeze(1)  # (B, 6), right padding
+    token_rewards = torch.zeros(mask.shape, dtype=F64)
+    token_rewards[torch.arange(len(rewards)), lengths - 1] = rewards  # on the last active token
+    groups = torch.arange(num_prompts).repeat_interleave(group)
+    adv, _ = compute_advantages(token_rewards, mask, groups, estimator="grpo", std_scope=scale_rewards)
+    ours = adv[:, 0]  # every active token carries the sequence's advantage
+    # rtol 1e-7: TRL's Bessel factor count / (count - 1) divides integer counts, which gives float32
+    torch.testing.assert_close(ours, trl_advantages(rewards, group, scale_rewards, eps=EPS), rtol=1e-7, atol=1e-12)
+    # with TRL's own epsilon the two differ by the epsilon alone: < 1e-3 relative for these stds (>= 0.25)
+    torch.testing.assert_close(ours, trl_advantages(rewards, group, scale_rewards), rtol=1e-3, atol=1e-9)
