@@ -21,6 +21,7 @@ from pydantic import BaseModel
 import ablate.registry as registry_mod
 from ablate.config import (
     KEY_EXCLUDED_PATHS,
+    KEY_OMITTED_AT_DEFAULT,
     ConfigWarning,
     LossConfig,
     TrialConfig,
@@ -368,6 +369,14 @@ def test_constructor_and_model_validate_raise_the_same_error():
         (["task.difficulty=21"], "task.difficulty", "outside task addition's range 1..20"),
         (["eval.n_problems=501"], "eval.n_problems", "task.eval_size=500"),
         (["warmstart.target_min=0.6"], "warmstart.target_min", "band [0.6, 0.6] is empty"),
+        (["algo.advantage=rloo", "algo.adv_std=batch"], "algo.adv_std",
+         "not read by algo.advantage=rloo, which keeps its own baseline; only grpo reads it: set algo.adv_std=group"),
+        (["algo.advantage=dr_grpo", "algo.adv_std=none"], "algo.adv_std", "dr_grpo is grpo with algo.adv_std=none"),
+        (["algo.advantage=grpo_process", "reward.components=[final_answer, prm]", "algo.adv_mean=batch"],
+         "algo.adv_mean", "set algo.adv_mean=group, or algo.advantage=grpo"),
+        (["algo.advantage=gae", "critic.enabled=true", "algo.adv_std=none"], "algo.adv_std",
+         "not read by algo.advantage=gae"),
+        (["algo.adv_mean=batch"], "algo.adv_std", "set algo.adv_std=batch (batch z-score) or none"),
     ],
 )
 def test_cross_field_rules(overrides, path, fragment):
@@ -388,6 +397,13 @@ def test_cross_field_rules(overrides, path, fragment):
         ["task.name=jsonl", "task.difficulty=50"],  # no difficulty knob: nothing to check
         ["loss.dual_clip=3"],
         ["algo.minibatches=4", "algo.grad_accum=4"],
+        ["algo.adv_std=batch"],  # Lite PPO
+        ["algo.adv_std=none"],  # Dr. GRPO through grpo
+        ["algo.adv_mean=batch", "algo.adv_std=batch"],
+        ["algo.adv_mean=batch", "algo.adv_std=none"],
+        ["algo.advantage=rloo", "algo.adv_mean=group", "algo.adv_std=group"],  # the defaults, said aloud
+        ["loss.ratio_level=sequence", "loss.clip_low=3e-4", "loss.clip_high=4e-4",
+         "loss.aggregation=seq-mean-token-mean"],  # GSPO as published
     ],
 )
 def test_legal_combinations_build(overrides):
@@ -413,6 +429,16 @@ def test_warnings(overrides, fragment):
     assert issubclass(ConfigWarning, UserWarning)
     assert any(fragment in str(w.message) for w in record)
     assert record[0].filename == __file__  # points at the caller, not at pydantic
+
+
+@pytest.mark.parametrize("level", ["sequence", "sequence_token"])
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean"])
+def test_sequence_ratio_with_a_length_weighting_aggregation_warns(level, aggregation):
+    with pytest.warns(ConfigWarning) as record:
+        build(f"loss.ratio_level={level}", "loss.clip_low=3e-4", "loss.clip_high=4e-4", f"loss.aggregation={aggregation}")
+    [message] = [str(w.message) for w in record]  # the clip ranges are GSPO's: this warning alone
+    assert f"loss.ratio_level={level} (GSPO) with loss.aggregation={aggregation}" in message
+    assert "huggingface/trl#3823" in message and "loss.aggregation=seq-mean-token-mean" in message
 
 
 def test_gspo_clip_ranges_do_not_warn():
@@ -453,6 +479,23 @@ def test_trial_key_changes_with_what_the_trial_computes():
     # the order of the components is a different configuration (placement order is logged)
     a = build("reward.components=[final_answer, prm]").trial_key()
     assert a != build("reward.components=[prm, final_answer]").trial_key()
+
+
+#: TrialConfig().trial_key() at 54ba433 (the base of issue 13's options): options added since must keep it.
+KEY_BEFORE_ISSUE_13 = "9a23c248bce1"
+
+
+def test_options_added_later_keep_existing_trial_keys():
+    assert TrialConfig().trial_key() == KEY_BEFORE_ISSUE_13
+    assert build("algo.adv_mean=group", "algo.adv_std=group").trial_key() == KEY_BEFORE_ISSUE_13
+    scoped = [build(*o).trial_key() for o in (["algo.adv_std=batch"], ["algo.adv_std=none"],
+                                              ["algo.adv_mean=batch", "algo.adv_std=batch"],
+                                              ["algo.adv_mean=batch", "algo.adv_std=none"])]
+    assert len(set(scoped)) == 4 and KEY_BEFORE_ISSUE_13 not in scoped
+    # grpo with adv_std=none computes what dr_grpo computes, but it is another configuration
+    assert build("algo.adv_std=none").trial_key() != build("algo.advantage=dr_grpo").trial_key()
+    for path, neutral in KEY_OMITTED_AT_DEFAULT.items():
+        assert TrialConfig().to_flat_dict()[path] == neutral, path
 
 
 def test_trial_key_ignores_excluded_fields_and_how_the_config_was_built(tmp_path):

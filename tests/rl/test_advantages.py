@@ -399,3 +399,10 @@ def test_grpo_scopes_match_trl_scale_rewards(scale_rewards, seed):
     torch.testing.assert_close(ours, trl_advantages(rewards, group, scale_rewards, eps=EPS), rtol=1e-7, atol=1e-12)
     # with TRL's own epsilon the two differ by the epsilon alone: < 1e-3 relative for these stds (>= 0.25)
     torch.testing.assert_close(ours, trl_advantages(rewards, group, scale_rewards), rtol=1e-3, atol=1e-9)
+
+
+def test_the_config_knows_which_estimators_read_the_scopes():
+    from ablate.config.rules import SCOPED_ESTIMATORS as CONFIG_SCOPED
+    from ablate.rl.advantages import SCOPED_ESTIMATORS
+
+    assert CONFIG_SCOPED == SCOPED_ESTIMATORS

@@ -486,3 +486,23 @@ def test_policy_loss_from_config_is_policy_loss_with_the_loss_section(overrides)
     )
     assert torch.equal(a, b)
     assert ma.keys() == mb.keys() and all(ma[k] == mb[k] or (math.isnan(ma[k]) and math.isnan(mb[k])) for k in ma)
+
+
+# --------------------------------------------------------------------------------------------------
+# a sequence-level loss under each aggregation (the config's GSPO warning, huggingface/trl#3823)
+
+
+@pytest.mark.parametrize("mode", AGGREGATIONS.names())
+def test_only_seq_mean_token_mean_averages_a_sequence_level_loss_per_sequence(mode):
+    """A sequence ratio's loss l_i is repeated on each of its tokens; GSPO's objective is mean_i l_i."""
+    from ablate.config.rules import LENGTH_WEIGHTED_AGGREGATIONS
+
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)  # lengths 1 and 4, one prompt
+    per_token = torch.where(mask, torch.tensor([[1.0], [-1.0]]), torch.tensor(0.0))  # l = [1, -1]
+    loss = aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 0]), max_len=4)
+    # length-weighted: token-mean and prompt-mean (1 - 4) / 5, seq-mean-token-sum (1 - 4) / 2,
+    # seq-mean-token-sum-norm (1 - 4) / 4 / 2; the per-sequence mean is 0
+    expected = {"seq-mean-token-mean": 0.0, "token-mean": -0.6, "prompt-mean": -0.6, "seq-mean-token-sum": -1.5,
+                "seq-mean-token-sum-norm": -0.375}
+    assert loss.item() == pytest.approx(expected[mode])
+    assert (mode in LENGTH_WEIGHTED_AGGREGATIONS) == (mode != "seq-mean-token-mean")
