@@ -253,6 +253,26 @@ def test_cli_train_json(ws_cache, capsys):
     assert out["warmstart"]["steps"] > 0
 
 
+@pytest.mark.parametrize(
+    "scopes",
+    [["algo.adv_std=batch"], ["algo.adv_std=none"], ["algo.adv_mean=batch", "algo.adv_std=batch"],
+     ["algo.adv_mean=batch", "algo.adv_std=none"]],
+    ids=["lite-ppo", "grpo-std-none", "batch-zscore", "batch-mean"],
+)
+def test_cli_train_with_each_advantage_scope(ws_cache, capsys, scopes):
+    """`ablate train` runs 2 steps with grpo's non-default normalization scopes and logs finite values."""
+    args = ["train", "--json"]
+    for item in tiny(ws_cache).changed_from_defaults().items():
+        args += ["--set", f"{item[0]}={json.dumps(item[1])}"]
+    for scope in scopes:
+        args += ["--set", scope]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 2 and out["key"] == tiny(ws_cache, *scopes).trial_key() != tiny(ws_cache).trial_key()
+    for name in ("adv/mean", "adv/std", "loss/policy", "loss/total", "optim/grad_norm", "eval/accuracy"):
+        assert out["final"][name] is not None and math.isfinite(out["final"][name]), name
+
+
 def test_cli_train_that_diverges_names_the_step_and_quantity(ws_cache, capsys):
     args = ["train", "--json"]
     for item in tiny(ws_cache).changed_from_defaults().items():
