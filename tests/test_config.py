@@ -416,6 +416,7 @@ def test_legal_combinations_build(overrides):
     ("overrides", "fragment"),
     [
         (["loss.ratio_level=sequence"], "GSPO (Zheng et al. 2025) uses clip_low=3e-4, clip_high=4e-4"),
+        (["loss.ratio_level=sequence"], "reports/ratio_level: the gspo-clip0.2 arm clipped no sequence"),
         (["loss.ratio_level=sequence_token", "loss.clip_low=3e-4"], "clip_high=0.2"),
         (["loss.clip_low=3e-4", "loss.clip_high=4e-4"], "nearly every token would be clipped"),
         (["loss.aggregation=prompt-mean", "rollout.group_size=1", "algo.advantage=gae", "critic.enabled=true"],

@@ -226,7 +226,8 @@ def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
         notes.append(
             f"loss.ratio_level={c.loss.ratio_level} (GSPO) with loss.clip_low={lo}, loss.clip_high={hi}: a sequence "
             "ratio is the geometric mean of its token ratios and stays within ~1e-3 of 1, so PPO-sized clip ranges "
-            "almost never bind; GSPO (Zheng et al. 2025) uses clip_low=3e-4, clip_high=4e-4. Set them, unless "
+            "almost never bind (reports/ratio_level: the gspo-clip0.2 arm clipped no sequence in any trial); GSPO "
+            "(Zheng et al. 2025) uses clip_low=3e-4, clip_high=4e-4. Set them, unless "
             "you mean to compare without effective clipping")
     if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and c.loss.aggregation in LENGTH_WEIGHTED_AGGREGATIONS:
         notes.append(
