@@ -379,14 +379,14 @@ class AlgoConfig(Section):
     adv_std: Literal["group", "batch", "none"] = Field(
         "group",
         description=one_line("""What algo.advantage=grpo divides (R - mean) by, as TRL's GRPOConfig.scale_rewards.
-        group: the unbiased std of the prompt's group plus 1e-6 (GRPO, Shao et al. 2024; TRL "group"), over-
-        weights prompts that are nearly always solved or failed; batch: the unbiased std of the raw rewards
+        group: the unbiased std of the prompt's group plus 1e-6 (GRPO, Shao et al. 2024; TRL "group"), which
+        over-weights prompts that are nearly always solved or failed; batch: the unbiased std of the raw rewards
         of the whole rollout batch plus 1e-6 (Lite PPO, Liu et al. 2025 "Tricks or Traps?"; TRL "batch";
         ScaleRL's batch-level normalization as TRL reads it), so every group is scaled alike and an easy
         prompt's small differences stay small; none: no division (Dr. GRPO; TRL "none"; grpo with none =
-        dr_grpo). TRL adds 1e-4 instead of 1e-6 (ROLL 1e-6). Advantages are 0, never NaN, for zero-
-        variance groups, for groups of one (with adv_mean=group), and for a batch whose rewards all agree
-        (adv_std=batch). Only grpo reads it; other estimators refuse values other than group."""),
+        dr_grpo). TRL adds 1e-4 instead of 1e-6 (ROLL 1e-6). Advantages are 0, never NaN, for groups whose
+        rewards all agree and groups of one (with adv_mean=group), and for a batch whose rewards all agree
+        (with a batch scope). Only grpo reads it; other estimators refuse values other than group."""),
     )
     gamma: float = Field(
         1.0,
