@@ -121,7 +121,9 @@ def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 # outcome-style
 
 
-def _batch_stats(score: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _batch_stats(
+    score: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(mean, unbiased std, member count, all-equal) of the valid rows of ``score`` [B]; 0-dim tensors.
 
     All-equal is exact (the largest and the smallest member agree), so a constant batch is recognised
