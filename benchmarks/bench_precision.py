@@ -118,6 +118,12 @@ def table(results: dict[str, dict[str, dict[str, list[float]]]], repeats: int) -
             f"| {statistics.mean(r['mm']['kl']):.2e} | {statistics.mean(r['mm+fp32head']['kl']):.2e} "
             f"| {statistics.mean(r['mm']['max_ratio']):.3f} | {statistics.mean(r['mm+fp32head']['max_ratio']):.3f} |"
         )
+    lines += [
+        "",
+        "The two mismatch columns are two trials (same seed, same prompts) that diverge after their first update, "
+        "so their difference is indicative, not a paired measurement on the same batch. The mismatch values are "
+        f"deterministic (the same in every run); the times are not (load average {os.getloadavg()[0]:.1f} at the end).",
+    ]
     return "\n".join(lines) + "\n"
 
 
