@@ -34,6 +34,14 @@ METRICS: dict[str, tuple[str, str]] = {
     "policy/ratio_mean": ("mean importance ratio new/behaviour (per token, or per sequence for GSPO)", "ratio"),
     "policy/ratio_max": ("largest importance ratio of the step", "ratio"),
     "policy/approx_kl": ("mean of r - 1 - log r over active tokens: KL(behaviour || new) of the update", "nats"),
+    "mismatch/kl": ("rollout/trainer mismatch before the update: mean over sampled tokens of Schulman's k3 = w - 1 - log w, "
+                    "w = exp(trainer's recomputed log-prob - rollout's log-prob), an estimate of KL(rollout || trainer); "
+                    "logged only when measured (rollout.dtype differs from the trainer's, or loss.rollout_correction is on)",
+                    "nats/token"),
+    "mismatch/max_ratio": ("largest mismatch weight w = exp(trainer's - rollout's log-prob) over sampled tokens (1 = "
+                           "no mismatch); logged only when measured", "ratio"),
+    "mismatch/corrected_frac": ("fraction of active tokens whose mismatch weight loss.rollout_correction truncated "
+                                "(tis) or masked (mis)", "fraction"),
     "loss/policy": ("aggregated policy loss, mean over the step's optimizer steps", "loss"),
     "loss/entropy": ("aggregated entropy term (before entropy_coef)", "nats"),
     "loss/kl": ("aggregated KL-in-the-loss term (before beta); 0 unless kl.placement=loss", "nats"),

@@ -672,3 +672,81 @@ def test_sections_alone_validate_with_pydantic():
     assert LossConfig(clip_high=0.28).clip_high == 0.28
     with pytest.raises(ValueError, match="less than 1"):
         LossConfig(clip_low=1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# precision and the rollout/trainer mismatch (issue 13)
+
+#: TrialConfig().trial_key() at 54ba433, before the precision options existed.
+_KEY_BEFORE_PRECISION_OPTIONS = "9a23c248bce1"
+
+
+def test_new_options_at_their_neutral_defaults_keep_every_trial_key():
+    from ablate.config import KEY_OMITTED_AT_DEFAULT
+
+    assert TrialConfig().trial_key() == _KEY_BEFORE_PRECISION_OPTIONS
+    flat = TrialConfig().to_flat_dict()
+    for path, neutral in KEY_OMITTED_AT_DEFAULT.items():
+        assert flat[path] == neutral, path  # the default is the neutral value
+    base = TrialConfig().trial_key()
+    for override in ["model.lm_head_dtype=float32", "rollout.dtype=bfloat16", "rollout.dtype=float32",
+                     "loss.rollout_correction=tis", "loss.rollout_correction_cap=3.0",
+                     "loss.rollout_correction_floor=0.5"]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConfigWarning)
+            assert build(override).trial_key() != base, override
+
+
+@pytest.mark.parametrize(("override", "key"), [
+    ("loss.rollout_correction_cap=1.0", "loss.rollout_correction_cap"),
+    ("loss.rollout_correction_cap=0.5", "loss.rollout_correction_cap"),
+    ("loss.rollout_correction_floor=1.0", "loss.rollout_correction_floor"),
+    ("loss.rollout_correction_floor=0", "loss.rollout_correction_floor"),
+    ("loss.rollout_correction=token_truncate", "loss.rollout_correction"),
+    ("rollout.dtype=float16", "rollout.dtype"),
+    ("model.lm_head_dtype=bfloat16", "model.lm_head_dtype"),
+])
+def test_invalid_precision_settings_name_the_key(override, key):
+    with pytest.raises(TrialConfigError) as exc:
+        build("rollout.dtype=bfloat16", "loss.rollout_correction=mis", override)
+    assert [p.path for p in exc.value.problems] == [key]
+
+
+@pytest.mark.parametrize(("overrides", "fragment"), [
+    (["loss.rollout_correction=tis"], "no mismatch to correct"),
+    (["loss.rollout_correction=mis", "device=cpu", "rollout.dtype=float32"], "no mismatch to correct"),
+    (["loss.rollout_correction=tis", "model.dtype=bfloat16", "rollout.dtype=bfloat16"], "no mismatch to correct"),
+    (["loss.rollout_correction_cap=5.0"], "have no effect"),
+    (["model.lm_head_dtype=float32", "model.dtype=float32"], "it changes nothing"),
+])
+def test_precision_warnings(overrides, fragment):
+    with pytest.warns(ConfigWarning) as record:
+        build(*overrides)
+    assert any(fragment in str(w.message) for w in record)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["rollout.dtype=bfloat16", "loss.rollout_correction=tis"],
+    ["rollout.dtype=bfloat16", "loss.rollout_correction=mis", "loss.rollout_correction_cap=5.0",
+     "loss.rollout_correction_floor=0.5"],
+    ["model.dtype=bfloat16", "rollout.dtype=float32", "loss.rollout_correction=tis"],
+    ["model.lm_head_dtype=float32", "model.dtype=bfloat16"],
+    ["model.lm_head_dtype=float32", "rollout.dtype=bfloat16"],
+    ["model.lm_head_dtype=float32"],  # model.dtype=auto on device auto: bfloat16 where CUDA is
+])
+def test_precision_combinations_that_do_not_warn(overrides):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(*overrides)
+
+
+def test_rollout_autocast_dtype():
+    import torch
+
+    from ablate.config import rollout_autocast_dtype
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert rollout_autocast_dtype(TrialConfig(), cpu) is None  # null: the trainer's
+    assert rollout_autocast_dtype(TrialConfig(), cuda) is torch.bfloat16
+    assert rollout_autocast_dtype(build("rollout.dtype=bfloat16"), cpu) is torch.bfloat16
+    assert rollout_autocast_dtype(build("rollout.dtype=float32"), cuda) is None

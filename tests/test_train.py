@@ -237,7 +237,7 @@ def test_metric_glossary_matches_what_a_trial_logs(ws_cache):
     assert not undocumented, f"metrics missing from the glossary: {undocumented}"
     never_logged = [p for p in METRICS if not any(_matches(n, p) for n in logged)]
     # these need options the run above does not use
-    assert set(never_logged) <= {"loss/kl"} - logged, never_logged
+    assert set(never_logged) <= {"loss/kl", *MISMATCH_METRICS} - logged, never_logged  # see test_bf16_rollouts_*
     doc = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
     assert doc.read_text() == metrics_glossary_markdown(), "regenerate: python -m ablate.metrics > docs/metrics.md"
 
@@ -307,3 +307,41 @@ def test_on_policy_update_skips_behaviour_forward_with_the_same_result(ws_cache)
     for a, b in zip(*results):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
     assert not setup_trial(tiny(ws_cache, "algo.minibatches=2")).on_policy
+
+
+MISMATCH_METRICS = ("mismatch/kl", "mismatch/max_ratio", "mismatch/corrected_frac")
+
+
+@pytest.mark.parametrize(("correction", "extra"), [
+    ("none", []), ("tis", []), ("mis", ["loss.rollout_correction_cap=5.0", "loss.rollout_correction_floor=0.5"]),
+    ("tis", ["model.lm_head_dtype=float32"]),
+])
+def test_bf16_rollouts_with_an_fp32_trainer_log_the_mismatch_and_train_with_each_correction(
+    ws_cache, capsys, correction, extra
+):
+    """ablate train, 2 steps: rollouts under bfloat16 autocast, the trainer in float32 (CPU, model.dtype=auto)."""
+    args = ["train", "--json"]
+    for path, value in tiny(ws_cache).changed_from_defaults().items():
+        args += ["--set", f"{path}={json.dumps(value)}"]
+    for item in ["rollout.dtype=bfloat16", f"loss.rollout_correction={correction}", *extra]:
+        args += ["--set", item]
+    assert main(args) == 0
+    final = json.loads(capsys.readouterr().out)["final"]
+    assert final["mismatch/kl"] > 0 and final["mismatch/max_ratio"] > 1.0  # bf16 sampling is off-policy
+    assert ("mismatch/corrected_frac" in final) == (correction != "none")
+    assert all(k in METRICS for k in final if k.startswith("mismatch/"))
+    assert math.isfinite(final["loss/total"]) and "eval/accuracy" in final
+
+
+def test_the_mismatch_is_measured_only_when_asked_for(ws_cache):
+    """At the defaults the rollout's log-probs are PPO's old log-probs (no extra forward, no mismatch/*);
+    with a correction the trainer recomputes them, so an on-policy update's ratio is exactly 1."""
+    state = setup_trial(tiny(ws_cache))
+    assert not state.measures_mismatch and state.rollout_amp_dtype is None
+    metrics, _ = train_step(state, 1)
+    assert not any(k.startswith("mismatch/") for k in metrics)
+    state = setup_trial(tiny(ws_cache, "algo.minibatches=1", "rollout.dtype=bfloat16", "loss.rollout_correction=tis"))
+    assert state.measures_mismatch and not state.on_policy and state.rollout_amp_dtype is torch.bfloat16
+    metrics, batch = train_step(state, 1)
+    assert batch.old_logp is not None and metrics["mismatch/kl"] > 0
+    assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # trainer vs trainer, one minibatch

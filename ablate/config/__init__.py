@@ -42,7 +42,7 @@ The package, one job per module:
 
 from __future__ import annotations
 
-from ablate.config.device import autocast_dtype, resolve_device
+from ablate.config.device import autocast_dtype, resolve_device, rollout_autocast_dtype
 from ablate.config.problems import ConfigProblem, ConfigWarning, TrialConfigError
 from ablate.config.rules import CRITIC_ESTIMATORS, GROUP_ESTIMATORS, RULES, SEQUENCE_RATIO_LEVELS
 from ablate.config.schema import (
@@ -112,4 +112,5 @@ __all__ = [
     "nearest_path",
     "registry_of",
     "resolve_device",
+    "rollout_autocast_dtype",
 ]

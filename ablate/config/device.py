@@ -1,4 +1,5 @@
-"""Where a trial runs: the one :func:`resolve_device` (configurations, the model zoo) and :func:`autocast_dtype`.
+"""Where a trial runs: the one :func:`resolve_device` (configurations, the model zoo), :func:`autocast_dtype`
+and :func:`rollout_autocast_dtype`.
 
 torch is imported inside the functions, so importing :mod:`ablate.config` stays torch-free.
 """
@@ -14,7 +15,7 @@ from ablate.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["autocast_dtype", "resolve_device"]
+__all__ = ["autocast_dtype", "resolve_device", "rollout_autocast_dtype"]
 
 
 def resolve_device(device: TrialConfig | str | torch.device) -> torch.device:
@@ -61,3 +62,16 @@ def autocast_dtype(config: TrialConfig, device: torch.device) -> torch.dtype | N
     if mode == "bfloat16" or (mode == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
+
+
+def rollout_autocast_dtype(config: TrialConfig, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of the rollout (``rollout.dtype``) on ``device``: bfloat16, or None for float32.
+
+    null follows the trainer (:func:`autocast_dtype`); bfloat16 autocasts on every device; float32 never.
+    """
+    import torch
+
+    mode = config.rollout.dtype
+    if mode is None:
+        return autocast_dtype(config, device)
+    return torch.bfloat16 if mode == "bfloat16" else None

@@ -71,6 +71,12 @@ RULES: tuple[str, ...] = (
     "warning: `loss.ratio_level=token` with both clip ranges < 0.01: nearly every token would be clipped.",
     "warning: `loss.aggregation=prompt-mean` with `rollout.group_size=1` (the same as seq-mean-token-mean).",
     "warning: `kl.placement=loss` with the k1 estimator, whose gradient has zero expectation under the policy.",
+    "warning: `loss.rollout_correction` (tis, mis) with the rollout in the trainer's precision (`rollout.dtype` "
+    "null or equal to what `model.dtype` resolves to): there is no precision mismatch to correct.",
+    "warning: `loss.rollout_correction_cap` or `loss.rollout_correction_floor` changed with "
+    "`loss.rollout_correction=none` (they have no effect).",
+    "warning: `model.lm_head_dtype=float32` where the policy runs in float32 everywhere (it changes nothing).",
+    "error: `loss.rollout_correction_cap` must be > 1 and `loss.rollout_correction_floor` in (0, 1) (field bounds).",
 )
 
 
@@ -243,6 +249,39 @@ def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
             "with token ratios")
 
 
+def trainer_precision(c: TrialConfig) -> str | None:
+    """What ``model.dtype`` resolves to without torch: float32 or bfloat16; None when it depends on
+    whether CUDA is present (``auto`` on device ``auto``)."""
+    if c.model.dtype != "auto":
+        return c.model.dtype
+    if c.device.startswith("cuda"):
+        return "bfloat16"
+    return "float32" if c.device in ("cpu", "mps") else None
+
+
+def _precision_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+    """A mismatch correction needs a mismatch; its bounds act only with a correction; an FP32 head needs bf16."""
+    loss, trainer = c.loss, trainer_precision(c)
+    same = c.rollout.dtype is None or c.rollout.dtype == trainer
+    if loss.rollout_correction != "none" and same:
+        notes.append(
+            f"loss.rollout_correction={loss.rollout_correction} with the rollout in the trainer's precision "
+            f"(rollout.dtype={c.rollout.dtype or 'null'}, model.dtype={c.model.dtype}): the sampler's and the "
+            "trainer's log-probs differ only by float rounding, so there is no mismatch to correct and the "
+            "weights stay ~1, at the cost of one more log-prob forward per step; set rollout.dtype=bfloat16 "
+            "(or another precision than the trainer's) to study the correction, or loss.rollout_correction=none")
+    if loss.rollout_correction == "none" and (loss.rollout_correction_cap != 2.0
+                                               or loss.rollout_correction_floor is not None):
+        notes.append(
+            "loss.rollout_correction_cap / loss.rollout_correction_floor are set but loss.rollout_correction=none, "
+            "so they have no effect; set loss.rollout_correction=tis or mis")
+    if c.model.lm_head_dtype == "float32" and trainer == "float32" and c.rollout.dtype in (None, "float32"):
+        notes.append(
+            f"model.lm_head_dtype=float32 while the policy runs in float32 everywhere (model.dtype={c.model.dtype} "
+            f"on device {c.device}, rollout.dtype={c.rollout.dtype or 'null'}): it changes nothing; it matters "
+            "with bfloat16 (model.dtype=bfloat16 or rollout.dtype=bfloat16)")
+
+
 def _task_class(name: str) -> object | None:
     """The registered task class ``name``, importing the (torch-free) tasks if the built-ins are not loaded."""
     reg = ALL_REGISTRIES.get("task")
@@ -288,6 +327,7 @@ RULE_CHECKS: tuple[RuleCheck, ...] = (
     _group_rules,
     _update_rules,
     _ratio_rules,
+    _precision_rules,
     _task_rules,
     _eval_warmstart_rules,
 )

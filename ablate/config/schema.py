@@ -64,7 +64,15 @@ KEY_EXCLUDED_PATHS: frozenset[str] = frozenset(
 #: what every trial computed before the path existed. A path holding that value is left out of
 #: :meth:`TrialConfig.trial_key`, so adding an option never renames the trials that ran without it;
 #: any other value is part of the key as usual. Add a new option here with its neutral default.
-KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {"algo.adv_mean": "group", "algo.adv_std": "group"}
+KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
+    "algo.adv_mean": "group",
+    "algo.adv_std": "group",
+    "model.lm_head_dtype": None,
+    "rollout.dtype": None,
+    "loss.rollout_correction": "none",
+    "loss.rollout_correction_cap": 2.0,
+    "loss.rollout_correction_floor": None,
+}
 
 
 class TrialConfig(Section):

@@ -110,6 +110,14 @@ class ModelConfig(Section):
         autocast (bit-reproducible across devices, slower on GPU); bfloat16: autocast on every device
         (slow on most CPUs). Weights and optimizer state stay float32 in every mode."""),
     )
+    lm_head_dtype: Literal["float32"] | None = Field(
+        None,
+        description=one_line("""Precision of the LM head (the projection to vocabulary logits) wherever the policy runs
+        (rollout, update, evaluation). null: the same as model.dtype; float32: the head is computed in
+        float32 even under bfloat16 autocast, which shrinks the rollout/trainer log-prob mismatch at the
+        cost of a float32 [tokens x vocabulary] matmul (ScaleRL, Khatri et al. 2025, "FP32 precision at the
+        LM head"). Changes nothing when the model already runs in float32."""),
+    )
 
 
 class WarmstartConfig(Section):
@@ -203,6 +211,17 @@ class RolloutConfig(Section):
         description=one_line("""Nucleus sampling: sample only from the smallest set of tokens whose probability
         reaches top_p. 1.0 = off; below 1 the samples come from a truncated distribution, so the
         training objective is slightly off-policy."""),
+    )
+    dtype: Literal["float32", "bfloat16"] | None = Field(
+        None,
+        description=one_line("""Precision of the rollout (sampling and its behaviour log-probs), apart from the
+        trainer's (model.dtype). null: the same as the trainer; bfloat16: sample under bfloat16 autocast
+        (weights stay float32) while the trainer may run in float32, as a bf16 inference engine (vLLM, SGLang)
+        next to an fp32 trainer; float32: sample without autocast. A different precision makes the rollout
+        slightly off-policy: the trainer then recomputes the behaviour log-probs of the sampled tokens in its
+        own precision (they become PPO's old log-probs) and logs the mismatch (mismatch/*); see
+        loss.rollout_correction (Yao et al. 2025, "Your efficient RL framework secretly brings you
+        off-policy RL training")."""),
     )
 
 
@@ -516,6 +535,30 @@ class LossConfig(Section):
         ge=0.0,
         description=one_line("""Weight of the entropy bonus subtracted from the loss, aggregated like the policy loss;
         0 = off (GRPO, DAPO use none); ~1e-3 slows entropy collapse."""),
+    )
+    rollout_correction: Literal["none", "tis", "mis"] = Field(
+        "none",
+        description=one_line("""Correction of the rollout/trainer mismatch, per token, with the constant weight
+        w = exp(trainer old log-prob - rollout log-prob) multiplied into the policy loss before aggregation
+        (TRL's convention: a masked token keeps its place in the denominator). none: no weight; tis: truncated
+        importance sampling, w capped above at rollout_correction_cap (Yao et al. 2025; TRL token_truncate,
+        verl rollout_is=token); mis: masked importance sampling, w kept inside [rollout_correction_floor,
+        rollout_correction_cap] and 0 outside (IcePop, Ring-1T 2025; TRL token_mask). Either one makes the
+        trainer recompute the old log-probs (one extra forward per step)."""),
+    )
+    rollout_correction_cap: float = Field(
+        2.0,
+        gt=1.0,
+        description=one_line("""Upper bound C of the mismatch weight: tis truncates w at C (2 in Yao et al. and verl's
+        example), mis masks tokens with w > C (IcePop uses 5). Must be > 1."""),
+    )
+    rollout_correction_floor: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description=one_line("""Lower bound of the mismatch weight, in (0, 1): tis raises w to it (TRL's clip_min),
+        mis masks tokens with w below it (IcePop uses 0.5). null: tis has no lower bound (Yao et al.), mis
+        masks below 1 / rollout_correction_cap (verl's default lower bound)."""),
     )
 
 

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.errors import AblateError
+from ablate.models.precision import is_float32_head
 
 #: ``config.model_type`` values whose causal-LM logits are exactly ``get_output_embeddings()(h)`` with
 #: ``h = model.base_model(...).last_hidden_state`` (no soft-capping, no logit scaling).
@@ -80,9 +81,16 @@ def _check_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, num_pro
 
 
 def _chunk_logits(rows: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                  temperature: float) -> torch.Tensor:
-    """Float32 ``(rows @ weight.T + bias) / temperature`` [n, V] (``rows`` are logits when weight is None)."""
-    z = (F.linear(rows, weight, bias) if weight is not None else rows).float()
+                  temperature: float, float32_head: bool = False) -> torch.Tensor:
+    """Float32 ``(rows @ weight.T + bias) / temperature`` [n, V] (``rows`` are logits when weight is None).
+
+    ``float32_head``: multiply in float32 with autocast off (``model.lm_head_dtype=float32``).
+    """
+    if weight is not None and float32_head:
+        with torch.autocast(device_type=rows.device.type, enabled=False):
+            z = F.linear(rows.float(), weight.float(), None if bias is None else bias.float())
+    else:
+        z = (F.linear(rows, weight, bias) if weight is not None else rows).float()
     if weight is None and z.data_ptr() == rows.data_ptr():
         z = z.clone()  # never modify the caller's logits in place
     if temperature != 1.0:
@@ -94,7 +102,8 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
     """``log softmax(rows @ W.T + b)[target]`` (and the entropy) per row, chunked, with a lean backward.
 
     Forward: rows [N, K], weight [V, K] or None (then rows are logits [N, V]), bias [V] or None,
-    targets [N] -> logp [N], entropy [N] (zeros unless ``with_entropy``). Saved for backward: rows,
+    targets [N] -> logp [N], entropy [N] (zeros unless ``with_entropy``); ``float32_head``: the
+    projection in float32 with autocast off (see :func:`_chunk_logits`). Saved for backward: rows,
     targets, the per-row log-sum-exp and entropy; nothing of size V per row.
 
     Backward, per chunk, with ``z`` the tempered logits, ``p = softmax(z)``, ``log p = z - lse``:
@@ -104,14 +113,14 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, rows: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
-                targets: torch.Tensor, temperature: float, chunk: int, with_entropy: bool
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+                targets: torch.Tensor, temperature: float, chunk: int, with_entropy: bool,
+                float32_head: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         n = rows.shape[0]
         logp = torch.empty(n, dtype=torch.float32, device=rows.device)
         lse = torch.empty(n, dtype=torch.float32, device=rows.device)
         entropy = torch.zeros(n, dtype=torch.float32, device=rows.device)
         for s in range(0, n, chunk):
-            z = _chunk_logits(rows[s : s + chunk], weight, bias, temperature)  # (c, V)
+            z = _chunk_logits(rows[s : s + chunk], weight, bias, temperature, float32_head)  # (c, V)
             l_ = torch.logsumexp(z, dim=-1)
             lse[s : s + chunk] = l_
             logp[s : s + chunk] = z.gather(-1, targets[s : s + chunk, None]).squeeze(-1) - l_
@@ -120,6 +129,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
                 entropy[s : s + chunk] = l_ - (p * z).sum(-1)
         ctx.save_for_backward(rows, weight, bias, targets, lse, entropy)
         ctx.temperature, ctx.chunk, ctx.with_entropy = temperature, chunk, with_entropy
+        ctx.float32_head = float32_head
         return logp, entropy
 
     @staticmethod
@@ -136,7 +146,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
         for s in range(0, n, chunk):
             r, t = rows[s : s + chunk], targets[s : s + chunk, None]
             g = g_logp[s : s + chunk, None]
-            logp_all = _chunk_logits(r, weight, bias, tau).sub_(lse[s : s + chunk, None])  # (c, V) log p
+            logp_all = _chunk_logits(r, weight, bias, tau, ctx.float32_head).sub_(lse[s : s + chunk, None])  # (c, V)
             p = logp_all.exp()
             if use_ent:
                 # -gH * p * (log p + H)  -  g * p
@@ -163,7 +173,7 @@ class _ChunkedTokenLogprob(torch.autograd.Function):
             grad_w = grad_w.to(weight.dtype)
         if grad_b is not None:
             grad_b = grad_b.to(bias.dtype)
-        return grad_rows, grad_w, grad_b, None, None, None, None
+        return grad_rows, grad_w, grad_b, None, None, None, None, None
 
 
 def _token_logprobs_impl(
@@ -183,6 +193,7 @@ def _token_logprobs_impl(
     active = attention_mask[:, P:].bool()  # (B, T)
     targets = input_ids[:, P:][active]  # (N,)
     weight = bias = None
+    float32_head = False
     if _uses_hidden_path(model):
         trunk = model.base_model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
@@ -191,6 +202,7 @@ def _token_logprobs_impl(
         rows = hidden[:, P - 1 : L - 1][active]  # (N, H)
         head = model.get_output_embeddings()
         weight, bias = head.weight, head.bias
+        float32_head = is_float32_head(head)
         vocab = weight.shape[0]
     else:
         logits = model(
@@ -203,7 +215,7 @@ def _token_logprobs_impl(
     if chunk_size < 1:
         raise AblateError(f"token_logprobs: chunk_size={chunk_size} must be >= 1 (rows per chunk)")
     logp_rows, ent_rows = _ChunkedTokenLogprob.apply(
-        rows, weight, bias, targets, float(temperature), int(chunk_size), with_entropy
+        rows, weight, bias, targets, float(temperature), int(chunk_size), with_entropy, float32_head
     )
     logp = logp_rows.new_zeros((B, T)).masked_scatter(active, logp_rows)
     entropy = ent_rows.new_zeros((B, T)).masked_scatter(active, ent_rows)

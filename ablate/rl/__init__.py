@@ -11,7 +11,9 @@
   :func:`aggregate_loss` (loss normalization, exact under gradient accumulation with
   :func:`step_totals`), :func:`value_loss`;
 * :mod:`ablate.rl.advantages` -- :func:`compute_advantages` (grpo, dr_grpo, rloo, grpo_process, gae);
-* :mod:`ablate.rl.kl` -- :func:`kl_penalty` (Schulman's k1, k2, k3).
+* :mod:`ablate.rl.kl` -- :func:`kl_penalty` (Schulman's k1, k2, k3);
+* :mod:`ablate.rl.mismatch` -- the rollout/trainer mismatch: :func:`mismatch_metrics` and the
+  correction weights :func:`rollout_correction_weights` (TIS, MIS).
 
 Each choice by name resolves through a registry exported here: :data:`RATIO_LEVELS`,
 :data:`SURROGATES`, :data:`AGGREGATIONS`, :data:`ADVANTAGE_ESTIMATORS`, :data:`KL_ESTIMATORS`.
@@ -33,12 +35,14 @@ from ablate.rl.losses import (
     value_loss,
 )
 from ablate.rl.masking import masked_mean, masked_whiten
+from ablate.rl.mismatch import ROLLOUT_CORRECTIONS, mismatch_metrics, rollout_correction_weights
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
     "RATIO_LEVELS",
+    "ROLLOUT_CORRECTIONS",
     "SURROGATES",
     "StepTotals",
     "aggregate_loss",
@@ -46,8 +50,10 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
+    "mismatch_metrics",
     "policy_loss",
     "policy_loss_from_config",
+    "rollout_correction_weights",
     "step_totals",
     "value_loss",
 ]

@@ -12,7 +12,7 @@ from ablate.models.rollout import PromptCompletionLayout, Rollout, generate_roll
 from ablate.tasks import Grade, Problem
 from ablate.train.scoring import score_rollout
 from ablate.train.seeds import seeded_generator
-from ablate.train.setup import TrialState, autocast
+from ablate.train.setup import TrialState, autocast, rollout_autocast
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,8 @@ class StepBatch(PromptCompletionLayout):
 
     Attributes:
         prompt_ids, prompt_mask: [B, P] left-padded prompts; completion_ids, mask: [B, T] completions.
-        old_logp: [B, T] behaviour log-probs, or None when the update is on-policy.
+        old_logp: [B, T] behaviour log-probs as the rollout computed them (in ``rollout.dtype``), or None
+            when the update is on-policy.
         group_ids: [B] index into ``prompts``; truncated: [B] bool, no EOS within the length limit.
         token_rewards: [B, T] summed weighted rewards; parts: each component's weighted [B, T] part.
         step_mask: [B, T] 1.0 at step ends (see :func:`ablate.train.scoring.reward_step_mask`).
@@ -182,7 +183,7 @@ def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> S
     """Roll out, grade and score ``n_prompts`` prompts × G completions (one sampling round of ``step``)."""
     c = state.config
     problems = _draw_problems(state, step, round_, n_prompts)
-    with autocast(state):
+    with rollout_autocast(state):  # rollout.dtype: the trainer's precision unless set
         r = generate_rollouts(
             state.policy,
             [p.prompt for p in problems],

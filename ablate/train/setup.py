@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ablate.config import TrialConfig, autocast_dtype, resolve_device
+from ablate.config import TrialConfig, autocast_dtype, resolve_device, rollout_autocast_dtype
 from ablate.models import Policy, load_policy
 from ablate.models.heads import BackboneHead
+from ablate.models.precision import use_float32_lm_head
 from ablate.rewards import ComponentSpec, reward_components
 from ablate.rewards.learned_prm import LearnedPRM, learned_prm_for_trial
 from ablate.tasks import TASKS, Problem, Task
@@ -42,7 +43,11 @@ class TrialState:
 
     Attributes:
         config: the trial configuration.
-        device: where the models live; amp_dtype: the autocast dtype, or None for full precision.
+        device: where the models live; amp_dtype: the trainer's autocast dtype, or None for full precision.
+        rollout_amp_dtype: the rollout's autocast dtype (``rollout.dtype``), or None for full precision.
+        measures_mismatch: the update recomputes the behaviour log-probs in the trainer's precision and
+            logs ``mismatch/*``: the rollout's precision differs from the trainer's, or
+            ``loss.rollout_correction`` is on. False otherwise, so that the defaults cost no extra forward.
         task: the task; train_pool / eval_problems: its train problems (sampled from each step) and
             the fixed eval problems (they depend on ``task.*`` only, never on the trial seed).
         policy: the policy being trained; warmstart_report: its warm start's report (empty when none ran).
@@ -51,8 +56,8 @@ class TrialState:
         critic: the value function (``critic.enabled``), else None.
         optimizer / scheduler: AdamW over the policy (and critic) parameters, linear warmup.
         components: the reward table (:func:`ablate.rewards.reward_components`).
-        on_policy: one epoch of one minibatch without KL: the update's own detached log-probs are the
-            behaviour log-probs, so the rollout skips its log-prob forward (as TRL does).
+        on_policy: one epoch of one minibatch without KL, and no mismatch measured: the update's own
+            detached log-probs are the behaviour log-probs, so the rollout skips its log-prob forward (as TRL does).
         beta: the current KL coefficient (adapted per step with ``kl.adaptive``).
         tokens_so_far / samples_so_far: generated tokens and completions of all steps so far.
     """
@@ -60,6 +65,8 @@ class TrialState:
     config: TrialConfig
     device: torch.device
     amp_dtype: torch.dtype | None
+    rollout_amp_dtype: torch.dtype | None
+    measures_mismatch: bool
     task: Task
     train_pool: list[Problem]
     eval_problems: list[Problem]
@@ -83,11 +90,18 @@ class TrialState:
         return self.policy.model
 
 
+def _autocast_to(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager[Any]:
+    return nullcontext() if dtype is None else torch.autocast(device_type=device.type, dtype=dtype)
+
+
 def autocast(state: TrialState) -> AbstractContextManager[Any]:
-    """The trial's autocast context (a no-op in full precision)."""
-    if state.amp_dtype is None:
-        return nullcontext()
-    return torch.autocast(device_type=state.device.type, dtype=state.amp_dtype)
+    """The trainer's autocast context (a no-op in full precision)."""
+    return _autocast_to(state.device, state.amp_dtype)
+
+
+def rollout_autocast(state: TrialState) -> AbstractContextManager[Any]:
+    """The rollout's autocast context (``rollout.dtype``; the trainer's when null)."""
+    return _autocast_to(state.device, state.rollout_amp_dtype)
 
 
 def build_task(config: TrialConfig) -> Task:
@@ -165,11 +179,15 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
         torch.set_num_threads(config.threads)
     device = resolve_device(config)
     amp_dtype = autocast_dtype(config, device)
+    rollout_amp_dtype = rollout_autocast_dtype(config, device)
+    measures_mismatch = rollout_amp_dtype != amp_dtype or config.loss.rollout_correction != "none"
     torch.manual_seed(derive_seed(config.seed, "init"))
     task = build_task(config)
     train_pool = task.sample("train", config.task.train_size, seed=config.task.data_seed)
     eval_problems = task.sample("eval", config.eval.n_problems, seed=config.task.data_seed)
     policy, warmstart_report = build_policy(config, device, progress=progress)
+    if config.model.lm_head_dtype == "float32":
+        use_float32_lm_head(policy.model)
     prm: LearnedPRM | None = None  # trained on the start policy
     prm_report: dict[str, Any] = {}
     if "prm" in config.reward.components and config.reward.prm.source == "learned":
@@ -181,10 +199,12 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
     optimizer, scheduler = _optimizer(config, policy.model, critic)
     algo = config.algo
     return TrialState(
-        config=config, device=device, amp_dtype=amp_dtype, task=task, train_pool=train_pool,
+        config=config, device=device, amp_dtype=amp_dtype, rollout_amp_dtype=rollout_amp_dtype,
+        measures_mismatch=measures_mismatch, task=task, train_pool=train_pool,
         eval_problems=eval_problems, policy=policy, warmstart_report=warmstart_report, prm=prm,
         prm_report=prm_report, ref_model=ref_model, critic=critic, optimizer=optimizer, scheduler=scheduler,
         components=reward_components(config),
-        on_policy=algo.ppo_epochs == 1 and algo.minibatches == 1 and config.kl.placement == "none",
+        on_policy=(algo.ppo_epochs == 1 and algo.minibatches == 1 and config.kl.placement == "none"
+                   and not measures_mismatch),
         beta=config.kl.beta,
     )

@@ -14,14 +14,16 @@ from typing import Any
 
 import torch
 
-from ablate.models.logprobs import token_logprobs_and_entropy
+from ablate.models.logprobs import token_logprobs, token_logprobs_and_entropy
 from ablate.rl import (
     StepTotals,
     aggregate_loss,
     compute_advantages,
     kl_penalty,
     masked_mean,
+    mismatch_metrics,
     policy_loss_from_config,
+    rollout_correction_weights,
     step_totals,
     value_loss,
 )
@@ -49,6 +51,11 @@ class UpdateInputs:
         loss_mask: [B, T] the completion mask, with truncated rows zeroed under ``reward.overlong_filter``.
         advantages: [B, T]; returns: [B, T] critic targets (None without a critic).
         old_values: [B, T] critic values at rollout time (None without a critic).
+        old_logp: [B, T] the trainer's recomputation of the behaviour log-probs (PPO's old log-probs
+            when the mismatch is measured, see ``TrialState.measures_mismatch``), else None (the
+            rollout's are used).
+        correction: [B, T] the constant weight of ``loss.rollout_correction`` (None when none).
+        mismatch: the ``mismatch/*`` metrics (empty when the mismatch is not measured).
     """
 
     input_ids: torch.Tensor
@@ -58,6 +65,9 @@ class UpdateInputs:
     advantages: torch.Tensor
     returns: torch.Tensor | None
     old_values: torch.Tensor | None
+    old_logp: torch.Tensor | None = None
+    correction: torch.Tensor | None = None
+    mismatch: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,7 +106,33 @@ def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInput
         step_mask=batch.step_mask, whiten=c.algo.whiten, mean_scope=c.algo.adv_mean, std_scope=c.algo.adv_std,
     )  # (B, T), (B, T) or None
     check_finite(adv, "advantages", step)
-    return UpdateInputs(input_ids, attn, p, loss_mask, adv, returns, old_values)
+    x = UpdateInputs(input_ids, attn, p, loss_mask, adv, returns, old_values)
+    if state.measures_mismatch:
+        measure_mismatch(state, batch, x)
+    return x
+
+
+def measure_mismatch(state: TrialState, batch: StepBatch, x: UpdateInputs) -> None:
+    """Recompute the behaviour log-probs in the trainer's precision (no grad, eval mode, the whole
+    batch at once as the rollout does); set ``x.old_logp``, the correction weights and ``x.mismatch``.
+
+    ``mismatch/kl`` and ``mismatch/max_ratio`` are over ``batch.mask`` (every sampled token);
+    ``mismatch/corrected_frac`` (with a correction) over the loss mask.
+    """
+    c = state.config
+    with torch.no_grad(), autocast(state):
+        old = token_logprobs(
+            state.model, x.input_ids, x.attention_mask, num_prompt_tokens=x.num_prompt_tokens,
+            temperature=c.rollout.temperature,
+        )  # (B, T)
+    x.old_logp = old
+    x.mismatch = {"mismatch/" + k: v for k, v in mismatch_metrics(old, batch.old_logp, batch.mask).items()}
+    if c.loss.rollout_correction != "none":
+        x.correction, cm = rollout_correction_weights(
+            old, batch.old_logp, x.loss_mask, mode=c.loss.rollout_correction,
+            cap=c.loss.rollout_correction_cap, floor=c.loss.rollout_correction_floor,
+        )  # (B, T)
+        x.mismatch.update({"mismatch/" + k: v for k, v in cm.items()})
 
 
 def minibatches(state: TrialState, n: int, step: int, epoch: int) -> list[torch.Tensor]:
@@ -113,8 +149,9 @@ def micro_batch_loss(
     state: TrialState, batch: StepBatch, x: UpdateInputs, micro: torch.Tensor, agg: dict[str, Any],
     totals: StepTotals,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float], torch.Tensor]:
-    """The loss of the rows ``micro``: policy loss minus the entropy bonus, plus the KL term
-    (``kl.placement=loss``) and the value loss (with a critic). ``agg`` holds the keyword arguments
+    """The loss of the rows ``micro``: policy loss (times the mismatch correction's weight, with
+    ``loss.rollout_correction``) minus the entropy bonus, plus the KL term (``kl.placement=loss``) and
+    the value loss (with a critic). ``agg`` holds the keyword arguments
     of :func:`aggregate_loss` for these rows (group ids, ``loss.max_len``, the minibatch's totals).
 
     Returns:
@@ -128,8 +165,13 @@ def micro_batch_loss(
         logp, entropy = token_logprobs_and_entropy(
             state.model, ids, attn, num_prompt_tokens=p, temperature=c.rollout.temperature
         )  # (b, T), (b, T)
-    old_logp = logp.detach() if batch.old_logp is None else batch.old_logp[micro]  # (b, T)
+    if x.old_logp is not None:
+        old_logp = x.old_logp[micro]  # (b, T) the trainer's recomputation
+    else:
+        old_logp = logp.detach() if batch.old_logp is None else batch.old_logp[micro]  # (b, T)
     per_token, pm = policy_loss_from_config(logp, old_logp, x.advantages[micro], m_mask, c.loss)  # (b, T)
+    if x.correction is not None:
+        per_token = per_token * x.correction[micro]  # (b, T)
     pg = aggregate_loss(per_token, m_mask, c.loss.aggregation, **agg)
     ent = aggregate_loss(entropy, m_mask, c.loss.aggregation, **agg)
     loss = pg - c.loss.entropy_coef * ent
@@ -206,7 +248,8 @@ def ppo_update(state: TrialState, batch: StepBatch, step: int) -> dict[str, floa
     """``algo.ppo_epochs`` epochs over ``algo.minibatches`` minibatches of ``batch``; the update's metrics.
 
     Metrics: the mean over micro-batches of every ``policy/*`` loss metric, the mean over minibatches
-    of ``loss/*`` and ``optim/grad_norm``, then :func:`update_summary`'s and ``optim/lr``.
+    of ``loss/*`` and ``optim/grad_norm``, the ``mismatch/*`` metrics when measured (see
+    :func:`measure_mismatch`), then :func:`update_summary`'s and ``optim/lr``.
 
     Raises:
         NonFiniteError: non-finite advantages, loss or gradient norm.
@@ -221,6 +264,7 @@ def ppo_update(state: TrialState, batch: StepBatch, step: int) -> dict[str, floa
             minibatch_step(state, batch, x, rows, step, epoch, tally)
     state.model.eval()
     out = {k: nan_mean(v) for k, v in tally.lists.items()}
+    out.update(x.mismatch)
     out.update(update_summary(x, tally))
     out["optim/lr"] = float(state.optimizer.param_groups[0]["lr"])
     return out
