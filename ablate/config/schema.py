@@ -64,7 +64,10 @@ KEY_EXCLUDED_PATHS: frozenset[str] = frozenset(
 #: what every trial computed before the path existed. A path holding that value is left out of
 #: :meth:`TrialConfig.trial_key`, so adding an option never renames the trials that ran without it;
 #: any other value is part of the key as usual. Add a new option here with its neutral default.
-KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {}
+KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
+    "algo.zero_variance_filter": False,
+    "algo.drop_solved_at": None,
+}
 
 
 class TrialConfig(Section):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,6 +55,8 @@ class TrialState:
             behaviour log-probs, so the rollout skips its log-prob forward (as TRL does).
         beta: the current KL coefficient (adapted per step with ``kl.adaptive``).
         tokens_so_far / samples_so_far: generated tokens and completions of all steps so far.
+        pool: the indices into ``train_pool`` that steps still draw from (all of them, unless
+            ``algo.drop_solved_at`` removed solved prompts).
     """
 
     config: TrialConfig
@@ -76,6 +78,7 @@ class TrialState:
     beta: float
     tokens_so_far: int = 0
     samples_so_far: int = 0
+    pool: list[int] = field(default_factory=list)
 
     @property
     def model(self) -> nn.Module:
@@ -186,5 +189,5 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
         prm_report=prm_report, ref_model=ref_model, critic=critic, optimizer=optimizer, scheduler=scheduler,
         components=reward_components(config),
         on_policy=algo.ppo_epochs == 1 and algo.minibatches == 1 and config.kl.placement == "none",
-        beta=config.kl.beta,
+        beta=config.kl.beta, pool=list(range(len(train_pool))),
     )
