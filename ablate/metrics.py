@@ -24,7 +24,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "response/truncated_frac": ("fraction of completions cut at rollout.max_new_tokens without EOS", "fraction"),
     "adv/mean": ("mean advantage over active tokens", "advantage"),
     "adv/std": ("standard deviation of advantages over active tokens", "advantage"),
-    "data/kept_groups_frac": ("fraction of sampled groups kept (dynamic sampling drops zero-variance groups)", "fraction"),
+    "data/kept_groups_frac": ("fraction of sampled groups kept (dynamic sampling and the zero-variance filter drop zero-variance groups)", "fraction"),
+    "data/pool_size": ("train prompts still drawn from (algo.drop_solved_at removes solved ones; logged only with it)", "prompts"),
+    "data/solved_dropped": ("prompts that left the training pool this step (pass rate >= algo.drop_solved_at)", "prompts"),
     "data/sample_rounds": ("rollout rounds in this step (1 + dynamic-sampling resamples)", "rounds"),
     "policy/entropy": ("mean entropy of the next-token distribution over active tokens, at the first epoch's forward passes", "nats"),
     "policy/kl_ref": ("KL(policy || reference) per completion: summed k1 over its tokens, mean over completions", "nats"),
@@ -43,6 +45,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "mismatch/corrected_frac": ("fraction of active tokens whose mismatch weight loss.rollout_correction truncated "
                                 "(tis) or masked (mis)", "fraction"),
     "loss/policy": ("aggregated policy loss, mean over the step's optimizer steps", "loss"),
+    "loss/normalizer": ("what the policy loss was divided by, mean over the step's optimizer steps: active tokens (token-mean), sequences (seq-mean-*), max_len x sequences (Dr. GRPO's constant) or groups (prompt-mean); NaN for a plugin aggregation", "tokens / sequences / groups"),
     "loss/entropy": ("aggregated entropy term (before entropy_coef)", "nats"),
     "loss/kl": ("aggregated KL-in-the-loss term (before beta); 0 unless kl.placement=loss", "nats"),
     "loss/value": ("aggregated value loss (critic only)", "loss"),

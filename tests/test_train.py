@@ -229,7 +229,7 @@ def test_metric_glossary_matches_what_a_trial_logs(ws_cache):
 
     cfg = tiny(
         ws_cache, "algo.advantage=gae", "critic.enabled=true", "reward.components=[final_answer, kl]",
-        "kl.placement=reward", "eval.pass_k=2", "train.steps=1",
+        "kl.placement=reward", "eval.pass_k=2", "train.steps=1", "algo.drop_solved_at=0.9",
     )
     logged: set[str] = set()
     run_trial(cfg, lambda m, s: logged.update(m))
@@ -345,3 +345,70 @@ def test_the_mismatch_is_measured_only_when_asked_for(ws_cache):
     metrics, batch = train_step(state, 1)
     assert batch.old_logp is not None and metrics["mismatch/kl"] > 0
     assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-6)  # trainer vs trainer, one minibatch
+
+
+# ------------------------------------------------------------------- ScaleRL's data choices (issue 13)
+
+
+def test_new_options_at_their_defaults_keep_every_trial_key():
+    """Options added after results were committed leave the default key as it was (9a23c248bce1 before
+    them); set, they change it."""
+    assert TrialConfig().trial_key() == "9a23c248bce1"
+    base = TrialConfig().trial_key()
+    for override in ["algo.zero_variance_filter=true", "algo.drop_solved_at=0.9"]:
+        assert TrialConfig.from_overrides([override]).trial_key() != base, override
+
+
+def test_the_zero_variance_filter_drops_exactly_the_groups_without_variance_and_samples_no_more(ws_cache):
+    from ablate.train.batch import collect_batch, groups_with_variance
+
+    plain, _ = collect_batch(setup_trial(tiny(ws_cache, "seed=3")), 1)
+    filtered, stats = collect_batch(setup_trial(tiny(ws_cache, "seed=3", "algo.zero_variance_filter=true")), 1)
+    keep = groups_with_variance(plain)
+    assert 0 < len(keep) < len(plain.prompts), "seed 3 should give a step with some zero-variance groups"
+    assert filtered.prompts == [plain.prompts[g] for g in keep]
+    assert filtered.texts == [t for t, g in zip(plain.texts, plain.group_ids.tolist()) if g in keep]
+    assert stats.kept_groups_frac == len(keep) / len(plain.prompts) and stats.sample_rounds == 1.0
+    assert stats.samples == plain.mask.shape[0]  # what was sampled, not what was kept
+
+
+def test_solved_prompts_leave_the_pool_and_a_resumed_trial_keeps_the_pool(ws_cache, tmp_path):
+    from ablate.train.batch import collect_batch, drop_solved
+
+    state = setup_trial(tiny(ws_cache, "algo.drop_solved_at=0.5"))
+    batch, _ = collect_batch(state, 1)
+    correct = [float(g.answer_correct) for g in batch.grades]
+    rates = {}
+    for row, g in enumerate(batch.group_ids.tolist()):
+        rates.setdefault(g, []).append(correct[row])
+    solved = {batch.pool_ids[g] for g, r in rates.items() if sum(r) / len(r) >= 0.5}
+    before = list(state.pool)
+    assert drop_solved(state, batch) == len(solved) and state.pool == [i for i in before if i not in solved]
+
+    cfg = tiny(ws_cache, "algo.drop_solved_at=0.25", "train.steps=3", "train.checkpoint_every=1", "eval.every=2")
+    full = run_trial(cfg)
+    sizes = [m["data/pool_size"] for _, m in full.history if "data/pool_size" in m]
+    dropped = [m["data/solved_dropped"] for _, m in full.history if "data/solved_dropped" in m]
+    assert len(sizes) == 3 and sizes[-1] == cfg.task.train_size - sum(dropped) and sum(dropped) > 0
+    run_trial(cfg, workdir=tmp_path, stop_after=2)
+    rest = run_trial(cfg, workdir=tmp_path)
+    assert rest.resumed_from == 2
+    _same(_stable(full.history), _stable(rest.history))
+
+
+def test_the_loss_normalizer_is_logged_as_declared(ws_cache):
+    """loss/normalizer: the mean over the step's 2 optimizer steps (minibatches of 8 of the 16
+    completions, a seeded permutation) of what each divided its policy loss by."""
+    from ablate.train.update import minibatches
+
+    for agg in ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "prompt-mean"]:
+        state = setup_trial(tiny(ws_cache, f"loss.aggregation={agg}", "algo.minibatches=2"))
+        metrics, batch = train_step(state, 1)
+        parts = minibatches(state, batch.mask.shape[0], 1, 0)
+        expected = {
+            "token-mean": sum(float(batch.mask[r].sum()) for r in parts) / 2,
+            "seq-mean-token-mean": 8.0,
+            "seq-mean-token-sum-norm": 16.0 * 8.0,  # rollout.max_new_tokens x sequences
+            "prompt-mean": sum(len(set(batch.group_ids[r].tolist())) for r in parts) / 2,
+        }[agg]
+        assert metrics["loss/normalizer"] == expected, agg

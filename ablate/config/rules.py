@@ -50,7 +50,8 @@ RULES: tuple[str, ...] = (
     "KL placed in the reward; `kl.placement=loss` adds it to the loss instead).",
     "error: `kl.adaptive=true` with `kl.beta=0` (the controller multiplies beta, which would stay 0).",
     "error: `reward.components` empty or with a name listed twice.",
-    "error: group estimators and `algo.dynamic_sampling` need `rollout.group_size >= 2`.",
+    "error: group estimators, `algo.dynamic_sampling`, `algo.zero_variance_filter` and `algo.drop_solved_at` "
+    "need `rollout.group_size >= 2`; `algo.dynamic_sampling` and `algo.zero_variance_filter` exclude each other.",
     "error: `algo.minibatches` must divide `rollout.prompts_per_step x rollout.group_size`, and "
     "`algo.grad_accum` the minibatch size.",
     "error: `loss.dual_clip` applies to `loss.surrogate=ppo` only.",
@@ -191,7 +192,8 @@ def _position_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str
 
 
 def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
-    """Group estimators and dynamic sampling need groups of two or more."""
+    """Group estimators and the group filters (dynamic sampling, zero-variance filter, dropping solved
+    prompts) need groups of two or more; the two filters exclude each other."""
     adv, G = c.algo.advantage, c.rollout.group_size
     if G < 2 and adv in GROUP_ESTIMATORS:
         errors.append(ConfigProblem("rollout.group_size", (
@@ -201,6 +203,16 @@ def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
         errors.append(ConfigProblem("algo.dynamic_sampling", (
             "a group of one completion always has zero reward variance, so dynamic sampling would drop every "
             "group: set rollout.group_size >= 2 or algo.dynamic_sampling=false")))
+    for path, on in (("algo.zero_variance_filter", c.algo.zero_variance_filter),
+                     ("algo.drop_solved_at", c.algo.drop_solved_at is not None)):
+        if G < 2 and on:
+            errors.append(ConfigProblem(path, (
+                "it reads a prompt's group of completions (their reward variance, their pass rate), which needs "
+                f"rollout.group_size >= 2 (got {G}): raise it, or turn {path} off")))
+    if c.algo.dynamic_sampling and c.algo.zero_variance_filter:
+        errors.append(ConfigProblem("algo.zero_variance_filter", (
+            "both drop zero-variance groups: dynamic_sampling (DAPO) samples more prompts to refill the step, "
+            "zero_variance_filter (ScaleRL) does not; choose one")))
     if c.loss.aggregation == "prompt-mean" and G == 1:
         notes.append(
             "loss.aggregation=prompt-mean with rollout.group_size=1: each prompt group is one completion, so "

@@ -72,6 +72,8 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "loss.rollout_correction": "none",
     "loss.rollout_correction_cap": 2.0,
     "loss.rollout_correction_floor": None,
+    "algo.zero_variance_filter": False,
+    "algo.drop_solved_at": None,
 }
 
 

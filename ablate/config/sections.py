@@ -433,6 +433,23 @@ class AlgoConfig(Section):
         description=one_line("""DAPO dynamic sampling (Yu et al. 2025): drop groups whose rewards are all equal (zero
         advantage, no gradient) and sample more prompts until the step is full again."""),
     )
+    zero_variance_filter: bool = Field(
+        False,
+        strict=True,
+        description=one_line("""ScaleRL's zero-variance filtering (Khatri et al. 2025): drop the groups whose rewards
+        are all equal (zero advantage, no gradient) from the step's batch without sampling more, unlike
+        dynamic_sampling; the loss is then normalized over the groups kept. A step in which every group has
+        zero variance trains on them as they are (all advantages 0)."""),
+    )
+    drop_solved_at: float | None = Field(
+        None,
+        gt=0.0,
+        le=1.0,
+        description=one_line("""ScaleRL's no-positive-resampling (Khatri et al. 2025, who use 0.9): a train prompt
+        whose group answers at least this fraction correctly in a step leaves the training pool for the rest
+        of the trial; null keeps every prompt. The pool never empties (its last prompt stays); its size is
+        logged as data/pool_size."""),
+    )
     max_resample_rounds: int = Field(
         3,
         ge=0,

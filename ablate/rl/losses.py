@@ -33,6 +33,7 @@ Without totals each call normalizes by its own batch (correct only without accum
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGGREGATIONS",
+    "NORMALIZERS",
     "RATIO_LEVELS",
     "SURROGATES",
     "AggregationContext",
@@ -55,6 +57,7 @@ __all__ = [
     "StepTotals",
     "SurrogateParams",
     "aggregate_loss",
+    "effective_normalizer",
     "policy_loss",
     "policy_loss_from_config",
     "step_totals",
@@ -689,6 +692,39 @@ def step_totals(mask: torch.Tensor, group_ids: torch.Tensor | None = None) -> St
         return StepTotals(num_tokens, num_seqs, None, None)
     row_tokens, groups = _group_token_counts(m, group_ids)
     return StepTotals(num_tokens, num_seqs, int(groups), row_tokens)
+
+
+#: What each built-in aggregation divides by, as :func:`effective_normalizer` reports it.
+NORMALIZERS: dict[str, str] = {
+    "token-mean": "num_tokens",
+    "seq-mean-token-mean": "num_seqs",
+    "seq-mean-token-sum": "num_seqs",
+    "seq-mean-token-sum-norm": "max_len * num_seqs",
+    "prompt-mean": "num_groups",
+}
+
+
+def effective_normalizer(mode: str, totals: StepTotals, max_len: int | None = None) -> float:
+    """The outer denominator of one optimizer step's loss under aggregation ``mode`` (logged as
+    ``loss/normalizer``), so that a reader sees the normalization at work: ``token-mean`` the step's
+    active tokens, ``seq-mean-*`` its sequences (times ``max_len`` for Dr. GRPO's constant), ``prompt-mean``
+    its groups. Inside it, ``seq-mean-token-mean`` also divides each sequence by its own length and
+    ``prompt-mean`` each group by its own tokens. NaN for a plugin aggregation (unknown denominator).
+    Units: tokens, sequences or groups; at least 1 (as :func:`aggregate_loss` clamps it).
+    """
+    what = NORMALIZERS.get(mode)
+    if what is None:
+        return math.nan
+    if what == "num_tokens":
+        return float(max(totals.num_tokens, 1))
+    if what == "num_groups":
+        return float(max(totals.num_groups or 0, 1))
+    seqs = float(max(totals.num_seqs, 1))
+    if what == "max_len * num_seqs":
+        if max_len is None:
+            return math.nan
+        return float(max_len) * seqs
+    return seqs
 
 
 # --------------------------------------------------------------------------------------------------

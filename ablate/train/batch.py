@@ -72,6 +72,7 @@ class StepBatch(PromptCompletionLayout):
         grades, texts: one per row; prompts: one per group.
         ref_logp: [B, T] reference log-probs, or None without a KL term.
         timing: the sampling time of the rounds that made the batch.
+        pool_ids: one per group: its problem's index into the trial's ``train_pool``.
     """
 
     prompt_ids: torch.Tensor
@@ -89,6 +90,7 @@ class StepBatch(PromptCompletionLayout):
     prompts: list[str]
     ref_logp: torch.Tensor | None = None
     timing: RolloutTiming = field(default_factory=RolloutTiming)
+    pool_ids: list[int] = field(default_factory=list)
 
     def select_groups(self, keep: list[int]) -> StepBatch:
         """The rows of the groups in ``keep`` (group ids renumbered 0..len(keep)-1)."""
@@ -111,6 +113,7 @@ class StepBatch(PromptCompletionLayout):
             prompts=[self.prompts[g] for g in keep],
             ref_logp=None if self.ref_logp is None else self.ref_logp[idx],
             timing=self.timing,
+            pool_ids=[self.pool_ids[g] for g in keep] if self.pool_ids else [],
         )
 
     @staticmethod
@@ -142,6 +145,7 @@ class StepBatch(PromptCompletionLayout):
             prompts=[p for b in batches for p in b.prompts],
             ref_logp=None if batches[0].ref_logp is None else right("ref_logp"),
             timing=sum((b.timing for b in batches[1:]), batches[0].timing),
+            pool_ids=[i for b in batches for i in b.pool_ids],
         )
 
 
@@ -151,7 +155,8 @@ class CollectStats:
 
     Attributes:
         tokens: generated tokens of every sampling round (kept or not); samples: completions sampled.
-        kept_groups_frac: groups kept / groups sampled (1.0 without dynamic sampling).
+        kept_groups_frac: groups kept / groups sampled (1.0 without dynamic sampling or the zero-variance
+            filter; with the filter, the groups with reward variance / those sampled).
         sample_rounds: sampling rounds run (1 without dynamic sampling).
     """
 
@@ -161,11 +166,13 @@ class CollectStats:
     sample_rounds: float
 
 
-def _draw_problems(state: TrialState, step: int, round_: int, n_prompts: int) -> list[Problem]:
-    """``n_prompts`` train problems drawn with replacement, seeded by ``(seed, "prompts", step, round_)``."""
+def _draw_problems(state: TrialState, step: int, round_: int, n_prompts: int) -> tuple[list[Problem], list[int]]:
+    """``n_prompts`` problems drawn with replacement from the training pool (``state.pool``), seeded by
+    ``(seed, "prompts", step, round_)``; and their indices into ``state.train_pool``."""
     gen = seeded_generator(torch.device("cpu"), state.config.seed, "prompts", step, round_)
-    idx = torch.randint(len(state.train_pool), (n_prompts,), generator=gen).tolist()
-    return [state.train_pool[i] for i in idx]
+    idx = torch.randint(len(state.pool), (n_prompts,), generator=gen).tolist()
+    ids = [state.pool[i] for i in idx]
+    return [state.train_pool[i] for i in ids], ids
 
 
 def _reference_logp(state: TrialState, r: Rollout) -> torch.Tensor | None:
@@ -182,7 +189,7 @@ def _reference_logp(state: TrialState, r: Rollout) -> torch.Tensor | None:
 def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> StepBatch:
     """Roll out, grade and score ``n_prompts`` prompts × G completions (one sampling round of ``step``)."""
     c = state.config
-    problems = _draw_problems(state, step, round_, n_prompts)
+    problems, pool_ids = _draw_problems(state, step, round_, n_prompts)
     with rollout_autocast(state):  # rollout.dtype: the trainer's precision unless set
         r = generate_rollouts(
             state.policy,
@@ -213,6 +220,7 @@ def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> S
         prompts=[p.prompt for p in problems],
         ref_logp=ref_logp,
         timing=RolloutTiming.of(r),
+        pool_ids=pool_ids,
     )
 
 
@@ -228,7 +236,12 @@ def groups_with_variance(batch: StepBatch) -> list[int]:
 
 
 def collect_batch(state: TrialState, step: int) -> tuple[StepBatch, CollectStats]:
-    """One step's batch of ``rollout.prompts_per_step`` groups, with DAPO dynamic sampling when enabled.
+    """One step's batch of ``rollout.prompts_per_step`` groups, with DAPO dynamic sampling or ScaleRL's
+    zero-variance filter when enabled.
+
+    The zero-variance filter keeps the groups with reward variance and samples nothing more (a step
+    where no group has variance keeps them all: every advantage is 0); ``kept_groups_frac`` is the
+    fraction with variance.
 
     Dynamic sampling keeps only groups with reward variance and samples further rounds (at most
     ``algo.max_resample_rounds`` more) until ``prompts_per_step`` groups are kept; when no group of any
@@ -238,6 +251,11 @@ def collect_batch(state: TrialState, step: int) -> tuple[StepBatch, CollectStats
     want = c.rollout.prompts_per_step
     batch = sample_round(state, step, 0, want)
     tokens, samples = float(batch.mask.sum()), float(batch.mask.shape[0])
+    if c.algo.zero_variance_filter:  # ScaleRL: drop, never refill
+        keep = groups_with_variance(batch)
+        if keep and len(keep) < want:
+            batch = batch.select_groups(keep)
+        return batch, CollectStats(tokens, samples, len(keep) / want, 1.0)
     if not c.algo.dynamic_sampling:
         return batch, CollectStats(tokens, samples, 1.0, 1.0)
     kept: list[StepBatch] = []
@@ -261,3 +279,21 @@ def collect_batch(state: TrialState, step: int) -> tuple[StepBatch, CollectStats
     out = StepBatch.concat(kept, state.policy.pad_token_id)
     out.timing = timing  # every round's sampling, kept or not
     return out, CollectStats(tokens, samples, have / sampled_groups, float(rounds))
+
+
+def drop_solved(state: TrialState, batch: StepBatch) -> int:
+    """ScaleRL's no-positive-resampling: remove from ``state.pool`` every prompt of ``batch`` whose group
+    answered at least ``algo.drop_solved_at`` of its completions correctly (its pass rate this step);
+    the pool's last prompt always stays. Returns how many prompts left the pool."""
+    threshold = state.config.algo.drop_solved_at
+    if threshold is None or not batch.pool_ids:
+        return 0
+    correct = torch.tensor([float(g.answer_correct) for g in batch.grades])  # (B,)
+    gids = batch.group_ids.cpu()
+    removed = 0
+    for g, pool_id in enumerate(batch.pool_ids):
+        members = correct[gids == g]
+        if members.numel() and float(members.mean()) >= threshold and pool_id in state.pool and len(state.pool) > 1:
+            state.pool.remove(pool_id)
+            removed += 1
+    return removed

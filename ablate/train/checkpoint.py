@@ -48,7 +48,8 @@ class Resume:
 
 
 def state_dict(state: TrialState) -> dict[str, Any]:
-    """The part of ``state`` that changes during training: model, critic, optimizer, scheduler, counters."""
+    """The part of ``state`` that changes during training: model, critic, optimizer, scheduler, counters,
+    the training pool."""
     return {
         "model": state.model.state_dict(),
         "critic": None if state.critic is None else state.critic.state_dict(),
@@ -57,6 +58,7 @@ def state_dict(state: TrialState) -> dict[str, Any]:
         "beta": state.beta,
         "tokens_so_far": state.tokens_so_far,
         "samples_so_far": state.samples_so_far,
+        "pool": list(state.pool),
     }
 
 
@@ -70,6 +72,7 @@ def load_state_dict(state: TrialState, saved: Mapping[str, Any]) -> None:
     state.beta = saved["beta"]
     state.tokens_so_far = saved["tokens_so_far"]
     state.samples_so_far = saved["samples_so_far"]
+    state.pool = list(saved.get("pool", state.pool))  # checkpoints from before the pool was saved: all of it
 
 
 def checkpoint_path(workdir: str | os.PathLike[str] | None) -> Path | None:

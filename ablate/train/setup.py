@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -60,6 +60,8 @@ class TrialState:
             detached log-probs are the behaviour log-probs, so the rollout skips its log-prob forward (as TRL does).
         beta: the current KL coefficient (adapted per step with ``kl.adaptive``).
         tokens_so_far / samples_so_far: generated tokens and completions of all steps so far.
+        pool: the indices into ``train_pool`` that steps still draw from (all of them, unless
+            ``algo.drop_solved_at`` removed solved prompts).
     """
 
     config: TrialConfig
@@ -83,6 +85,7 @@ class TrialState:
     beta: float
     tokens_so_far: int = 0
     samples_so_far: int = 0
+    pool: list[int] = field(default_factory=list)
 
     @property
     def model(self) -> nn.Module:
@@ -206,5 +209,5 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
         components=reward_components(config),
         on_policy=(algo.ppo_epochs == 1 and algo.minibatches == 1 and config.kl.placement == "none"
                    and not measures_mismatch),
-        beta=config.kl.beta,
+        beta=config.kl.beta, pool=list(range(len(train_pool))),
     )

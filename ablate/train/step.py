@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from ablate.train.batch import CollectStats, StepBatch, collect_batch
+from ablate.train.batch import CollectStats, StepBatch, collect_batch, drop_solved
 from ablate.train.guards import check_finite
 from ablate.train.setup import TrialState
 from ablate.train.stats import rollout_metrics
@@ -54,6 +54,9 @@ def train_step(state: TrialState, step: int) -> tuple[dict[str, float], StepBatc
     if state.config.kl.adaptive and "policy/kl_ref" in metrics:
         adapt_beta(state, metrics["policy/kl_ref"], batch.mask.shape[0])
     metrics.update(step_counters(state, stats))
+    if state.config.algo.drop_solved_at is not None:
+        metrics["data/solved_dropped"] = float(drop_solved(state, batch))
+        metrics["data/pool_size"] = float(len(state.pool))
     metrics.update({
         "perf/rollout_s": t1 - t0,
         "perf/reward_s": t2 - t1,

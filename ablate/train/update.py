@@ -19,6 +19,7 @@ from ablate.rl import (
     StepTotals,
     aggregate_loss,
     compute_advantages,
+    effective_normalizer,
     kl_penalty,
     masked_mean,
     mismatch_metrics,
@@ -222,6 +223,7 @@ def minibatch_step(
     state.optimizer.step()
     state.scheduler.step()
     tally.add("optim/grad_norm", float(grad_norm))
+    tally.add("loss/normalizer", effective_normalizer(c.loss.aggregation, totals, c.loss_max_len))
     for k, v in sums.items():
         tally.add("loss/" + k, v)
 

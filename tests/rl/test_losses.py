@@ -10,10 +10,12 @@ from ablate.rl import (
     RATIO_LEVELS,
     SURROGATES,
     aggregate_loss,
+    effective_normalizer,
     policy_loss,
     step_totals,
     value_loss,
 )
+from ablate.rl.losses import NORMALIZERS
 
 F64 = torch.float64
 METRIC_KEYS = {"clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean", "ratio_max", "approx_kl"}
@@ -506,3 +508,63 @@ def test_only_seq_mean_token_mean_averages_a_sequence_level_loss_per_sequence(mo
                 "seq-mean-token-sum-norm": -0.375}
     assert loss.item() == pytest.approx(expected[mode])
     assert (mode in LENGTH_WEIGHTED_AGGREGATIONS) == (mode != "seq-mean-token-mean")
+
+
+# ------------------------------------------------------------------ the normalizer and token weights
+
+
+def test_effective_normalizer_values():
+    mask = t([[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0], [1, 0, 0, 0]])
+    totals = step_totals(mask, torch.tensor([3, 3, 8, 3]))
+    assert effective_normalizer("token-mean", totals) == 6.0
+    assert effective_normalizer("seq-mean-token-mean", totals) == 3.0
+    assert effective_normalizer("seq-mean-token-sum", totals) == 3.0
+    assert effective_normalizer("seq-mean-token-sum-norm", totals, max_len=16) == 48.0
+    assert math.isnan(effective_normalizer("seq-mean-token-sum-norm", totals))
+    assert effective_normalizer("prompt-mean", totals) == 2.0
+    assert math.isnan(effective_normalizer("a-plugin-mode", totals))
+    assert set(NORMALIZERS) == set(AGGREGATIONS.names())  # every built-in mode says what it divides by
+
+
+def _declared_weights(mode, mask, group_ids, max_len):
+    """d loss / d L_it of every token over a whole step, from each mode's definition (written out here,
+    independently of the implementation): token-mean 1/N; seq-mean-token-mean 1/(len_i S);
+    seq-mean-token-sum 1/S; seq-mean-token-sum-norm 1/(max_len S); prompt-mean 1/(n_g G)."""
+    m = mask.bool()
+    lens = m.sum(1)
+    n_tok, n_seq = int(m.sum()), int((lens > 0).sum())
+    group_tok = {int(g): int(m[group_ids == g].sum()) for g in group_ids.unique()}
+    n_groups = sum(1 for v in group_tok.values() if v > 0)
+    w = torch.zeros(mask.shape, dtype=F64)
+    for i in range(mask.shape[0]):
+        for j in range(mask.shape[1]):
+            if not m[i, j]:
+                continue
+            w[i, j] = {
+                "token-mean": 1 / n_tok,
+                "seq-mean-token-mean": 1 / (int(lens[i]) * n_seq),
+                "seq-mean-token-sum": 1 / n_seq,
+                "seq-mean-token-sum-norm": 1 / (max_len * n_seq),
+                "prompt-mean": 1 / (group_tok[int(group_ids[i])] * n_groups),
+            }[mode]
+    return w
+
+
+@pytest.mark.parametrize("mode", sorted(NORMALIZERS))
+def test_every_token_gets_its_declared_weight_however_the_step_is_split(mode):
+    """The property behind exact accumulation: with the loss L_it = x_it, each active token's gradient
+    is the weight its mode declares, for every random split of the step into micro-batches (rows in
+    any order, groups cut across micro-batches), and 0 on padding."""
+    _, _, _, mask, group_ids, _ = _accumulation_batch()
+    declared = _declared_weights(mode, mask, group_ids, 12)
+    totals = step_totals(mask, group_ids)
+    g = torch.Generator().manual_seed(5)
+    for _ in range(20):
+        perm = torch.randperm(mask.shape[0], generator=g)
+        cuts = sorted(torch.randperm(mask.shape[0] - 1, generator=g)[: int(torch.randint(0, 5, (1,), generator=g))]
+                      .add(1).tolist())
+        x = torch.zeros(mask.shape, dtype=F64, requires_grad=True)
+        for rows in torch.tensor_split(perm, cuts):
+            aggregate_loss(x[rows], mask[rows], mode, group_ids=group_ids[rows], max_len=12,
+                           **totals.for_rows(rows)).backward()
+        torch.testing.assert_close(x.grad, declared, rtol=0, atol=1e-12)
