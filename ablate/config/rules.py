@@ -68,7 +68,8 @@ RULES: tuple[str, ...] = (
     "so PPO-sized ranges almost never bind; GSPO uses 3e-4 / 4e-4.",
     "warning: a sequence ratio level (GSPO) with `loss.aggregation` token-mean, seq-mean-token-sum, "
     "seq-mean-token-sum-norm or prompt-mean: each sequence's loss is weighted by its length "
-    "(huggingface/trl#3823); only seq-mean-token-mean gives GSPO's per-sequence objective.",
+    "(huggingface/trl#3823); only seq-mean-token-mean gives GSPO's per-sequence objective. Not warned: "
+    "`loss.ratio_level=sequence` with seq-mean-token-sum, which is LUSPO (arXiv 2602.05261), length-scaled on purpose.",
     "warning: `loss.ratio_level=token` with both clip ranges < 0.01: nearly every token would be clipped.",
     "warning: `loss.aggregation=prompt-mean` with `rollout.group_size=1` (the same as seq-mean-token-mean).",
     "warning: `kl.placement=loss` with the k1 estimator, whose gradient has zero expectation under the policy.",
@@ -247,7 +248,8 @@ def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
             "almost never bind (reports/ratio_level: the gspo-clip0.2 arm clipped no sequence in any trial); GSPO "
             "(Zheng et al. 2025) uses clip_low=3e-4, clip_high=4e-4. Set them, unless "
             "you mean to compare without effective clipping")
-    if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and c.loss.aggregation in LENGTH_WEIGHTED_AGGREGATIONS:
+    luspo = c.loss.ratio_level == "sequence" and c.loss.aggregation == "seq-mean-token-sum"  # length-scaled on purpose
+    if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and c.loss.aggregation in LENGTH_WEIGHTED_AGGREGATIONS and not luspo:
         notes.append(
             f"loss.ratio_level={c.loss.ratio_level} (GSPO) with loss.aggregation={c.loss.aggregation}: a sequence "
             "ratio gives one loss per sequence, repeated on each of its tokens, and this aggregation sums those "

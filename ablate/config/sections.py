@@ -520,7 +520,9 @@ class LossConfig(Section):
         description=one_line("""How per-token losses become one number (the loss-granularity factor). seq-mean-token-
         mean: mean per sequence, then over sequences, each completion weighs the same (GRPO); token-mean:
         mean over all active tokens, each token weighs the same (DAPO); seq-mean-token-sum: token sum per
-        sequence, mean over sequences; seq-mean-token-sum-norm: token sum / max_len, mean over sequences
+        sequence, mean over sequences (with loss.ratio_level=sequence this is LUSPO, Liu et al. 2026, arXiv
+        2602.05261, TRL loss_type=luspo: GSPO with each sequence's loss scaled by its length);
+        seq-mean-token-sum-norm: token sum / max_len, mean over sequences
         (Dr. GRPO, no length bias); prompt-mean: token mean per prompt group, then over groups (DAPO,
         ScaleRL)."""),
     )

@@ -568,3 +568,31 @@ def test_every_token_gets_its_declared_weight_however_the_step_is_split(mode):
             aggregate_loss(x[rows], mask[rows], mode, group_ids=group_ids[rows], max_len=12,
                            **totals.for_rows(rows)).backward()
         torch.testing.assert_close(x.grad, declared, rtol=0, atol=1e-12)
+
+
+def test_luspo_is_a_sequence_ratio_with_seq_mean_token_sum():
+    """LUSPO (arXiv 2602.05261) as TRL writes it (grpo_trainer.py, loss_type="luspo"):
+    s_i = exp(sum_t m (logp - old) / |o_i|), l_i = -min(s_i A_i, clip(s_i, 1 - e_low, 1 + e_high) A_i),
+    loss = mean_i |o_i| l_i; here ratio_level=sequence with seq-mean-token-sum, values and gradients."""
+    mask = t([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    old = torch.tensor([[-1.0, -0.5, -2.0, 0.0], [-0.3, 0.0, 0.0, 0.0], [-1.2, -0.7, -0.1, -0.9]], dtype=F64)
+    delta = torch.tensor([[0.002, -0.001, 0.004, 9.0], [0.01, 9.0, 9.0, 9.0], [-0.003, 0.0, 0.001, 0.0]], dtype=F64)
+    adv = torch.tensor([[1.0], [-2.0], [0.5]], dtype=F64).expand(3, 4).clone()
+    lo, hi = 2e-3, 2.5e-3
+
+    x = (old + delta).requires_grad_(True)
+    lens = mask.sum(1)
+    s = torch.exp(((x - old) * mask).sum(1) / lens)
+    a = adv[:, 0]
+    ell = -torch.minimum(s * a, torch.clamp(s, 1 - lo, 1 + hi) * a)
+    expected = (lens * ell).mean()
+    expected.backward()
+    by_hand = x.grad.clone()
+
+    y = (old + delta).requires_grad_(True)
+    per_token, _ = policy_loss(y, old, adv, mask, ratio_level="sequence", clip_low=lo, clip_high=hi)
+    loss = aggregate_loss(per_token, mask, "seq-mean-token-sum")
+    loss.backward()
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
+    torch.testing.assert_close(y.grad, by_hand, rtol=0, atol=1e-12)
+    assert float((s.detach() - 1).abs().max()) > hi  # some sequence is clipped: the test covers both branches
