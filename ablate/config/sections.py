@@ -221,7 +221,9 @@ class RolloutConfig(Section):
         slightly off-policy: the trainer then recomputes the behaviour log-probs of the sampled tokens in its
         own precision (they become PPO's old log-probs) and logs the mismatch (mismatch/*); see
         loss.rollout_correction (Yao et al. 2025, "Your efficient RL framework secretly brings you
-        off-policy RL training")."""),
+        off-policy RL training"). Speed: on an Intel Xeon with AMX-BF16 (one thread), bfloat16 autocast made
+        a whole RL step 1.95-2.33x slower than float32 for every zoo model up to small-llama (median of 10
+        steps each, benchmarks/RESULTS.md): on CPU it is for studying the mismatch, not for speed."""),
     )
 
 
