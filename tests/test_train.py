@@ -256,11 +256,14 @@ def test_cli_train_json(ws_cache, capsys):
 @pytest.mark.parametrize(
     "scopes",
     [["algo.adv_std=batch"], ["algo.adv_std=none"], ["algo.adv_mean=batch", "algo.adv_std=batch"],
-     ["algo.adv_mean=batch", "algo.adv_std=none"]],
-    ids=["lite-ppo", "grpo-std-none", "batch-zscore", "batch-mean"],
+     ["algo.adv_mean=batch", "algo.adv_std=none"], ["algo.zero_variance_filter=true"], ["algo.drop_solved_at=0.5"],
+     ["loss.ratio_level=sequence", "loss.aggregation=seq-mean-token-sum", "loss.clip_low=2e-3",
+      "loss.clip_high=2.5e-3"]],
+    ids=["lite-ppo", "grpo-std-none", "batch-zscore", "batch-mean", "zero-variance-filter", "drop-solved", "luspo"],
 )
 def test_cli_train_with_each_advantage_scope(ws_cache, capsys, scopes):
-    """`ablate train` runs 2 steps with grpo's non-default normalization scopes and logs finite values."""
+    """`ablate train` runs 2 steps with each new option of issue 13 that is not about precision (grpo's
+    normalization scopes, ScaleRL's data choices, LUSPO) and logs finite values under its own key."""
     args = ["train", "--json"]
     for item in tiny(ws_cache).changed_from_defaults().items():
         args += ["--set", f"{item[0]}={json.dumps(item[1])}"]
@@ -269,8 +272,11 @@ def test_cli_train_with_each_advantage_scope(ws_cache, capsys, scopes):
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["steps"] == 2 and out["key"] == tiny(ws_cache, *scopes).trial_key() != tiny(ws_cache).trial_key()
-    for name in ("adv/mean", "adv/std", "loss/policy", "loss/total", "optim/grad_norm", "eval/accuracy"):
+    for name in ("adv/mean", "adv/std", "loss/policy", "loss/total", "optim/grad_norm", "eval/accuracy",
+                 "loss/normalizer"):
         assert out["final"][name] is not None and math.isfinite(out["final"][name]), name
+    if "algo.drop_solved_at=0.5" in scopes:
+        assert out["final"]["data/pool_size"] <= tiny(ws_cache).task.train_size
 
 
 def test_cli_train_that_diverges_names_the_step_and_quantity(ws_cache, capsys):
