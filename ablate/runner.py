@@ -284,11 +284,9 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     Raises:
         DesignChangedError: the plan differs from the design frozen in the store.
     """
-    from ablate.tracking import Tracker, check_tracking_server
+    from ablate.tracking import Tracker
 
-    check_tracking_server(settings.tracking_uri)  # before the store, MLflow or any worker touches anything
-    check_runs_writable(study, settings)
-    check_store_not_lost(study, settings)
+    preflight(study, settings)
     stream = stream or sys.stderr
     t0 = time.time()
     store = settings.open_store(study)
@@ -445,11 +443,8 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     """``ablate worker``: this process as one worker of the study (it checks the plan against the
     store's frozen design and enqueues what must run first), with a progress display on ``stream``."""
     from ablate.store import describe_storage
-    from ablate.tracking import check_tracking_server
 
-    check_tracking_server(settings.tracking_uri)  # before anything is created
-    check_runs_writable(study, settings)
-    check_store_not_lost(study, settings)
+    preflight(study, settings)
     stream = stream or sys.stderr
     if settings.threads > 0:
         import torch
@@ -459,6 +454,17 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     print(f"worker for study {study.name} ({settings.budget}); store: {describe_storage(settings.storage)}",
           file=stream)
     return run_worker(settings, study=study, events=display.handle, prepare=True)
+
+
+def preflight(study: Study, settings: RunSettings) -> None:
+    """What ``ablate run`` and ``ablate worker`` check before the store, MLflow or any worker touches
+    anything: the tracking server answers, the runs folder is writable, and the store was not lost while
+    MLflow holds the study's finished trials. Each refusal is one message; nothing is created."""
+    from ablate.tracking import check_tracking_server
+
+    check_tracking_server(settings.tracking_uri)
+    check_runs_writable(study, settings)
+    check_store_not_lost(study, settings)
 
 
 def check_runs_writable(study: Study, settings: RunSettings) -> None:
@@ -646,6 +652,7 @@ __all__ = [
     "cpu_cores",
     "gpu_for_worker",
     "make_settings",
+    "preflight",
     "existing_store",
     "record_command",
     "run_one_worker",
