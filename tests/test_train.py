@@ -418,3 +418,22 @@ def test_the_loss_normalizer_is_logged_as_declared(ws_cache):
             "prompt-mean": sum(len(set(batch.group_ids[r].tolist())) for r in parts) / 2,
         }[agg]
         assert metrics["loss/normalizer"] == expected, agg
+
+
+def test_stream_zero_keeps_the_seeds_and_another_stream_changes_every_draw_but_not_the_start(ws_cache):
+    """``stream`` is the A/A control's factor: 0 is the trial as before (key and history), 1 other draws
+    from the same start policy (the same warm start, the same initial evaluation)."""
+    from ablate.train.seeds import derive_seed, trial_stream
+
+    assert TrialConfig.from_overrides(["stream=0"]).trial_key() == TrialConfig().trial_key()
+    assert TrialConfig.from_overrides(["stream=1"]).trial_key() != TrialConfig().trial_key()
+    cfg0 = tiny(ws_cache, "train.steps=2")
+    cfg1 = tiny(ws_cache, "train.steps=2", "stream=1")
+    assert trial_stream(cfg0) == (cfg0.seed,)
+    assert trial_stream(cfg1) == (cfg1.seed, "stream=1")
+    assert derive_seed(*trial_stream(cfg0), "rollout", 0) == derive_seed(cfg0.seed, "rollout", 0)
+    a = run_trial(cfg0)
+    b = run_trial(cfg1)
+    first = lambda h: next(m for _, m in h if "eval/accuracy" in m)["eval/accuracy"]  # noqa: E731
+    assert first(a.history) == first(b.history)  # greedy evaluation of the same start policy
+    assert _stable(a.history) != _stable(b.history)

@@ -74,6 +74,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "loss.rollout_correction_floor": None,
     "algo.zero_variance_filter": False,
     "algo.drop_solved_at": None,
+    "stream": 0,
 }
 
 
@@ -106,6 +107,15 @@ class TrialConfig(Section):
         strict=True,
         description=one_line("""Seed of everything random in the trial (sampling, prompt order, new heads); a study
         runs the same seeds for every arm, so that comparisons are paired."""),
+    )
+    stream: int = Field(
+        0,
+        ge=0,
+        strict=True,
+        description=one_line("""Offset of every random draw of the RL phase (prompt order, sampling, reward noise,
+        minibatch order, new heads), leaving the seed's warm start and learned PRM alone: two values give
+        the same trial in distribution with other random draws. An A/A factor (levels 0 and 1) is a
+        study's false-alarm check: its report must not detect it. 0 = the draws of the seed alone."""),
     )
     device: typing.Annotated[str, AfterValidator(check_device)] = Field(
         "auto",

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from ablate.errors import AblateError
 from ablate.tasks.base import TASKS, Problem
-from ablate.tasks.common import GeneratedTask, int_option
+from ablate.tasks.common import GeneratedTask, int_option, stable_unit
 from ablate.tasks.format import render_completion
 
 
@@ -29,6 +29,15 @@ class AdditionTask(GeneratedTask):
     Both operands have exactly ``difficulty`` digits (0-9 for one digit), so there are ``difficulty``
     steps; 3 digits take 30-35 tokens with the tags as single tokens. Partial credit: the fraction of
     answer digits right, aligned from the right.
+
+    Option ``checks`` (0-3, default 0) makes the response length the policy's free choice: after its
+    column steps a completion may verify the sum with up to ``checks`` optional lines, in this order
+    ``sum-b=a``, ``sum-a=b``, ``a+b=sum`` (``843-486=357``, ...). Each reference solution carries
+    0..``checks`` of them, the count fixed by a hash of the prompt (uniform over the counts), so a
+    warm start learns to write any of them and nothing in the prompt says how many. A check line is a
+    step, correct when it is the allowed line at its position; the answer and its reward do not
+    depend on the checks, and the required steps (``num_reference_steps``) are the columns alone. At
+    2 digits a check line adds 8-9 tokens to a ~23-token solution.
     """
 
     name: ClassVar[str] = "addition"
@@ -37,6 +46,14 @@ class AdditionTask(GeneratedTask):
     default_difficulty: ClassVar[int | None] = 3
     min_difficulty: ClassVar[int] = 1
     max_difficulty: ClassVar[int] = 20
+    OPTIONS: ClassVar[dict[str, str]] = {
+        **GeneratedTask.OPTIONS,
+        "checks": "most optional verification lines after the column steps, 0-3 (default 0): length becomes a free choice",
+    }
+
+    def __init__(self, difficulty: int | None = None, seed: int = 0, **options: Any) -> None:
+        super().__init__(difficulty, seed, **options)
+        self.checks = int_option(self.name, "checks", options.get("checks", 0), 0, 3)
 
     def make(self, a: int, b: int) -> Problem:
         """The problem ``a + b`` (operands of at most ``difficulty`` digits; columns zero-padded)."""
@@ -52,12 +69,24 @@ class AdditionTask(GeneratedTask):
             steps.append(f"{x}+{y}+{carry}={s}")
             carry = s // 10
         answer = str(a + b)
+        prompt = f"{a}+{b}="
+        if not self.checks:
+            return Problem(prompt=prompt, answer=answer, solution=render_completion(steps, answer),
+                           meta={"a": a, "b": b, "steps": steps})
+        allowed = [f"{a + b}-{b}={a}", f"{a + b}-{a}={b}", f"{a}+{b}={a + b}"][: self.checks]
+        used = min(self.checks, int(stable_unit("addition-checks", prompt) * (self.checks + 1)))
         return Problem(
-            prompt=f"{a}+{b}=",
+            prompt=prompt,
             answer=answer,
-            solution=render_completion(steps, answer),
-            meta={"a": a, "b": b, "steps": steps},
+            solution=render_completion(steps + allowed[:used], answer),
+            meta={"a": a, "b": b, "steps": steps, "checks": allowed},
         )
+
+    def check_steps(self, problem: Problem, steps: list[str]) -> list[bool]:
+        """The column steps against the reference by position, then each further step against the
+        allowed check line at its position (:attr:`checks` of them)."""
+        ref = list(problem.meta.get("steps", [])) + list(problem.meta.get("checks", []))
+        return [i < len(ref) and s == ref[i] for i, s in enumerate(steps)]
 
     def draw(self, rng: random.Random) -> Problem:
         """Two uniform operands of exactly ``difficulty`` digits."""

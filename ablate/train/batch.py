@@ -11,7 +11,7 @@ from ablate.models.logprobs import token_logprobs
 from ablate.models.rollout import PromptCompletionLayout, Rollout, generate_rollouts
 from ablate.tasks import Grade, Problem
 from ablate.train.scoring import score_rollout
-from ablate.train.seeds import seeded_generator
+from ablate.train.seeds import seeded_generator, trial_stream, trial_stream
 from ablate.train.setup import TrialState, autocast, rollout_autocast
 
 
@@ -169,7 +169,7 @@ class CollectStats:
 def _draw_problems(state: TrialState, step: int, round_: int, n_prompts: int) -> tuple[list[Problem], list[int]]:
     """``n_prompts`` problems drawn with replacement from the training pool (``state.pool``), seeded by
     ``(seed, "prompts", step, round_)``; and their indices into ``state.train_pool``."""
-    gen = seeded_generator(torch.device("cpu"), state.config.seed, "prompts", step, round_)
+    gen = seeded_generator(torch.device("cpu"), *trial_stream(state.config), "prompts", step, round_)
     idx = torch.randint(len(state.pool), (n_prompts,), generator=gen).tolist()
     ids = [state.pool[i] for i in idx]
     return [state.train_pool[i] for i in ids], ids
@@ -198,7 +198,7 @@ def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> S
             max_new_tokens=c.rollout.max_new_tokens,
             temperature=c.rollout.temperature,
             top_p=c.rollout.top_p,
-            generator=seeded_generator(state.device, c.seed, "rollout", step, round_),
+            generator=seeded_generator(state.device, *trial_stream(c), "rollout", step, round_),
             compute_old_logp=not state.on_policy,
         )
     grades = [state.task.grade(problems[g], text) for g, text in zip(r.group_ids.tolist(), r.texts)]

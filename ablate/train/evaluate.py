@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ablate.models.evaluate import ProblemRecord, evaluate_with_records
-from ablate.train.seeds import seeded_generator
+from ablate.train.seeds import seeded_generator, trial_stream
 from ablate.train.setup import TrialState, autocast
 
 
@@ -35,7 +35,7 @@ def evaluate_trial(state: TrialState, step: int) -> tuple[dict[str, float], list
             pass_k=c.eval.pass_k,
             temperature=c.rollout.temperature,
             top_p=c.rollout.top_p,
-            generator=seeded_generator(state.device, c.seed, "eval", step),
+            generator=seeded_generator(state.device, *trial_stream(c), "eval", step),
             greedy=c.eval.greedy,
         )
     out = {

@@ -7,7 +7,7 @@ import torch
 from ablate.models.rollout import Rollout
 from ablate.rewards import RewardContext, compute_token_rewards, place_on_last_token, step_mask_from_grades
 from ablate.tasks import Grade
-from ablate.train.seeds import seeded_generator
+from ablate.train.seeds import seeded_generator, trial_stream
 from ablate.train.setup import TrialState, autocast
 
 
@@ -58,7 +58,7 @@ def score_rollout(
         truncated=r.truncated,
         logp=r.old_logp,
         ref_logp=ref_logp,
-        generator=seeded_generator(torch.device("cpu"), c.seed, "reward", step, round_),
+        generator=seeded_generator(torch.device("cpu"), *trial_stream(c), "reward", step, round_),
         extra=prm_scores(state, r, grades),
     )
     comps = {k: (w, dict(o, beta=state.beta) if k == "kl" else o) for k, (w, o) in state.components.items()}

@@ -21,7 +21,7 @@ from ablate.models.precision import use_float32_lm_head
 from ablate.rewards import ComponentSpec, reward_components
 from ablate.rewards.learned_prm import LearnedPRM, learned_prm_for_trial
 from ablate.tasks import TASKS, Problem, Task
-from ablate.train.seeds import derive_seed
+from ablate.train.seeds import derive_seed, trial_stream
 
 
 class Critic(BackboneHead):
@@ -184,7 +184,7 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
     amp_dtype = autocast_dtype(config, device)
     rollout_amp_dtype = rollout_autocast_dtype(config, device)
     measures_mismatch = rollout_amp_dtype != amp_dtype or config.loss.rollout_correction != "none"
-    torch.manual_seed(derive_seed(config.seed, "init"))
+    torch.manual_seed(derive_seed(*trial_stream(config), "init"))
     task = build_task(config)
     train_pool = task.sample("train", config.task.train_size, seed=config.task.data_seed)
     eval_problems = task.sample("eval", config.eval.n_problems, seed=config.task.data_seed)

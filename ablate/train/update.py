@@ -30,7 +30,7 @@ from ablate.rl import (
 )
 from ablate.train.batch import StepBatch
 from ablate.train.guards import check_finite
-from ablate.train.seeds import seeded_generator
+from ablate.train.seeds import seeded_generator, trial_stream
 from ablate.train.setup import TrialState, autocast
 
 #: The loss parts logged as ``loss/<part>`` (sums over a minibatch's micro-batches).
@@ -141,7 +141,7 @@ def minibatches(state: TrialState, n: int, step: int, epoch: int) -> list[torch.
 
     A group may be split across minibatches: the step totals of prompt-mean handle that.
     """
-    perm = torch.randperm(n, generator=seeded_generator(torch.device("cpu"), state.config.seed, "perm", step, epoch))
+    perm = torch.randperm(n, generator=seeded_generator(torch.device("cpu"), *trial_stream(state.config), "perm", step, epoch))
     k = min(state.config.algo.minibatches, n)
     return [chunk.to(state.device) for chunk in torch.tensor_split(perm, k)]
 

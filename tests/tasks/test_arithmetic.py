@@ -123,3 +123,32 @@ def test_chain_samples_respect_the_options():
         TASKS.get("chain")(ops="+^")
     with pytest.raises(AblateError, match=r"max_value must be an integer in \[9, 9999\]"):
         TASKS.get("chain")(max_value=5)
+
+
+def test_addition_checks_make_length_a_free_choice():
+    """checks=2: references carry 0, 1 or 2 verification lines (about a third each, fixed per prompt);
+    the checks are steps judged against the allowed lines, the answer does not depend on them, and
+    checks=0 is the task as before."""
+    from collections import Counter
+
+    from ablate.tasks import TASKS
+
+    task = TASKS.get("addition")(difficulty=2, seed=0, checks=2)
+    plain = TASKS.get("addition")(difficulty=2, seed=0)
+    p = task.make(73, 77)
+    assert p.meta["checks"] == ["150-77=73", "150-73=77"]
+    assert plain.make(73, 77).solution == "<think>3+7+0=10\n7+7+1=15</think><answer>150</answer>"
+    counts = Counter(q.solution.count("\n") - 1 for q in task.sample("train", 600, seed=0))
+    assert set(counts) == {0, 1, 2} and min(counts.values()) > 150
+    assert task.sample("train", 5, seed=3) == task.sample("train", 5, seed=3)
+    base = "<think>3+7+0=10\n7+7+1=15{}</think><answer>150</answer>"
+    for extra, steps_ok in [("", [True, True]), ("\n150-77=73", [True, True, True]),
+                            ("\n150-77=73\n150-73=77", [True] * 4), ("\n150-73=77", [True, True, False]),
+                            ("\n150-77=73\n150-73=77\n73+77=150", [True] * 4 + [False])]:
+        g = task.grade(p, base.format(extra))
+        assert g.answer_correct and g.format_ok and g.num_reference_steps == 2
+        assert [s.correct for s in g.steps] == steps_ok, extra
+    assert not task.grade(p, base.format("\n150-77=73").replace("<answer>150", "<answer>151")).answer_correct
+    for bad in (-1, 4, "2", True):
+        with pytest.raises(AblateError, match="checks"):
+            TASKS.get("addition")(difficulty=2, checks=bad)
