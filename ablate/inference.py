@@ -188,6 +188,28 @@ def seeds_for_power(sd: float, effect: float, *, alpha: float = ALPHA, power: fl
     return math.inf
 
 
+def resolvable_effect(sd: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true mean difference that ``n`` seeds detect with probability ``power`` in a
+    two-sided paired t-test at ``alpha``, when the per-seed differences have standard deviation ``sd``
+    (the minimum detectable effect; ``statsmodels.stats.power.TTestPower.solve_power``), in the units
+    of ``sd``.
+
+    Returns:
+        The effect (>= 0); NaN when sd is unknown or n < 2 (no test); 0 when sd is 0.
+    """
+    if not math.isfinite(sd) or n < 2:
+        return math.nan
+    if sd == 0:
+        return 0.0
+    from statsmodels.stats.power import TTestPower
+
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        es = TTestPower().solve_power(effect_size=None, nobs=int(n), alpha=alpha, power=power,
+                                      alternative="two-sided")
+    return float(es) * float(sd)
+
+
 def paired_eval_variance(x: Sequence[float], y: Sequence[float]) -> float:
     """The sampling variance of an accuracy difference measured on the same problems: ``x`` and ``y``
     are [P] 0/1 outcomes of two policies on the same P problems (paired by problem). With b the

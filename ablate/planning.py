@@ -56,10 +56,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
-from ablate.inference import ALPHA, MAX_SEEDS, MIN_SEEDS, POWER, Contrast, seeds_for_power
+from ablate.inference import ALPHA, MAX_SEEDS, MIN_SEEDS, POWER, Contrast, resolvable_effect, seeds_for_power
 from ablate.states import DONE
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ class ContrastPlan:
         seeds_needed: seeds per arm for the planned power at the planned level (NaN without an SD,
             ``inf`` when no count up to :data:`ablate.inference.MAX_SEEDS` is enough, e.g. an
             observed difference of 0).
+        resolvable: the smallest true difference the pilot's own seed count detects with the planned
+            power at the planned level (:func:`ablate.inference.resolvable_effect`; NaN without an SD).
+        verdict: the report's verdict on the pilot's trials (detected / equivalent / not resolved; ""
+            when the plan was made from contrasts alone).
     """
 
     name: str
@@ -105,6 +110,8 @@ class ContrastPlan:
     estimate: float
     effect: float
     seeds_needed: float
+    resolvable: float = math.nan
+    verdict: str = ""
 
 
 @dataclass(frozen=True)
@@ -162,7 +169,7 @@ def planned_contrasts(contrasts: Sequence[Contrast]) -> tuple[tuple[Contrast, ..
 
 
 def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None, alpha: float = ALPHA,
-               power: float = POWER, family_size: int = 0) -> SeedPlan:
+               power: float = POWER, family_size: int = 0, verdicts: Mapping[str, str] | None = None) -> SeedPlan:
     """The seeds per arm that give each planned contrast ``power`` at the Bonferroni level alpha / m.
 
     Args:
@@ -173,6 +180,7 @@ def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None
         alpha: family-wise error rate; power: the power aimed for.
         family_size: claims in the report's family: the level is alpha / family_size (0: unknown, then
             alpha / the number of contrasts planned for).
+        verdicts: contrast name -> the report's verdict on the pilot (carried into the plan's rows).
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise AblateError(f"alpha ({alpha:g}) and power ({power:g}) must lie strictly between 0 and 1")
@@ -184,7 +192,9 @@ def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None
         sd = c.sd_per_seed if c.n_seeds >= 2 else math.nan
         effect = float(min_effect) if min_effect else abs(c.estimate)
         need = seeds_for_power(sd, effect, alpha=level, power=power) if math.isfinite(sd) else math.nan
-        out.append(ContrastPlan(c.name, c.primary, c.n_seeds, sd, c.estimate, effect, need))
+        mde = resolvable_effect(sd, c.n_seeds, alpha=level, power=power) if math.isfinite(sd) else math.nan
+        out.append(ContrastPlan(c.name, c.primary, c.n_seeds, sd, c.estimate, effect, need, mde,
+                                (verdicts or {}).get(c.name, "")))
     return SeedPlan(tuple(out), declared, FROM_MIN_EFFECT if min_effect else FROM_OBSERVED, min_effect, alpha, m,
                     level, power, family_size)
 
@@ -357,12 +367,13 @@ class Pilot:
     """The finished trials of a study at one budget and their inference (the report's).
 
     Attributes:
-        results: what :func:`ablate.results.load_results` read.
+        results: what :func:`ablate.results.load_results` read (None for a pilot read from a report
+            folder's results.csv, :func:`read_report_pilot`).
         inference: the objective's contrasts and family (:func:`pilot_inference`).
         finished: trials with a result.
     """
 
-    results: Results
+    results: Results | None
     inference: StudyInference
     finished: int
 
@@ -376,6 +387,38 @@ def pilot_inference(study: Study, results: Results) -> StudyInference:
     from ablate.inference import study_inference
 
     return study_inference(study, results)[1]
+
+
+def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
+    """The finished trials of a report folder's ``results.csv`` (one row per trial, with the objective
+    the report computed) as a pilot, with the report's inference on them: plans and checks from a
+    committed report without its MLflow store.
+
+    Raises:
+        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
+    """
+    import pandas as pd
+
+    from ablate.inference import infer
+
+    path = Path(folder) / "results.csv"
+    if not path.is_file():
+        raise AblateError(f"--from {folder}: no results.csv there (a report folder written by `ablate report`)")
+    names = [f.name for f in study.factors]
+    df = pd.read_csv(path, dtype={"key": str, "arm": str, **{n: str for n in names}})
+    lacking = [c for c in ("key", "arm", "seed", "state", "objective", *names) if c not in df.columns]
+    if lacking:
+        raise AblateError(f"{path}: no column {', '.join(lacking)}: it is not a report of study {study.name!r} "
+                          f"(factors {', '.join(names)})")
+    done = df[df["state"] == DONE].copy()
+    if done.empty:
+        raise AblateError(f"{path}: no finished trial to plan from")
+    done["seed"] = done["seed"].astype(int)
+    per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
+    run = infer(per_trial, {n: n for n in names}, {f.name: f.level_names() for f in study.factors},
+                study.baseline_levels, design=study.design_name, mode=study.objective.mode,
+                min_effect=study.min_effect, primary=study.primary)
+    return Pilot(None, run, len(done))
 
 
 def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
@@ -403,6 +446,7 @@ __all__ = [
     "pilot_inference",
     "planned_contrasts",
     "read_pilot",
+    "read_report_pilot",
     "reestimate",
     "seeds_in_design",
     "study_seconds",

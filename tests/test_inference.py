@@ -130,6 +130,20 @@ def test_seeds_for_power_hand_values():
     assert math.isnan(inf.seeds_for_power(NAN, 1.0))
 
 
+def test_resolvable_effect_is_the_effect_at_which_n_seeds_reach_the_power():
+    """The minimum detectable effect inverts the power: at that effect the power (noncentral t, written
+    out above, independently of statsmodels) is 0.8; it scales with the SD and shrinks with n."""
+    for n, alpha in ((4, 0.05), (8, 0.05), (6, 0.05 / 3)):
+        e = inf.resolvable_effect(1.0, n, alpha=alpha)
+        assert abs(_power(e, n, alpha) - 0.8) < 1e-6, (n, alpha)
+    assert inf.resolvable_effect(3.0, 8) == 3.0 * inf.resolvable_effect(1.0, 8)
+    assert inf.resolvable_effect(1.0, 16) < inf.resolvable_effect(1.0, 8)
+    assert 1.1 < inf.resolvable_effect(1.0, 8) < 1.2  # d ~ 1.15 at 8 seeds (7 df), alpha 0.05
+    assert inf.seeds_for_power(1.0, inf.resolvable_effect(1.0, 10) + 1e-9) == 10
+    assert inf.resolvable_effect(0.0, 5) == 0.0
+    assert math.isnan(inf.resolvable_effect(NAN, 5)) and math.isnan(inf.resolvable_effect(1.0, 1))
+
+
 # -------------------------------------------------------------------------------------- contrasts
 
 

@@ -308,9 +308,9 @@ def test_plan_end_to_end_on_the_finished_trials(ran, capsys):
     assert lines[3] == "effect: the study's min_effect, 0.01 tokens"
     assert lines[4].startswith("test: two-sided paired t-test at alpha 0.05 / 1 = 0.05 per contrast")
     assert lines[6].split() == ["contrast", "pilot", "seeds", "SD", "per", "seed", "difference", "effect", "seeds",
-                                "needed"]
+                                "needed", "resolves", "at", "n", "verdict", "at", "n"]
     row = lines[7].split()
-    assert row[:5] == ["temp:", "0.5", "vs", "1.0", "5"] and row[-3:-1] == ["0.01", "tokens"]
+    assert row[:5] == ["temp:", "0.5", "vs", "1.0", "5"] and row[9:11] == ["0.01", "tokens"]
 
     # a min_effect about the SD asks for a finite count: the recommendation line
     pilot = planning.read_pilot(Plan.of(load_study(path).with_seeds(range(5)), "default"), uri)
@@ -361,3 +361,27 @@ def test_plan_bad_input_exits_2_and_writes_nothing(ran, tmp_path, monkeypatch, c
 def main_err(argv: list[str], capsys) -> str:
     assert main(argv) == 2
     return capsys.readouterr().err
+
+
+def test_plan_from_a_report_folder_states_the_verdict_and_the_effect_its_seeds_resolve(tmp_path, capsys):
+    """`ablate plan --from DIR` reads a report's results.csv (no MLflow): per planned contrast the
+    report's verdict and the minimum detectable effect at the pilot's seeds, by hand."""
+    path = write_study(tmp_path, "fromcsv", seeds=4, min_effect=2.0, primary=["temp"])
+    base, diffs = [10.0, 11.0, 12.0, 13.0], [1.0, 1.2, 0.8, 1.0]
+    rows = [{"key": f"k{a}{s}", "arm": f"temp={t}", "seed": s, "temp": t, "state": "done", "objective": v}
+            for a, (t, values) in enumerate([("1.0", base), ("0.5", [b + d for b, d in zip(base, diffs)])])
+            for s, v in enumerate(values)]
+    folder = tmp_path / "report"
+    folder.mkdir()
+    pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
+    assert main(["plan", str(path), "--from", str(folder)]) == 0
+    out = capsys.readouterr().out
+    sd = float(np.std(diffs, ddof=1))
+    mde = inference.resolvable_effect(sd, 4, alpha=0.05)
+    row = next(line for line in out.splitlines() if line.strip().startswith("temp: 0.5 vs 1.0"))
+    assert row.split()[4:] == ["4", f"{sd:.3g}", "tokens", "+1", "tokens", "2", "tokens", "2",
+                               f"{mde:.3g}", "tokens", "detected"], row
+    assert "resolved: every planned contrast (1) is detected or equivalent at the pilot's seeds" in out
+    assert "planned from the 8 finished trials" in out
+    assert main(["plan", str(path), "--from", str(tmp_path / "nothing")]) == 2
+    assert "no results.csv there" in capsys.readouterr().err

@@ -222,7 +222,7 @@ def report(study, tmp_path_factory):
     res = synthetic(study, np.random.default_rng(42))
     res.study = '<script>alert("name")</script>'  # a name no study file allows: the renderer must still escape it
     out = tmp_path_factory.mktemp("report")
-    index = write_report(Plan.of(study, res.budget), res, out, fit_boot=20)
+    index = write_report(Plan.of(study, res.budget), res, out, fit_boot=20, formats=("png", "svg"))
     return index
 
 

@@ -280,7 +280,12 @@ def test_report_command(store, capsys):
     tmp, uri = store["tmp"], store["uri"]
     assert main(["report", str(tmp / "res.yaml"), "--tracking-uri", uri, "--out", str(tmp / "a"), "--no-log"]) == 0
     assert f"report: {tmp / 'a' / 'index.html'}" in capsys.readouterr().out
-    assert (tmp / "a" / "index.html").exists() and (tmp / "a" / "learning_curves.svg").exists()
+    assert (tmp / "a" / "index.html").exists() and (tmp / "a" / "learning_curves.png").exists()
+    assert not (tmp / "a" / "learning_curves.svg").exists()  # PNG only, unless --svg
+    assert main(["report", str(tmp / "res.yaml"), "--tracking-uri", uri, "--out", str(tmp / "b"), "--no-log",
+                 "--svg"]) == 0
+    assert (tmp / "b" / "learning_curves.svg").read_text().lstrip().startswith("<?xml")
+    capsys.readouterr()
     assert main(["report", "nosuch", "--tracking-uri", uri]) == 2
     err = capsys.readouterr().err
     assert "cannot find the study 'nosuch'" in err and "no study 'nosuch' with budget 'default' in MLflow" in err

@@ -31,9 +31,16 @@ A pilot at a shorter budget (--pilot smoke) is quick, but its SD is that budget'
 measurement. A study with seeds: {min: a, max: b} re-estimates its seeds itself while `ablate run`
 runs (from the SD only; see ablate/planning.py).
 
+Each row also says what the pilot's own seeds resolve: the report's verdict on them (detected,
+equivalent, not resolved) and the smallest true difference that the pilot's seed count detects with
+--power at that level ("resolves at n"), so a finished study says whether it answered its question and,
+if not, what effect its seeds could have found. --from reports/<study> reads the trials of a committed
+report (its results.csv) instead of MLflow.
+
   ablate run studies/x.yaml --budget default        # a pilot: the study file's seeds (3 or 4)
   ablate plan studies/x.yaml                        # seeds for the default budget from that pilot
   ablate plan studies/x.yaml --budget full --pilot default --power 0.9
+  ablate plan studies/x.yaml --from reports/x       # from a committed report, no MLflow needed
 
 Exit code: 0 with a plan (or the advice to run more pilot seeds first), 2 on bad input (unknown budget,
 no finished pilot trials).
@@ -51,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="probability of detecting min_effect, per contrast (default: 0.8)")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="family-wise error rate over the planned contrasts (default: 0.05)")
+    parser.add_argument("--from", dest="from_dir", metavar="DIR",
+                        help="read the pilot from a report folder's results.csv (e.g. reports/<study>) instead of MLflow")
 
 
 def _no_pilot(study: Study, pilot: str, where: str) -> str:
@@ -116,9 +125,10 @@ def _header(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: Se
 
 def _contrast_table(plan: SeedPlan, u: _Units) -> list[str]:
     """One line per planned contrast: pilot seeds, SD per seed, difference, effect, seeds needed."""
-    header = ["contrast", "pilot seeds", "SD per seed", "difference", "effect", "seeds needed"]
+    header = ["contrast", "pilot seeds", "SD per seed", "difference", "effect", "seeds needed", "resolves at n",
+              "verdict at n"]
     rows = [[c.name, str(c.pilot_seeds), u.val(c.sd), u.val(c.estimate, signed=True), u.val(c.effect),
-             _seeds_text(c.seeds_needed)] for c in plan.contrasts]
+             _seeds_text(c.seeds_needed), u.val(c.resolvable), c.verdict or "-"] for c in plan.contrasts]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     return ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in
                              enumerate(zip(r, widths))).rstrip() for r in [header, *rows]]
@@ -181,11 +191,30 @@ def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> 
     return out
 
 
+def _resolution(plan: SeedPlan, u: _Units) -> list[str]:
+    """Whether the pilot's seeds answered the planned contrasts, and what effect they can resolve."""
+    from ablate.inference import NOT_RESOLVED
+
+    rated = [c for c in plan.contrasts if c.verdict]
+    if not rated:
+        return []
+    open_ = [c for c in rated if c.verdict == NOT_RESOLVED]
+    if not open_:
+        return [f"resolved: every planned contrast ({len(rated)}) is detected or equivalent at the pilot's seeds", ""]
+    parts = [f"{c.name}: {u.val(c.resolvable)} at {c.pilot_seeds} seeds" for c in open_ if math.isfinite(c.resolvable)]
+    line = f"resolved: {len(rated) - len(open_)} of {len(rated)} planned contrasts"
+    if parts:
+        line += (f"; the others can resolve (power {plan.power:g}, alpha {plan.alpha:g} / {plan.m}) true differences of "
+                 + "; ".join(parts))
+    return [line, ""]
+
+
 def render(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: SeedPlan) -> str:
     """The text ``ablate plan`` prints (``pilot``: :class:`ablate.planning.Pilot`, ``plan``:
     :class:`ablate.planning.SeedPlan`)."""
     u = _Units(study)
-    out = [*_header(study, budget, pilot_budget, pilot, plan, u), "", *_contrast_table(plan, u), ""]
+    out = [*_header(study, budget, pilot_budget, pilot, plan, u), "", *_contrast_table(plan, u), "",
+           *_resolution(plan, u)]
     closing = _unresolvable(study, pilot_budget, plan, u)
     out += closing if closing is not None else _recommendation(study, budget, pilot, plan)
     return "\n".join(out)
@@ -195,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     """Read the pilot, plan the seeds, print the table and the recommendation; writes nothing."""
     from ablate.errors import AblateError
     from ablate.plan import Plan
-    from ablate.planning import plan_seeds, read_pilot
+    from ablate.planning import plan_seeds, read_pilot, read_report_pilot
     from ablate.registry import nearest
     from ablate.study import load_study
     from ablate.tracking import missing_local_store, resolve_tracking_uri
@@ -212,17 +241,21 @@ def run(args: argparse.Namespace) -> int:
                 for name, value in (("power", args.power), ("alpha", args.alpha)) if not 0 < value < 1]
     if problems:
         raise AblateError("; ".join(problems))
-    uri = resolve_tracking_uri(args.tracking_uri)
-    missing = missing_local_store(uri)
-    if missing is not None:
-        raise AblateError(_no_pilot(study, pilot_budget, f"there is no MLflow store at {missing}"))
-    # an adaptive study may have run more seeds than its min: every seed up to its max is looked for
-    pilot_study = study.with_seeds(range(study.seed_range.max)) if study.seed_range is not None else study
-    pilot = read_pilot(Plan.of(pilot_study, pilot_budget), uri)
-    if pilot.finished == 0:
-        raise AblateError(_no_pilot(study, pilot_budget, f"MLflow {uri}"))
+    if args.from_dir:
+        pilot = read_report_pilot(study, args.from_dir)
+    else:
+        uri = resolve_tracking_uri(args.tracking_uri)
+        missing = missing_local_store(uri)
+        if missing is not None:
+            raise AblateError(_no_pilot(study, pilot_budget, f"there is no MLflow store at {missing}"))
+        # an adaptive study may have run more seeds than its min: every seed up to its max is looked for
+        pilot_study = study.with_seeds(range(study.seed_range.max)) if study.seed_range is not None else study
+        pilot = read_pilot(Plan.of(pilot_study, pilot_budget), uri)
+        if pilot.finished == 0:
+            raise AblateError(_no_pilot(study, pilot_budget, f"MLflow {uri}"))
+    verdicts = {c.name: c.verdict for c in pilot.inference.family.claims if c.contrast is not None}
     plan = plan_seeds(pilot.inference.contrasts, min_effect=study.min_effect, alpha=args.alpha, power=args.power,
-                      family_size=len(pilot.inference.family.claims))
+                      family_size=len(pilot.inference.family.claims), verdicts=verdicts)
     if not plan.contrasts:
         raise AblateError(f"{study.path}: the {pilot.finished} finished trials of budget {pilot_budget!r} give no "
                           f"contrast (no seed has both a level and its baseline, or {study.objective.metric} was never "

@@ -14,8 +14,10 @@ HELP = "write a study's report: findings with CIs, seaborn figures, index.html a
 DESCRIPTION = """\
 Read a study's trials from MLflow and write its report into reports/<study>/ (or --out DIR):
 index.html (one self-contained page that opens offline), README.md (the same findings in Markdown),
-results.csv (one row per trial), tidy.csv.gz (every trial x step x metric) and every figure as PNG and
-SVG. The report is also logged as artifacts (report/) of the study's parent MLflow run.
+results.csv (one row per trial), tidy.csv.gz (every trial x step x metric) and every figure as PNG
+(--svg adds SVG copies). The report is also logged as artifacts (report/) of the study's parent MLflow
+run. A committed report (reports/ in git) keeps only index.html, README.md, results.csv and the PNGs
+(.gitignore): the rest lives in MLflow.
 
 The study is a study file, or a study's name: studies/NAME.yaml, else the study file stored with the
 study's parent run in MLflow. A study that is still running or partly failed gives a report of what has
@@ -27,6 +29,10 @@ finished, with the missing trials listed. `ablate run` writes the report itself 
 """
 
 
+def _formats(args: argparse.Namespace) -> tuple[str, ...]:
+    return ("png", "svg") if getattr(args, "svg", False) else ("png",)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("study", metavar="FILE|NAME", help="study file (YAML) or study name")
     parser.add_argument("--budget", default="default", help="budget whose trials to report (default: default)")
@@ -34,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", metavar="URI",
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to the study's MLflow run")
+    parser.add_argument("--svg", action="store_true", help="also write every figure as SVG")
     parser.add_argument("--from", dest="from_folder", metavar="DIR",
                         help="analyse again the results saved in a report folder (results.csv, tidy.csv.gz) "
                              "instead of reading MLflow: today's statistics on trials that are not rerun; the report "
@@ -117,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
 
         _check_store(args.study, args.tracking_uri)
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
-        index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out)
+        index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out,
+                             formats=_formats(args))
         if not args.no_log:
             upload_report(study.name, args.budget, args.tracking_uri, index.parent)
     print(f"report: {index}")
@@ -142,7 +150,7 @@ def rerender(args: argparse.Namespace) -> int:
     commit = commit_text(code_version())
     command = "ablate report " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else f"ablate report {args.study}"
     results.parent["ablate.rendered_by"] = command + (f" · at commit: {commit}" if commit else "")
-    index = write_report(Plan.of(study, results.budget), results, args.out or args.from_folder)
+    index = write_report(Plan.of(study, results.budget), results, args.out or args.from_folder, formats=_formats(args))
     print(f"report: {index}")
     print(f"markdown: {index.parent / 'README.md'}")
     return 0

@@ -14,7 +14,7 @@ writes into ``out_dir``:
     tidy.csv.gz                the full tidy table (trial x step x metric), gzip-compressed
     problems.csv.gz            per-problem evaluation records, when the trials logged them
     samples.json               the sample completions shown, per trial key
-    <figure>.png, <figure>.svg every figure
+    <figure>.png               every figure (and <figure>.svg with ``formats`` / ``ablate report --svg``)
 
 :func:`build_report` reads the results from MLflow first; uploading the report to the study's
 parent run is the caller's job (:func:`ablate.tracking.log_report`).
@@ -237,7 +237,7 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
 
 
 def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot: int = 200,
-                 formats: Sequence[str] = ("png", "svg"), seed: int = 0) -> Path:
+                 formats: Sequence[str] = ("png",), seed: int = 0) -> Path:
     """Compute the statistics, phrase the findings, draw the figures and write the report files
     into ``out_dir`` (created; figures of an earlier report there are removed).
 
@@ -246,7 +246,8 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
             from the results' parent-run tags: :meth:`ablate.plan.Plan.recorded`).
         out_dir: the report folder.
         fit_boot, seed: bootstrap refits of the compute-efficiency fits, and their generator's seed.
-        formats: figure file formats (``png`` is required: the pages show it).
+        formats: figure file formats (``png`` is required: the pages show it; add ``svg`` for vector
+            copies).
 
     Returns:
         The path of ``index.html``.

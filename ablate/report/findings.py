@@ -199,6 +199,28 @@ def scope_sentences(stats: ReportStatistics) -> list[str]:
     return out
 
 
+def resolvable_text(claims: Sequence[inference.Claim], family: inference.Family, scale: Scale) -> str:
+    """What the study's seeds can resolve, for the unresolved ``claims``: the smallest true difference
+    each would detect with 80% power at its seed count (paired t at the family's Bonferroni level, from
+    its observed SD per seed: :func:`ablate.inference.resolvable_effect`); "" when none has an SD."""
+    unit = f" {scale.unit}" if scale.unit else ""
+    alpha = family.alpha / max(family.size, 1)
+    parts = []
+    for claim in claims:
+        c = claim.contrast
+        if c is None or c.n_seeds < 2:
+            continue
+        e = inference.resolvable_effect(c.sd_per_seed, c.n_seeds, alpha=alpha)
+        if math.isfinite(e):
+            parts.append(f"{claim.name}: {num(e * scale.factor)}{unit} at {seeds_text(c.n_seeds)} "
+                         f"(SD per seed {num(c.sd_per_seed * scale.factor)}{unit})")
+    if not parts:
+        return ""
+    return ("What these seeds can resolve: the smallest true difference detected with 80% power (paired t-test "
+            f"at alpha {num(family.alpha)} / {max(family.size, 1)}, from the observed SD of the per-seed "
+            "differences) is " + "; ".join(parts) + ".")
+
+
 def resolution_sentences(stats: ReportStatistics) -> list[str]:
     """Whether the study answered its question, and what would."""
     fam = stats.inference.family
@@ -217,6 +239,11 @@ def resolution_sentences(stats: ReportStatistics) -> list[str]:
                        f"contrast is detected or equivalent{more}.")
         elif unresolved:
             out.append(f"{len(prim) - len(unresolved)} of {len(prim)} primary contrasts are resolved.")
+        else:
+            out.append(f"Every primary contrast is resolved (detected or equivalent) at {seeds_text(fam.n_seeds)}.")
+        mde = resolvable_text(unresolved, fam, stats.scale)
+        if mde:
+            out.append(mde)
     if not stats.min_effect:
         out.append("The study declares no min_effect: equivalence cannot be claimed, and the seeds needed are "
                    "computed for the observed differences.")

@@ -55,7 +55,9 @@ def load_report_folder(study: Study, folder: str | Path) -> Results:
     missing = [n for n in ("results.csv", "tidy.csv.gz") if not (path / n).is_file()]
     if missing:
         raise AblateError(f"{path}: not a report folder with results (missing {', '.join(missing)}); pass a folder "
-                          "that `ablate run` or `ablate report` wrote, e.g. reports/<study>")
+                          "that `ablate run` or `ablate report` wrote, e.g. reports/<study>. A committed report "
+                          "carries results.csv but not tidy.csv.gz (every step of every metric): that file is in "
+                          "the study's MLflow parent run (artifacts report/), or `ablate report` rewrites it from MLflow")
     factors = [f.name for f in study.factors]
     columns = {f: level_column(f) for f in factors}
     trials = pd.read_csv(path / "results.csv", dtype={"key": str, "arm": str, "run_id": str})

@@ -11,7 +11,7 @@ from ablate.models.logprobs import token_logprobs
 from ablate.models.rollout import PromptCompletionLayout, Rollout, generate_rollouts
 from ablate.tasks import Grade, Problem
 from ablate.train.scoring import score_rollout
-from ablate.train.seeds import seeded_generator, trial_stream, trial_stream
+from ablate.train.seeds import seeded_generator, trial_stream
 from ablate.train.setup import TrialState, autocast, rollout_autocast
 
 

@@ -7,7 +7,6 @@ the config's ``stream`` is not 0 (an A/A control: the same trial in distribution
 from __future__ import annotations
 
 import hashlib
-
 from typing import TYPE_CHECKING
 
 import torch
