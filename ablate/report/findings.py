@@ -204,7 +204,8 @@ def resolvable_text(claims: Sequence[inference.Claim], family: inference.Family,
     each would detect with 80% power at its seed count (paired t at the family's Bonferroni level, from
     its observed SD per seed: :func:`ablate.inference.resolvable_effect`); "" when none has an SD."""
     unit = f" {scale.unit}" if scale.unit else ""
-    alpha = family.alpha / max(family.size, 1)
+    m = max(family.size or len(family.claims), 1)  # as ablate plan: untested claims (below 3 seeds) still count
+    alpha = family.alpha / m
     parts = []
     for claim in claims:
         c = claim.contrast
@@ -217,7 +218,7 @@ def resolvable_text(claims: Sequence[inference.Claim], family: inference.Family,
     if not parts:
         return ""
     return ("What these seeds can resolve: the smallest true difference detected with 80% power (paired t-test "
-            f"at alpha {num(family.alpha)} / {max(family.size, 1)}, from the observed SD of the per-seed "
+            f"at alpha {num(family.alpha)} / {m}, from the observed SD of the per-seed "
             "differences) is " + "; ".join(parts) + ".")
 
 
