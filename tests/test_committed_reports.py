@@ -58,3 +58,19 @@ def test_report_matches_its_study_file(report):
     if analysed:  # analysed again by a later commit's statistics (ablate report --from): from a clean tree
         assert analysed["dirty"] == "", f"{report.name} was analysed from a working tree with uncommitted changes"
         assert shlex.split(analysed["command"])[:2] == ["ablate", "report"]
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=[p.name for p in REPORTS])
+def test_plan_on_the_committed_results_says_what_the_primary_contrasts_resolve(report, capsys):
+    """`ablate plan --from reports/<study>` (results.csv alone, no MLflow) says for the primary contrasts
+    either that they are resolved, or the effect size the study's seeds can resolve."""
+    from ablate.cli import main
+
+    argv, _, _ = provenance(report)
+    study_file = ROOT / argv[2]
+    assert main(["plan", str(study_file), "--from", str(report)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("resolved: ")]
+    assert ("every planned contrast" in line and "is detected or equivalent" in line) or re.search(
+        r"the others can resolve \(power 0\.8, alpha 0\.05 / \d+\) true differences of .+: [0-9.]+ points at \d+ seeds",
+        line), line
