@@ -14,7 +14,8 @@ per trial (arm x seed) and every comparison is paired by seed. What is computed,
   squares computed by model comparison (each term against the model of every term that does not
   contain it), with degrees of freedom from matrix ranks, so it stays right with empty cells,
   excluded combinations and aliasing (``statsmodels``' own ``anova_lm(typ=2)`` assumes a full-rank
-  design: on the committed reward_granularity table it reports the reward factor with F = 868).
+  design: on an earlier 12-arm reward_granularity table with excluded cells it reported the reward
+  factor with F = 868, where the model comparison gives 49.1).
   Every level-vs-baseline contrast of a factorial study is a linear combination of the fitted model
   (``fit.t_test``): the mean over the *matched cells* (combinations of the other factors at which
   both levels ran) of the predicted difference, i.e. an estimated marginal mean difference, with the
