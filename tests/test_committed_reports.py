@@ -5,6 +5,7 @@ test says to run the study again. Each report names the command and the commit t
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from pathlib import Path
@@ -41,7 +42,9 @@ def test_report_matches_its_study_file(report):
     budget = argv[argv.index("--budget") + 1] if "--budget" in argv else "default"
     study = load_study(study_file)  # still validates
     assert study.name == report.name
-    expected = {s.key: s for s in Plan.of(study, budget).specs}
+    tuned = report / "tuned.json"  # a study with tune: ran each arm at its tuned values (in its keys)
+    plan = Plan.of(study, budget, tuned=json.loads(tuned.read_text()) if tuned.is_file() else None)
+    expected = {s.key: s for s in plan.specs}
     results = pd.read_csv(report / "results.csv", dtype={"key": str})
     assert set(results["key"]) == set(expected), (
         f"reports/{report.name} holds other trials than {argv[2]} defines at budget {budget} today: "

@@ -3,6 +3,7 @@ study store's storage, main trials at each arm's best values, resumption without
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -86,6 +87,16 @@ def test_run_tunes_each_arm_then_runs_main_trials_at_its_best_values_and_resumes
     assert done == {s.key for s in specs} and len(done) == 2
     for s in specs:
         assert s.config.optim.lr == best[s.arm]["optim.lr"] != TrialConfig().optim.lr
+    # the report says each arm's tuned values and keeps them (tuned.json), so that a report folder alone
+    # rebuilds the plan that ran (ablate report --from, tests/test_committed_reports.py)
+    folder = workdir / "reports" / "tuned"
+    assert json.loads((folder / "tuned.json").read_text()) == best
+    text = (folder / "README.md").read_text()
+    assert "each arm ran at its own tuned values (tune:, in tuned.json): sequence: optim.lr=" in text
+    from ablate.report.folder import load_report_folder
+
+    again = load_report_folder(study, folder)
+    assert Plan.of(study, "default").recorded(again.parent).keys == plan.keys
     # the results (and so the report) read the tuned trials: the plan that ran is rebuilt from the
     # parent run's tags, so no trial shows as pending although every one ran
     res = load_results(Plan.of(study, "default"))

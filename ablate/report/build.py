@@ -34,6 +34,7 @@ from ablate import analysis
 from ablate.paths import report_dir
 from ablate.report import figures as figs
 from ablate.report.findings import Findings, num, phrase
+from ablate.report.folder import TUNED_FILE
 from ablate.report.html import render_html
 from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table
@@ -254,7 +255,8 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     """
     if "png" not in formats:
         raise ValueError(f"formats must include 'png' (the pages embed it), got {list(formats)}")
-    study = plan.recorded(results.parent).study  # an adaptive study's added seeds are in its design
+    ran = plan.recorded(results.parent)  # the plan that ran: an adaptive study's seeds, each arm's tuned values
+    study = ran.study
     stats = compute_statistics(study, results, fit_boot=fit_boot, seed=seed)
     findings = phrase(stats)  # both before anything in out_dir is touched: a failure leaves the old report whole
     out = Path(out_dir)
@@ -266,6 +268,14 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     trial_summary(results, stats.per_trial).to_csv(out / "results.csv", index=False)
     results.table.to_csv(out / "tidy.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
     files = ["results.csv", "tidy.csv.gz"]
+    tuned_notes: list[str] = []
+    if ran.tuned:
+        (out / TUNED_FILE).write_text(json.dumps(ran.tuned, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        files.append(TUNED_FILE)
+        tuned_notes.append("each arm ran at its own tuned values (tune:, in tuned.json): " + "; ".join(
+            f"{stats.labels.get(arm, arm)}: " + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                                          for k, v in sorted(values.items()))
+            for arm, values in ran.tuned.items()))
     problems = results.problems
     if not problems.empty:
         problems.to_csv(out / "problems.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
@@ -274,7 +284,7 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
         (out / "samples.json").write_text(json.dumps(results.samples, indent=1, default=str), encoding="utf-8")
         files.append("samples.json")
     files += [p.name for f in figures for p in f.files.values()]
-    page = build_page(study, results, stats, findings, figures, figure_notes, files)
+    page = build_page(study, results, stats, findings, figures, [*tuned_notes, *figure_notes], files)
     (out / "README.md").write_text(render_markdown(page), encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_html(page), encoding="utf-8")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ablate.errors import AblateError
+from ablate.plan import TAG_TUNED
 from ablate.results import Results, level_column
 
 if TYPE_CHECKING:
@@ -27,6 +28,10 @@ if TYPE_CHECKING:
 PRODUCED = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{7,40})(?P<dirty>[^`]*)`",
                       re.M)
 VERSION_LINE = re.compile(r"^- (?P<name>[^:]+): (?P<value>.+)$")
+
+
+#: The tuned values of a study with ``tune:`` in its report folder (JSON: arm -> {dotted path: value}).
+TUNED_FILE = "tuned.json"
 
 
 def _parent_tags(readme: str) -> dict[str, str]:
@@ -78,8 +83,11 @@ def load_report_folder(study: Study, folder: str | Path) -> Results:
     samples = {}
     if (path / "samples.json").is_file():
         samples = json.loads((path / "samples.json").read_text(encoding="utf-8"))
+    parent = _parent_tags(readme)
+    if (path / TUNED_FILE).is_file():  # a study with tune: ran each arm at these values
+        parent[TAG_TUNED] = (path / TUNED_FILE).read_text(encoding="utf-8")
     results = Results(study=study.name, budget=budget, factors=factors, columns=columns, table=table, trials=trials,
-                      samples=samples, parent=_parent_tags(readme),
+                      samples=samples, parent=parent,
                       notes=[f"analysed again from the results saved in {path.as_posix()} (the trials were not rerun)"])
     if (path / "problems.csv.gz").is_file():
         results.problems = pd.read_csv(path / "problems.csv.gz", dtype={"key": str, "arm": str})
