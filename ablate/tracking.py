@@ -257,8 +257,9 @@ def code_version() -> dict[str, str]:
         if commit.returncode == 0 and commit.stdout.strip():
             tags[MLFLOW_GIT_COMMIT] = commit.stdout.strip()
             tags["ablate.git_commit"] = commit.stdout.strip()
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                   capture_output=True, text=True, timeout=10)
+            # what ablate itself writes (reports/) is output, not a change of the code that runs
+            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                    ".", ":(exclude)reports"], capture_output=True, text=True, timeout=10)
             tags["ablate.git_dirty"] = "true" if dirty.stdout.strip() else "false"
     except (OSError, subprocess.SubprocessError):
         pass
