@@ -211,6 +211,17 @@ def resolvable_effect(sd: float, n: int, *, alpha: float = ALPHA, power: float =
     return float(es) * float(sd)
 
 
+def contrast_resolvable_effect(contrast: Contrast, *, alpha: float = ALPHA, power: float = POWER) -> float:
+    """The smallest true difference ``contrast``'s own test detects with probability ``power`` at
+    ``alpha``: a t-test with the contrast's standard error and degrees of freedom (``n - 1`` for a
+    paired contrast, the model's residual df for a model contrast), i.e. :func:`resolvable_effect` at
+    ``nobs = df + 1`` with ``sd = se * sqrt(nobs)``. NaN when the contrast has no interval."""
+    if not (math.isfinite(contrast.se) and math.isfinite(contrast.df)) or contrast.df < 1:
+        return math.nan
+    nobs = int(round(contrast.df)) + 1
+    return resolvable_effect(contrast.se * math.sqrt(nobs), nobs, alpha=alpha, power=power)
+
+
 def paired_eval_variance(x: Sequence[float], y: Sequence[float]) -> float:
     """The sampling variance of an accuracy difference measured on the same problems: ``x`` and ``y``
     are [P] 0/1 outcomes of two policies on the same P problems (paired by problem). With b the

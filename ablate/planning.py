@@ -60,7 +60,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
-from ablate.inference import ALPHA, MAX_SEEDS, MIN_SEEDS, POWER, Contrast, resolvable_effect, seeds_for_power
+from ablate.inference import (
+    ALPHA,
+    MAX_SEEDS,
+    MIN_SEEDS,
+    POWER,
+    Contrast,
+    contrast_resolvable_effect,
+    seeds_for_power,
+)
 from ablate.states import DONE
 
 if TYPE_CHECKING:
@@ -97,8 +105,9 @@ class ContrastPlan:
         seeds_needed: seeds per arm for the planned power at the planned level (NaN without an SD,
             ``inf`` when no count up to :data:`ablate.inference.MAX_SEEDS` is enough, e.g. an
             observed difference of 0).
-        resolvable: the smallest true difference the pilot's own seed count detects with the planned
-            power at the planned level (:func:`ablate.inference.resolvable_effect`; NaN without an SD).
+        resolvable: the smallest true difference the pilot's own design detects with the planned power
+            at the planned level (:func:`ablate.inference.contrast_resolvable_effect`: the contrast's
+            standard error and df; NaN without an SD).
         verdict: the report's verdict on the pilot's trials (detected / equivalent / not resolved; ""
             when the plan was made from contrasts alone).
     """
@@ -192,7 +201,7 @@ def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None
         sd = c.sd_per_seed if c.n_seeds >= 2 else math.nan
         effect = float(min_effect) if min_effect else abs(c.estimate)
         need = seeds_for_power(sd, effect, alpha=level, power=power) if math.isfinite(sd) else math.nan
-        mde = resolvable_effect(sd, c.n_seeds, alpha=level, power=power) if math.isfinite(sd) else math.nan
+        mde = contrast_resolvable_effect(c, alpha=level, power=power) if math.isfinite(sd) else math.nan
         out.append(ContrastPlan(c.name, c.primary, c.n_seeds, sd, c.estimate, effect, need, mde,
                                 (verdicts or {}).get(c.name, "")))
     return SeedPlan(tuple(out), declared, FROM_MIN_EFFECT if min_effect else FROM_OBSERVED, min_effect, alpha, m,

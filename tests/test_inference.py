@@ -141,6 +141,14 @@ def test_resolvable_effect_is_the_effect_at_which_n_seeds_reach_the_power():
     assert 1.1 < inf.resolvable_effect(1.0, 8) < 1.2  # d ~ 1.15 at 8 seeds (7 df), alpha 0.05
     assert inf.seeds_for_power(1.0, inf.resolvable_effect(1.0, 10) + 1e-9) == 10
     assert inf.resolvable_effect(0.0, 5) == 0.0
+    # a contrast's own test: a paired contrast (df = n - 1) gives the same as its SD per seed at n seeds;
+    # a model contrast with more residual df resolves a smaller effect at the same standard error
+    paired = inf.paired_contrast([0.5, 0.6, 0.55, 0.7], [0.5, 0.52, 0.5, 0.6], [0, 1, 2, 3], factor="f", level="b",
+                                 baseline="a")
+    assert inf.contrast_resolvable_effect(paired) == pytest.approx(inf.resolvable_effect(paired.sd_per_seed, 4))
+    model_like = replace(paired, df=15.0)
+    assert inf.contrast_resolvable_effect(model_like) < inf.contrast_resolvable_effect(paired)
+    assert abs(_power(inf.contrast_resolvable_effect(model_like) / (paired.se * 4), 16, 0.05) - 0.8) < 1e-6
     assert math.isnan(inf.resolvable_effect(NAN, 5)) and math.isnan(inf.resolvable_effect(1.0, 1))
 
 

@@ -211,15 +211,15 @@ def resolvable_text(claims: Sequence[inference.Claim], family: inference.Family,
         c = claim.contrast
         if c is None or c.n_seeds < 2:
             continue
-        e = inference.resolvable_effect(c.sd_per_seed, c.n_seeds, alpha=alpha)
+        e = inference.contrast_resolvable_effect(c, alpha=alpha)
         if math.isfinite(e):
             parts.append(f"{claim.name}: {num(e * scale.factor)}{unit} at {seeds_text(c.n_seeds)} "
-                         f"(SD per seed {num(c.sd_per_seed * scale.factor)}{unit})")
+                         f"({int(c.df)} df; SD per seed {num(c.sd_per_seed * scale.factor)}{unit})")
     if not parts:
         return ""
-    return ("What these seeds can resolve: the smallest true difference detected with 80% power (paired t-test "
-            f"at alpha {num(family.alpha)} / {m}, from the observed SD of the per-seed "
-            "differences) is " + "; ".join(parts) + ".")
+    return ("What these seeds can resolve: the smallest true difference detected with 80% power (the claim's own "
+            f"t-test, at alpha {num(family.alpha)} / {m}, from its observed standard error and df) is "
+            + "; ".join(parts) + ".")
 
 
 def resolution_sentences(stats: ReportStatistics) -> list[str]:
