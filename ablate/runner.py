@@ -109,7 +109,9 @@ def tune_study(study: Study, settings: RunSettings, tracker: Tracker,
     :mod:`ablate.tuner`); arm -> best values. None for a study without ``tune:``."""
     if study.tune is None:
         return None
-    from ablate.tuner import Tuner, tuning_seeds
+    from ablate.tuner import Tuner, tuning_for_budget, tuning_seeds
+
+    study = tuning_for_budget(study, settings.budget)  # --budget smoke: one trial per arm at smoke
 
     train, parent = tuning_trainer(study, settings, tracker)
     print(f"study {study.name}: tuning {', '.join(p.path for p in study.tune.params)} per arm "

@@ -49,9 +49,27 @@ TUNE_SEED_OFFSET = 1000
 SAMPLER_SEED = 0
 
 
-def tuning_study_name(study_name: str, arm: str) -> str:
-    """The Optuna study that tunes ``arm``: ``<study>/tune/<arm>``."""
-    return f"{study_name}/tune/{arm}"
+def tuning_study_name(study_name: str, arm: str, label: str = "") -> str:
+    """The Optuna study that tunes ``arm``: ``<study>/tune/<arm>`` (``<study>/tune<label>/<arm>`` for
+    a labelled tuning, see :func:`tuning_for_budget`)."""
+    return f"{study_name}/tune{label}/{arm}"
+
+
+#: The budget at which tuning is only a plumbing check (see :func:`tuning_for_budget`).
+SMOKE_BUDGET = "smoke"
+
+
+def tuning_for_budget(study: Study, budget: str) -> Study:
+    """The study whose tuning a run at ``budget`` does: the study itself, except at the budget named
+    ``smoke`` (plumbing only), where every arm is tuned with one trial at the smoke budget, in Optuna
+    studies of their own (``<study>/tune@smoke/<arm>``), so that a smoke run checks the tuning's
+    plumbing in seconds and never leaves values that a real run would reuse."""
+    import dataclasses
+
+    if study.tune is None or budget != SMOKE_BUDGET or SMOKE_BUDGET not in study.budgets:
+        return study
+    tune = dataclasses.replace(study.tune, budget=SMOKE_BUDGET, trials=1, label="@smoke")
+    return dataclasses.replace(study, tune=tune)
 
 
 def tuning_seeds(tune: TuneSpec) -> list[int]:
@@ -94,7 +112,8 @@ class Tuner:
 
     def _optuna_study(self, arm: str, n_existing: int = 0) -> optuna.Study:
         return optuna.create_study(
-            storage=self.storage, study_name=tuning_study_name(self.study.name, arm), direction=self.direction,
+            storage=self.storage, study_name=tuning_study_name(self.study.name, arm, self.tune.label),
+            direction=self.direction,
             sampler=optuna.samplers.TPESampler(seed=SAMPLER_SEED + n_existing), load_if_exists=True,
         )
 

@@ -143,9 +143,9 @@ def current_plan(study: Study, settings: RunSettings, store: StudyStore,
         plan = plan.with_seeds(range(n))
     if study.tune is not None:
         if tuned is None:
-            from ablate.tuner import Tuner
+            from ablate.tuner import Tuner, tuning_for_budget
 
-            tuned = Tuner(study, settings.storage).all_best_values()
+            tuned = Tuner(tuning_for_budget(study, settings.budget), settings.storage).all_best_values()
         plan = plan.with_tuned(tuned)
     return plan
 

@@ -125,3 +125,27 @@ def test_best_values_before_tuning_is_an_error_naming_the_fix(tmp_path):
     tuner = Tuner(study, str(tmp_path / STORE_FILE))
     with pytest.raises(AblateError, match=r"arm loss_norm=sequence has 0 of 2 tuning trials; run `ablate run`"):
         tuner.best_values("loss_norm=sequence")
+
+
+def test_a_smoke_run_tunes_once_per_arm_at_smoke_in_studies_of_its_own(workdir):
+    """--budget smoke checks the tuning's plumbing: one trial per arm at the smoke budget, stored as
+    <study>/tune@smoke/<arm>, never in the study's own tuning (a later real run tunes from scratch)."""
+    from ablate.tuner import tuning_for_budget
+
+    path = write_study(workdir)
+    doc = yaml.safe_load(path.read_text())
+    doc["tune"] = {**doc["tune"], "budget": "default", "trials": 3}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    study = load_study(path)
+    assert tuning_for_budget(study, "default") is study
+    smoke = tuning_for_budget(study, "smoke").tune
+    assert (smoke.budget, smoke.trials, smoke.label) == ("smoke", 1, "@smoke")
+    assert main(["run", str(path), "--threads", "1", "--no-progress", "--budget", "smoke"]) == 0
+    storage = str(workdir / "runs" / "tuned" / STORE_FILE)
+    names = {s.study_name for s in optuna.get_all_study_summaries(open_storage(storage))}
+    assert {"tuned/tune@smoke/loss_norm=sequence", "tuned/tune@smoke/loss_norm=token"} <= names
+    assert not any(n.startswith("tuned/tune/") for n in names)
+    for arm in study.arms:
+        (trial,) = optuna.load_study(storage=open_storage(storage),
+                                     study_name=f"tuned/tune@smoke/{arm.name}").get_trials()
+        assert trial.user_attrs["budget"] == "smoke"

@@ -123,6 +123,9 @@ class TuneSpec:
     trials: int
     budget: str = DEFAULT_BUDGET
     seeds: tuple[int, ...] = (0,)
+    #: added to the Optuna study names of the tuning (``<study>/tune<label>/<arm>``): "" for the
+    #: study's own tuning, ``@smoke`` for the plumbing check of ``--budget smoke``
+    label: str = ""
 
 
 @dataclass(frozen=True)
