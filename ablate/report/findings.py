@@ -240,8 +240,6 @@ def resolution_sentences(stats: ReportStatistics) -> list[str]:
                        f"contrast is detected or equivalent{more}.")
         elif unresolved:
             out.append(f"{len(prim) - len(unresolved)} of {len(prim)} primary contrasts are resolved.")
-        else:
-            out.append(f"Every primary contrast is resolved (detected or equivalent) at {seeds_text(fam.n_seeds)}.")
         mde = resolvable_text(unresolved, fam, stats.scale)
         if mde:
             out.append(mde)
