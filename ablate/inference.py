@@ -757,11 +757,16 @@ def study_inference(study: Study, results: Results) -> tuple[pd.DataFrame, Study
 
     obj = study.objective
     factors = {f: results.columns[f] for f in results.factors}
-    levels = {f.name: f.level_names() for f in study.factors}
     per_trial = trial_objectives(results.table, obj.metric, obj.summary, obj.last_n, list(factors.values()))
-    run = infer(per_trial, factors, levels, study.baseline_levels, design=study.design_name, mode=obj.mode,
-                min_effect=study.min_effect, primary=study.primary)
-    return per_trial, run
+    return per_trial, infer_study(study, per_trial, factors)
+
+
+def infer_study(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str]) -> StudyInference:
+    """:func:`infer` with the study's levels, baseline, design, mode, ``min_effect`` and ``primary:``
+    (``factors``: factor name -> its column in ``per_trial``)."""
+    return infer(per_trial, factors, {f.name: f.level_names() for f in study.factors}, study.baseline_levels,
+                 design=study.design_name, mode=study.objective.mode, min_effect=study.min_effect,
+                 primary=study.primary)
 
 
 # ------------------------------------------------------------------------------------------ per arm

@@ -408,7 +408,7 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     """
     import pandas as pd
 
-    from ablate.inference import infer
+    from ablate.inference import infer_study
 
     path = Path(folder) / "results.csv"
     if not path.is_file():
@@ -424,10 +424,7 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
         raise AblateError(f"{path}: no finished trial to plan from")
     done["seed"] = done["seed"].astype(int)
     per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
-    run = infer(per_trial, {n: n for n in names}, {f.name: f.level_names() for f in study.factors},
-                study.baseline_levels, design=study.design_name, mode=study.objective.mode,
-                min_effect=study.min_effect, primary=study.primary)
-    return Pilot(None, run, len(done))
+    return Pilot(None, infer_study(study, per_trial, {n: n for n in names}), len(done))
 
 
 def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
