@@ -83,6 +83,7 @@ class Settings:
     threads: int = 1
     seed: int = 0
     train_size: int = 10000
+    device: str = "cpu"
 
 
 @dataclass
@@ -131,7 +132,8 @@ def ablate_config(s: Settings) -> TrialConfig:
         "optim.weight_decay": 0.0,
         "optim.max_grad_norm": 1.0,
         "optim.warmup_steps": 0,
-        "device": "cpu",
+        "device": s.device,
+        "model.dtype": "float32",
         "threads": s.threads,
         "seed": s.seed,
     })
@@ -172,7 +174,7 @@ def build_trl(s: Settings, state: TrialState, out_dir: str, callbacks: list[Any]
 
     from ablate.models import load_policy
 
-    policy = load_policy(s.model, seed=s.seed)
+    policy = load_policy(s.model, seed=s.seed, device=s.device)
     pool, task = state.train_pool, state.task
     dataset = Dataset.from_dict({"prompt": [p.prompt for p in pool], "problem_idx": list(range(len(pool)))})
 
@@ -194,7 +196,7 @@ def build_trl(s: Settings, state: TrialState, out_dir: str, callbacks: list[Any]
     args = GRPOConfig(
         output_dir=out_dir,
         **no_checkpointing,
-        use_cpu=True,
+        use_cpu=s.device == "cpu",
         bf16=False,
         fp16=False,
         report_to=[],
@@ -491,7 +493,7 @@ def results_section(result: dict[str, Any]) -> str:
         f"completions of at most {s['max_new_tokens']} tokens of `{s['model']}` (the same random init on both "
         f"sides, no warm start) on `{s['task']}`, final-answer reward, GRPO advantages, token PPO-clip 0.2, "
         "per-sequence loss aggregation (ablate `seq-mean-token-mean`, TRL `loss_type=grpo`), no KL and no "
-        f"reference model, one AdamW step (lr {s['lr']:g}) on the whole batch, float32, CPU, no gradient "
+        f"reference model, one AdamW step (lr {s['lr']:g}) on the whole batch, float32, {s['device'].upper()}, no gradient "
         f"checkpointing. Medians over {n} steps after {s['warmup']} warm-up steps; both trainers in one process, "
         "alternating step by step. A TRL step is one whole iteration of its training loop; its rollout part is "
         "`_generate_and_score_completions` (generation, decoding, reward, advantages), its update part the rest. "
@@ -527,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=d.warmup, help="steps dropped before timing")
     ap.add_argument("--threads", type=int, default=d.threads, help="torch threads, the same for both")
     ap.add_argument("--train-size", type=int, default=d.train_size, help="problems in the train pool")
+    ap.add_argument("--device", default=d.device, help="cpu or cuda (float32 on both sides)")
     ap.add_argument("--no-trl", action="store_true", help="time ablate only")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N ablate steps (operator shares, cProfile)")
     ap.add_argument("--json", action="store_true", help="also print the per-step times as JSON")
@@ -536,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(
         model=args.model, prompts=args.prompts, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
         lr=args.lr, steps=args.steps, warmup=args.warmup, threads=args.threads, train_size=args.train_size,
+        device=args.device,
     )
     result = run(s, use_trl=not args.no_trl)
     if args.profile:

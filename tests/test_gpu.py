@@ -1,0 +1,68 @@
+"""On a CUDA device (skipped elsewhere): the lean decoder, log-probs, bf16 rollouts and a whole trial
+run there and agree with the CPU. ``pytest -m gpu`` runs only these (benchmarks/gpu_check.sh does)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ablate.config import TrialConfig
+from ablate.models import load_policy
+from ablate.models.fast_decode import FastLlamaDecoder, GenericDecoder
+from ablate.models.logprobs import naive_token_logprobs, token_logprobs
+from ablate.models.rollout import generate_rollouts, left_pad
+from ablate.tasks import TASKS
+from ablate.train import run_trial
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[str]:
+    return [p.prompt for p in TASKS.get("addition")(difficulty=2, seed=0).sample("eval", 4, seed=0)]
+
+
+def test_lean_decoder_on_cuda_matches_the_cpu(prompts):
+    cpu = load_policy("tiny-llama", seed=1)
+    gpu = load_policy("tiny-llama", seed=1, device="cuda")
+    ids, mask = left_pad([cpu.encode_prompt(p) for p in prompts], 0)
+    a = FastLlamaDecoder(cpu.model, ids, mask, 4)
+    b = FastLlamaDecoder(gpu.model, ids.cuda(), mask.cuda(), 4)
+    c = GenericDecoder(gpu.model, ids.cuda(), mask.cuda(), 4)
+    with torch.no_grad():
+        la, lb, lc = a.prefill(), b.prefill(), c.prefill()
+        for _ in range(4):
+            # TF32 may be on for CUDA matmuls: agreement to ~1e-3, not to float32 rounding
+            assert torch.allclose(lb.cpu(), la, atol=2e-3, rtol=0), (lb.cpu() - la).abs().max()
+            assert torch.allclose(lb, lc, atol=2e-3, rtol=0)
+            t = la.argmax(-1)
+            la, lb, lc = a.step(t), b.step(t.cuda()), c.step(t.cuda())
+
+
+def test_chunked_logprobs_on_cuda_equal_naive():
+    gpu = load_policy("tiny-llama", seed=0, device="cuda")
+    ids = torch.randint(3, 20, (6, 30), device="cuda")
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        ours = token_logprobs(gpu.model, ids, mask, num_prompt_tokens=8)
+        ref = naive_token_logprobs(gpu.model, ids, mask, num_prompt_tokens=8)
+    assert ours.device.type == "cuda" and torch.allclose(ours, ref, atol=1e-5, rtol=0)
+
+
+def test_bf16_rollouts_on_cuda(prompts):
+    gpu = load_policy("tiny-llama", seed=0, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        r = generate_rollouts(gpu, prompts, group_size=2, max_new_tokens=8,
+                              generator=torch.Generator(device="cuda").manual_seed(0))
+    assert r.completion_ids.device.type == "cuda" and torch.isfinite(r.old_logp).all()
+
+
+def test_a_trial_trains_on_cuda():
+    config = TrialConfig.from_overrides({
+        "device": "cuda", "warmstart.enabled": False, "train.steps": 2, "eval.n_problems": 8,
+        "rollout.prompts_per_step": 2, "rollout.group_size": 4, "model.dtype": "float32", "rollout.dtype": "bfloat16"})
+    result = run_trial(config)
+    assert result.steps == 2
+    assert all(torch.isfinite(torch.tensor(v)) for k, v in result.final.items() if k.startswith("loss/"))
+    assert result.final["mismatch/kl"] >= 0.0
