@@ -152,3 +152,24 @@ def test_addition_checks_make_length_a_free_choice():
     for bad in (-1, 4, "2", True):
         with pytest.raises(AblateError, match="checks"):
             TASKS.get("addition")(difficulty=2, checks=bad)
+
+
+def test_sample_is_drawn_once_per_process_and_equals_a_fresh_draw():
+    from ablate.tasks import common
+
+    common._SAMPLES.clear()
+    task = TASKS.get("addition")(difficulty=2, seed=3, checks=1)
+    first = task.sample("train", 500, seed=7)
+    assert len(common._SAMPLES) == 1
+    second = task.sample("train", 500, seed=7)
+    assert second == first and second is not first  # the same problems, a new list
+    second.pop()  # changing the returned list does not change the cached one
+    assert task.sample("train", 500, seed=7) == first
+    assert first == task._draw_sample("train", 500, seed=7)  # the cache returns what a fresh draw gives
+    # any other task option, split, size or seed is another draw
+    other = TASKS.get("addition")(difficulty=2, seed=3, checks=2).sample("train", 500, seed=7)
+    assert other != first and len(common._SAMPLES) == 2
+    assert task.sample("train", 500, seed=8) != first and task.sample("eval", 500, seed=7) != first
+    for i in range(common.SAMPLE_CACHE_SIZE + 3):  # the cache stays bounded
+        task.sample("eval", 5, seed=100 + i)
+    assert len(common._SAMPLES) == common.SAMPLE_CACHE_SIZE
