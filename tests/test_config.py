@@ -697,7 +697,8 @@ def test_new_options_at_their_neutral_defaults_keep_every_trial_key():
     base = TrialConfig().trial_key()
     for override in ["model.lm_head_dtype=float32", "rollout.dtype=bfloat16", "rollout.dtype=float32",
                      "loss.rollout_correction=tis", "loss.rollout_correction_cap=3.0",
-                     "loss.rollout_correction_floor=0.5"]:
+                     "loss.rollout_correction_floor=0.5", "optim.implementation=for-loop",
+                     "optim.implementation=foreach", "optim.implementation=fused"]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConfigWarning)
             assert build(override).trial_key() != base, override

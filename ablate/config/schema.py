@@ -75,6 +75,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "algo.zero_variance_filter": False,
     "algo.drop_solved_at": None,
     "stream": 0,
+    "optim.implementation": "auto",
 }
 
 

@@ -161,12 +161,15 @@ def _optimizer(
     config: TrialConfig, model: nn.Module, critic: Critic | None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW over the trainable policy parameters (``optim.lr``) and the critic (``critic_lr``), with a
-    linear warmup over ``optim.warmup_steps`` optimizer steps."""
+    linear warmup over ``optim.warmup_steps`` optimizer steps; ``optim.implementation`` picks torch's
+    for-loop, foreach or fused AdamW (auto: torch's default)."""
     o = config.optim
     groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": o.lr}]
     if critic is not None:
         groups.append({"params": list(critic.parameters()), "lr": config.critic_lr})
-    optimizer = torch.optim.AdamW(groups, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay)
+    impl = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+    optimizer = torch.optim.AdamW(groups, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay,
+                                  **impl[o.implementation])
     warm = o.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
     return optimizer, scheduler
