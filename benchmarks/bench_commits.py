@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -33,11 +33,16 @@ BEGIN, END = "<!-- bench_commits:begin -->", "<!-- bench_commits:end -->"
 
 @dataclass
 class Run:
-    """One run of the study: which code, its wall time, and its report's tidy table."""
+    """One run of the study: which code, its wall time, its report's tidy table and its trial keys."""
 
     label: str
     seconds: float
     tidy: pd.DataFrame
+    keys: list[str] = field(default_factory=list)
+
+    @property
+    def trials_per_hour(self) -> float:
+        return len(self.keys) * 3600.0 / self.seconds
 
 
 def run_study(code: Path, study: str, budget: str, workers: int, label: str) -> Run:
@@ -51,9 +56,10 @@ def run_study(code: Path, study: str, budget: str, workers: int, label: str) -> 
         seconds = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"{label}: ablate run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        name = Path(study).stem
-        tidy = pd.read_csv(Path(tmp) / "reports" / name / "tidy.csv.gz")
-    return Run(label, seconds, tidy)
+        folder = Path(tmp) / "reports" / Path(study).stem
+        tidy = pd.read_csv(folder / "tidy.csv.gz")
+        keys = sorted(pd.read_csv(folder / "results.csv")["key"].astype(str))
+    return Run(label, seconds, tidy, keys)
 
 
 def same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
@@ -64,28 +70,40 @@ def same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     return a.equals(b)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", required=True, help="the commit to compare against")
+def add_comparison_args(parser: argparse.ArgumentParser) -> None:
+    """The options of a two-commit comparison: --old, --study, --budget, --workers, --rounds."""
+    parser.add_argument("--old", required=True, help="the earlier commit to compare against")
     parser.add_argument("--study", default="studies/quickstart.yaml", help="study file, relative to the repo")
     parser.add_argument("--budget", default="default")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2, help="old/new pairs, alternating (default 2)")
+
+
+def alternate_runs(old: str, study: str, budget: str, workers: int, rounds: int) -> list[Run]:
+    """``rounds`` pairs of runs, old commit (in a temporary git worktree) then this tree, alternating."""
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="bench-commits-old-") as wt:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", wt, old], check=True,
+                       capture_output=True)
+        try:
+            for r in range(rounds):
+                for label, code in (("old", Path(wt)), ("new", ROOT)):
+                    runs.append(run_study(code, study, budget, workers, label))
+                    print(f"round {r + 1} {label}: {runs[-1].seconds:.1f} s, {len(runs[-1].keys)} trials, "
+                          f"{runs[-1].trials_per_hour:.0f} trials/h", flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", wt], capture_output=True)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_comparison_args(parser)
     parser.add_argument("--write", action="store_true", help="write the section of benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    with tempfile.TemporaryDirectory(prefix="bench-commits-old-") as wt:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", wt, args.old], check=True,
-                       capture_output=True)
-        try:
-            runs = []
-            for r in range(args.rounds):
-                for label, code in (("old", Path(wt)), ("new", ROOT)):
-                    runs.append(run_study(code, args.study, args.budget, args.workers, label))
-                    print(f"round {r + 1} {label}: {runs[-1].seconds:.1f} s", flush=True)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", wt], capture_output=True)
+    runs = alternate_runs(args.old, args.study, args.budget, args.workers, args.rounds)
     old = [x.seconds for x in runs if x.label == "old"]
     new = [x.seconds for x in runs if x.label == "new"]
     ratios = [n / o for o, n in zip(old, new)]

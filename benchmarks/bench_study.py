@@ -33,18 +33,14 @@ import platform
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_commits import same_numbers  # noqa: E402
+from bench_commits import add_comparison_args, alternate_runs, same_numbers  # noqa: E402
 
 BEGIN, END = "<!-- bench_study:begin -->", "<!-- bench_study:end -->"
 
@@ -71,37 +67,6 @@ evals = [m["perf/eval_s"] for s, m in result.history if m.get("perf/eval_s")]
 print(json.dumps({"seconds": seconds, "steps": result.steps, "step_s": step_s, "eval_s": evals,
                   "default_steps": base.train.steps, "eval_every": base.eval.every}))
 """
-
-
-@dataclass
-class StudyRun:
-    """One ``ablate run`` of the study: which code, its wall time, its trials and its tidy table."""
-
-    label: str
-    seconds: float
-    keys: list[str]
-    tidy: pd.DataFrame
-
-    @property
-    def trials_per_hour(self) -> float:
-        return len(self.keys) * 3600.0 / self.seconds
-
-
-def run_study(code: Path, study: str, budget: str, workers: int, label: str) -> StudyRun:
-    """``ablate run`` of ``study`` with the ablate package at ``code``, in a fresh folder."""
-    with tempfile.TemporaryDirectory(prefix=f"bench-study-{label}-") as tmp:
-        env = {**os.environ, "PYTHONPATH": str(code)}
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "ablate", "run", str(code / study), "--budget", budget,
-                               "--workers", str(workers), "--no-progress"], cwd=tmp, env=env,
-                              capture_output=True, text=True)
-        seconds = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise SystemExit(f"{label}: ablate run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        folder = Path(tmp) / "reports" / Path(study).stem
-        keys = sorted(pd.read_csv(folder / "results.csv")["key"].astype(str))
-        tidy = pd.read_csv(folder / "tidy.csv.gz").sort_values(["key", "step", "metric"], kind="stable")
-    return StudyRun(label, seconds, keys, tidy.reset_index(drop=True))
 
 
 def zoo_models() -> list[str]:
@@ -141,11 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
-    parser.add_argument("--old", required=True, help="the earlier commit to compare against")
-    parser.add_argument("--study", default="studies/quickstart.yaml", help="study file, relative to the repo")
-    parser.add_argument("--budget", default="default")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2, help="old/new pairs, alternating (default 2)")
+    add_comparison_args(parser)
     parser.add_argument("--no-zoo", action="store_true", help="skip the one-trial time of each zoo model")
     parser.add_argument("--smollm2-steps", type=int, default=3, help="steps of smollm2-135m's trial (projected to the budget's)")
     parser.add_argument("--write", action="store_true", help="write the section of benchmarks/RESULTS.md")
@@ -156,18 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                            capture_output=True, text=True).stdout.strip()
     new_label = f"{head}{' + uncommitted changes' if dirty else ''}"
     load0 = os.getloadavg()[0]
-    runs: list[StudyRun] = []
-    with tempfile.TemporaryDirectory(prefix="bench-study-old-") as wt:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", wt, args.old], check=True,
-                       capture_output=True)
-        try:
-            for r in range(args.rounds):
-                for label, code in (("old", Path(wt)), ("new", ROOT)):
-                    runs.append(run_study(code, args.study, args.budget, args.workers, label))
-                    print(f"round {r + 1} {label}: {runs[-1].seconds:.1f} s, {len(runs[-1].keys)} trials, "
-                          f"{runs[-1].trials_per_hour:.0f} trials/h", flush=True)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", wt], capture_output=True)
+    runs = alternate_runs(args.old, args.study, args.budget, args.workers, args.rounds)
     old = [x for x in runs if x.label == "old"]
     new = [x for x in runs if x.label == "new"]
     ratios = [n.trials_per_hour / o.trials_per_hour for o, n in zip(old, new)]

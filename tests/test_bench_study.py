@@ -9,11 +9,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-from bench_study import StudyRun, zoo_row  # noqa: E402
+from bench_commits import Run  # noqa: E402
+from bench_study import zoo_row  # noqa: E402
 
 
 def test_trials_per_hour():
-    run = StudyRun("new", seconds=90.0, keys=["a", "b", "c", "d"], tidy=pd.DataFrame())
+    run = Run("new", seconds=90.0, tidy=pd.DataFrame(), keys=["a", "b", "c", "d"])
     assert run.trials_per_hour == 4 * 3600 / 90  # 160
 
 
