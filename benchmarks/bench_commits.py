@@ -65,9 +65,12 @@ def run_study(code: Path, study: str, budget: str, workers: int, label: str) -> 
 def same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     """Every logged value but the ``perf/*`` timings identical, trial by trial and step by step."""
     keep = ["key", "step", "metric", "value"]
-    a = a[~a["metric"].str.startswith("perf/")][keep].reset_index(drop=True)
-    b = b[~b["metric"].str.startswith("perf/")][keep].reset_index(drop=True)
-    return a.equals(b)
+
+    def logged(t: pd.DataFrame) -> pd.DataFrame:  # in a fixed order: workers finish trials in any order
+        t = t[~t["metric"].str.startswith("perf/")][keep]
+        return t.sort_values(["key", "step", "metric"], kind="stable").reset_index(drop=True)
+
+    return logged(a).equals(logged(b))
 
 
 def add_comparison_args(parser: argparse.ArgumentParser) -> None:

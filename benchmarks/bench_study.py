@@ -7,9 +7,9 @@ reports trials per hour (trials / wall time of the whole command, report include
 new / old per pair. It checks that both commits ran the same trials (identical trial keys) and says
 whether every logged value except the ``perf/*`` timings is identical (a speed change that alters
 what a trial computes must be a recorded option, so the keys would differ). Both commits use this
-interpreter and its installed packages; the warm start cache (~/.cache/ablate) is shared, so it is
-built once before the timed runs (an untimed run of the study at its smoke budget does not build the
-default warm start: the first timed pair may include it; use ``--rounds 3`` and read the later pairs).
+interpreter and its installed packages; the warm start cache (~/.cache/ablate) is shared, so where
+the study's warm starts are not cached yet the first timed run builds them: run the study once
+before, or use ``--rounds 3`` and read the later pairs.
 
 Part 2 trains one trial of each zoo model: the study's baseline arm at seed 0 and BUDGET with only
 ``model.name`` changed, one torch thread, in a subprocess of its own; a first run of one step builds
@@ -42,6 +42,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_commits import add_comparison_args, alternate_runs, same_numbers  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from ablate.runner import threads_per_worker  # noqa: E402
+
 BEGIN, END = "<!-- bench_study:begin -->", "<!-- bench_study:end -->"
 
 #: One zoo trial in a subprocess: prints one JSON line (the timed trial's figures).
@@ -71,7 +74,6 @@ print(json.dumps({"seconds": seconds, "steps": result.steps, "step_s": step_s, "
 
 def zoo_models() -> list[str]:
     """The zoo's model names, in the registry's order."""
-    sys.path.insert(0, str(ROOT))
     from ablate.models.zoo import MODELS
 
     return list(MODELS.names())
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     body = (f"## Study throughput (bench_study.py)\n\n"
             f"Measured {time.strftime('%Y-%m-%d')} with `python benchmarks/bench_study.py --old {args.old} "
             f"--rounds {args.rounds}` on {cpu}, {os.cpu_count()} cores, torch threads per worker: "
-            f"{max(1, (os.cpu_count() or 1) // args.workers)}; load average (1 min) before: {load0:.2f}.\n\n"
+            f"{threads_per_worker(args.workers)}; load average (1 min) before: {load0:.2f}.\n\n"
             f"`ablate run {args.study} --budget {args.budget} --workers {args.workers}` from a fresh folder, "
             f"{args.rounds} rounds alternating old ({args.old}) and new ({new_label}); trials per hour = trials / "
             f"wall time of the whole command (start-up, warm start lookup, trials, report).\n\n"
@@ -146,10 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     print(body, flush=True)
     if not args.no_zoo:
         rows = ""
+        default_steps = load_default_steps(args.study, args.budget)
         for model in zoo_models():
-            steps = args.smollm2_steps if model.startswith("smollm2") else 10**9
-            if steps == 10**9:
-                steps = load_default_steps(args.study, args.budget)
+            steps = args.smollm2_steps if model.startswith("smollm2") else default_steps
             r = zoo_trial(args.study, args.budget, model, steps)
             print(model, {k: v for k, v in r.items() if k not in ("step_s", "eval_s")}, flush=True)
             rows += zoo_row(model, r)
@@ -169,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def load_default_steps(study: str, budget: str) -> int:
     """``train.steps`` of the study's baseline arm at ``budget``."""
-    sys.path.insert(0, str(ROOT))
     from ablate.study import load_study
 
     s = load_study(ROOT / study)

@@ -21,3 +21,6 @@ def test_same_numbers_ignores_timings_only():
     assert same_numbers(tidy(0.6, 0.1), tidy(0.6, 0.9))  # only perf/* differs
     assert not same_numbers(tidy(0.6, 0.1), tidy(0.6000001, 0.1))  # any logged value differs
     assert not same_numbers(tidy(0.6, 0.1), tidy(0.6, 0.1).iloc[:2])  # a missing row
+    # the rows in another order (two workers finish trials in either order): the same numbers
+    assert same_numbers(tidy(0.6, 0.1), tidy(0.6, 0.1).iloc[::-1])
+    assert not same_numbers(tidy(0.6, 0.1), tidy(0.7, 0.1).iloc[::-1])
