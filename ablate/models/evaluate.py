@@ -202,7 +202,7 @@ def evaluate_with_records(
         batch = problems[start : start + batch_size]
         r = generate_rollouts(policy, [p.prompt for p in batch], group_size=1, max_new_tokens=max_new_tokens,
                               temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
-                              generator=None if greedy else generator, fast=fast)
+                              generator=None if greedy else generator, fast=fast, compute_old_logp=False)
         grades += [task.grade(p, text) for p, text in zip(batch, r.texts)]
         lengths += r.lengths.tolist()
         truncated += r.truncated.tolist()
@@ -215,7 +215,8 @@ def evaluate_with_records(
         for start in range(0, len(problems), per_batch):
             batch = problems[start : start + per_batch]
             r = generate_rollouts(policy, [p.prompt for p in batch], group_size=n, max_new_tokens=max_new_tokens,
-                                  temperature=temperature, top_p=top_p, generator=generator, fast=fast)
+                                  temperature=temperature, top_p=top_p, generator=generator, fast=fast,
+                                  compute_old_logp=False)
             for i, p in enumerate(batch):
                 correct = sum(task.grade(p, r.texts[i * n + j]).answer_correct for j in range(n))
                 scores.append(pass_at_k(n, correct, pass_k))

@@ -7,7 +7,7 @@ are used the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ class Policy:
     tokenizer: PreTrainedTokenizerBase
     name: str
     use_chat_template: bool = False
+    #: token id -> its text decoded alone (filled lazily by :meth:`decode_with_offsets`)
+    _pieces: dict[int, str] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def eos_token_id(self) -> int:
@@ -62,23 +64,48 @@ class Policy:
     def decode_with_offsets(self, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
         """Decode completion ids (EOS and padding dropped) to text and per-token character offsets.
 
-        Offsets come from incremental decoding, so they describe exactly the sampled tokens (never a
+        Offsets are those of incremental decoding: token i spans ``len(decode(kept[:i]))`` to
+        ``len(decode(kept[:i + 1]))``, so they describe exactly the sampled tokens (never a
         re-tokenization of the text). Tokens after the first EOS get empty spans at the end.
+
+        Where the text is the concatenation of each token decoded alone (the zoo's character
+        tokenizer, and byte-level BPE on whole characters), the spans are the pieces' cumulative
+        lengths: one ``decode`` per row instead of one per token. Where it is not (a token that
+        decodes differently alone, e.g. a SentencePiece word start or half of a UTF-8 character),
+        every prefix is decoded as above.
         """
         eos, pad = self.eos_token_id, self.pad_token_id
         kept: list[int] = []
-        offsets: list[tuple[int, int]] = []
-        prev_len = 0
-        ended = False
         for t in ids:
             t = int(t)
-            if ended or t == eos or t == pad:
-                ended = True
-                offsets.append((prev_len, prev_len))
-                continue
+            if t == eos or t == pad:
+                break
             kept.append(t)
-            text = self.tokenizer.decode(kept, skip_special_tokens=False)
-            offsets.append((prev_len, len(text)))
-            prev_len = len(text)
         text = self.tokenizer.decode(kept, skip_special_tokens=False) if kept else ""
+        pieces = [self._piece(t) for t in kept]
+        if "".join(pieces) != text:
+            return text, _incremental_offsets(self.tokenizer, kept, len(ids))
+        offsets: list[tuple[int, int]] = []
+        end = 0
+        for piece in pieces:
+            offsets.append((end, end + len(piece)))
+            end += len(piece)
+        offsets += [(end, end)] * (len(ids) - len(kept))
         return text, offsets
+
+    def _piece(self, token: int) -> str:
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=False)
+        return piece
+
+
+def _incremental_offsets(tokenizer: PreTrainedTokenizerBase, kept: list[int], n: int) -> list[tuple[int, int]]:
+    """Per-token spans of ``kept`` by decoding every prefix, then empty spans up to ``n`` tokens."""
+    offsets: list[tuple[int, int]] = []
+    prev_len = 0
+    for i in range(len(kept)):
+        length = len(tokenizer.decode(kept[: i + 1], skip_special_tokens=False))
+        offsets.append((prev_len, length))
+        prev_len = length
+    return offsets + [(prev_len, prev_len)] * (n - len(kept))

@@ -341,7 +341,8 @@ def _sample_examples(policy: Policy, task: Task, spec: LearnedPRMSpec, device: t
     for start in range(0, n_problems, chunk):
         part = problems[start : start + chunk]
         r = generate_rollouts(policy, [p.prompt for p in part], group_size=spec.group_size,
-                              max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, generator=gen)
+                              max_new_tokens=spec.max_new_tokens, temperature=spec.temperature, generator=gen,
+                              compute_old_logp=False)
         lengths = r.lengths.tolist()
         for b, (g, text) in enumerate(zip(r.group_ids.tolist(), r.texts)):
             grade = task.grade(part[g], text)
