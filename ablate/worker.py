@@ -184,9 +184,11 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
     Returns:
         The keys this worker completed, failed and lost.
     """
+    from ablate.memory import keep_freed_memory
     from ablate.study import load_study
     from ablate.tracking import Tracker
 
+    keep_freed_memory()  # the next trial reuses this one's pages instead of faulting in new ones
     study = study if study is not None else load_study(settings.study_file)
     budget = settings.budget
     store = settings.open_store(study)
