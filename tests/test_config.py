@@ -698,7 +698,8 @@ def test_new_options_at_their_neutral_defaults_keep_every_trial_key():
     for override in ["model.lm_head_dtype=float32", "rollout.dtype=bfloat16", "rollout.dtype=float32",
                      "loss.rollout_correction=tis", "loss.rollout_correction_cap=3.0",
                      "loss.rollout_correction_floor=0.5", "optim.implementation=for-loop",
-                     "optim.implementation=foreach", "optim.implementation=fused"]:
+                     "optim.implementation=foreach", "optim.implementation=fused",
+                     "rollout.behaviour_logp=sampler"]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConfigWarning)
             assert build(override).trial_key() != base, override
@@ -725,6 +726,7 @@ def test_invalid_precision_settings_name_the_key(override, key):
     (["loss.rollout_correction=tis", "model.dtype=bfloat16", "rollout.dtype=bfloat16"], "no mismatch to correct"),
     (["loss.rollout_correction_cap=5.0"], "have no effect"),
     (["model.lm_head_dtype=float32", "model.dtype=float32"], "it changes nothing"),
+    (["rollout.behaviour_logp=sampler", "algo.ppo_epochs=1", "algo.minibatches=1", "device=cpu"], "changes nothing"),
 ])
 def test_precision_warnings(overrides, fragment):
     with pytest.warns(ConfigWarning) as record:
@@ -740,6 +742,9 @@ def test_precision_warnings(overrides, fragment):
     ["model.lm_head_dtype=float32", "model.dtype=bfloat16"],
     ["model.lm_head_dtype=float32", "rollout.dtype=bfloat16"],
     ["model.lm_head_dtype=float32"],  # model.dtype=auto on device auto: bfloat16 where CUDA is
+    ["rollout.behaviour_logp=sampler", "algo.minibatches=2"],
+    ["rollout.behaviour_logp=sampler", "algo.ppo_epochs=2", "algo.minibatches=1"],
+    ["rollout.behaviour_logp=sampler", "kl.placement=loss"],
 ])
 def test_precision_combinations_that_do_not_warn(overrides):
     with warnings.catch_warnings():

@@ -78,6 +78,8 @@ RULES: tuple[str, ...] = (
     "warning: `loss.rollout_correction_cap` or `loss.rollout_correction_floor` changed with "
     "`loss.rollout_correction=none` (they have no effect).",
     "warning: `model.lm_head_dtype=float32` where the policy runs in float32 everywhere (it changes nothing).",
+    "warning: `rollout.behaviour_logp=sampler` with an on-policy update (`algo.ppo_epochs=1`, `algo.minibatches=1`, "
+    "`kl.placement=none`, no precision mismatch): no behaviour log-probs are used (it changes nothing).",
     "error: `loss.rollout_correction_cap` must be > 1 and `loss.rollout_correction_floor` in (0, 1) (field bounds).",
 )
 
@@ -289,6 +291,14 @@ def _precision_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[st
         notes.append(
             "loss.rollout_correction_cap / loss.rollout_correction_floor are set but loss.rollout_correction=none, "
             "so they have no effect; set loss.rollout_correction=tis or mis")
+    on_policy = (c.algo.ppo_epochs == 1 and c.algo.minibatches == 1 and c.kl.placement == "none" and same
+                 and loss.rollout_correction == "none")
+    if c.rollout.behaviour_logp == "sampler" and on_policy:
+        notes.append(
+            "rollout.behaviour_logp=sampler with an on-policy update (algo.ppo_epochs=1, algo.minibatches=1, "
+            "kl.placement=none, the rollout in the trainer's precision): the update uses its own log-probs and "
+            "no behaviour log-probs are computed, so it changes nothing; it saves a forward when "
+            "algo.minibatches > 1 or algo.ppo_epochs > 1")
     if c.model.lm_head_dtype == "float32" and trainer == "float32" and c.rollout.dtype in (None, "float32"):
         notes.append(
             f"model.lm_head_dtype=float32 while the policy runs in float32 everywhere (model.dtype={c.model.dtype} "

@@ -76,6 +76,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "algo.drop_solved_at": None,
     "stream": 0,
     "optim.implementation": "auto",
+    "rollout.behaviour_logp": "recompute",
 }
 
 

@@ -23,7 +23,9 @@ Behaviour log-probs: after sampling, one no-grad forward of :func:`token_logprob
 rollout at the sampling temperature (1.0 for greedy). So ``old_logp`` is the log-prob of the full
 tempered softmax, as the training forward computes it — not of the top-p-truncated distribution the
 token was drawn from (the convention of TRL and verl; with ``top_p < 1`` the ratio is therefore a
-ratio of untruncated policies).
+ratio of untruncated policies). With ``behaviour_logp="sampler"`` the same quantity is taken from the
+decoder's logits at each step instead (no forward; equal up to float rounding), as trainers that use an
+inference engine's log-probs do.
 
 The model is put in eval mode (no dropout) for sampling and the log-prob forward, and its mode is
 restored afterwards. On CPU the same generator seed gives the same rollout.
@@ -213,11 +215,37 @@ def sample_completions(
     Returns:
         ``(completion_ids [B, T] long, mask [B, T] float32, steps)`` with T = steps <= max_new_tokens.
     """
+    out, mask, steps, _ = _decode_loop(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
+                                       stop_ids=stop_ids, pad_id=pad_id, temperature=temperature, top_p=top_p,
+                                       generator=generator, fast=fast, compile=compile, logp_temperature=None)
+    return out, mask, steps
+
+
+@torch.no_grad()
+def _decode_loop(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    stop_ids: list[int],
+    pad_id: int,
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator | None,
+    fast: bool | None,
+    compile: bool,
+    logp_temperature: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
+    """:func:`sample_completions`, plus the sampler's log-prob of each sampled token when
+    ``logp_temperature`` is given: ``log_softmax(logits / logp_temperature)`` of the decoder's float32
+    logits at the token, [B, T] float32, 0.0 on padding (None otherwise)."""
     B = prompt_ids.shape[0]
     device = prompt_ids.device
     decoder = make_decoder(model, prompt_ids, prompt_mask, max_new_tokens, fast=fast, compile=compile)
     out = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
+    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logp_temperature else None
     stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     logits = decoder.prefill()
@@ -227,12 +255,16 @@ def sample_completions(
         tokens = tokens.masked_fill(finished, pad_id)
         out[:, t] = tokens
         mask[:, t] = (~finished).float()
+        if logp is not None:
+            scaled = logits.float() / logp_temperature if logp_temperature != 1.0 else logits.float()
+            token_logp = torch.log_softmax(scaled, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+            logp[:, t] = token_logp.masked_fill(finished, 0.0)
         finished |= torch.isin(tokens, stops)
         steps = t + 1
         if t + 1 == max_new_tokens or bool(finished.all()):
             break
         logits = decoder.step(tokens, ~finished)
-    return out[:, :steps], mask[:, :steps], steps
+    return out[:, :steps], mask[:, :steps], steps, (logp[:, :steps] if logp is not None else None)
 
 
 def generate_rollouts(
@@ -247,6 +279,7 @@ def generate_rollouts(
     fast: bool | None = None,
     compile: bool = False,
     compute_old_logp: bool = True,
+    behaviour_logp: str = "recompute",
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt and return the :class:`Rollout` tensors.
 
@@ -264,6 +297,11 @@ def generate_rollouts(
         compute_old_logp: run the behaviour log-prob forward (default). A trainer whose update is
             on-policy (one epoch, one minibatch) may skip it and use ``logp.detach()`` of its own
             forward instead (the ratio is then 1 by construction); ``old_logp`` is None then.
+        behaviour_logp: where ``old_logp`` comes from: ``"recompute"`` (default), one no-grad forward of
+            :func:`token_logprobs` over the finished rollout; ``"sampler"``, the log-softmax of the
+            decoder's logits at each sampled token, as an inference engine reports them (no extra
+            forward; equal to the recomputed ones up to float rounding, ~1e-6, as the lean decoder's
+            attention kernel differs from the training forward's).
 
     Returns:
         A :class:`Rollout` with B = len(prompts) * group_size rows.
@@ -273,6 +311,8 @@ def generate_rollouts(
             position limit, or ``fast=True`` for an architecture the lean decoder does not support.
     """
     _check_args(prompts, group_size, max_new_tokens, temperature, top_p)
+    if behaviour_logp not in ("recompute", "sampler"):
+        raise AblateError(f"generate_rollouts: behaviour_logp={behaviour_logp!r} must be 'recompute' or 'sampler'")
     prompt_ids, prompt_mask, group_ids = _encode_prompts(policy, prompts, group_size, max_new_tokens)
     stop_ids = sorted({policy.eos_token_id, policy.pad_token_id})
     logp_temperature = temperature if temperature > 0 else 1.0
@@ -280,6 +320,7 @@ def generate_rollouts(
         policy.model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
         pad_id=policy.pad_token_id, temperature=temperature, top_p=top_p, generator=generator, fast=fast,
         compile=compile, logp_temperature=logp_temperature if compute_old_logp else None,
+        behaviour_logp=behaviour_logp,
     )
     last = completion_ids[:, -1]
     truncated = (mask[:, -1] > 0) & ~torch.isin(last, torch.tensor(stop_ids, device=policy.device))
@@ -342,10 +383,12 @@ def _sample(
     prompt_mask: torch.Tensor,
     *,
     logp_temperature: float | None,
+    behaviour_logp: str = "recompute",
     **sampling: Any,  # keyword arguments of sample_completions
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, dict[str, float]]:
-    """Sample completions in eval mode (the model's mode is restored), then the behaviour log-prob
-    forward at ``logp_temperature`` (skipped when None).
+    """Sample completions in eval mode (the model's mode is restored), then the behaviour log-probs at
+    ``logp_temperature`` (none when None): one forward over the rollout (``behaviour_logp="recompute"``)
+    or the sampler's own, from the decode loop's logits (``"sampler"``).
 
     Returns:
         ``(completion_ids [B, T], mask [B, T], old_logp [B, T] or None, timing)`` with timing's
@@ -356,10 +399,11 @@ def _sample(
         model.eval()
     try:
         t0 = time.perf_counter()
-        completion_ids, mask, steps = sample_completions(model, prompt_ids, prompt_mask, **sampling)
+        sampler = logp_temperature is not None and behaviour_logp == "sampler"
+        completion_ids, mask, steps, old_logp = _decode_loop(
+            model, prompt_ids, prompt_mask, logp_temperature=logp_temperature if sampler else None, **sampling)
         t1 = time.perf_counter()
-        old_logp = None
-        if logp_temperature is not None:
+        if logp_temperature is not None and not sampler:
             with torch.no_grad():
                 old_logp = token_logprobs(
                     model,

@@ -153,6 +153,32 @@ def test_rollout_without_the_behaviour_forward(tiny, prompts):
     assert b.old_logp is None and torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+@pytest.mark.parametrize("fast", [None, False])
+def test_sampler_behaviour_logp_equals_the_recomputed_up_to_rounding(tiny, prompts, temperature, fast):
+    """behaviour_logp="sampler": the same samples (the draws do not change), and old_logp from the decode
+    loop's logits within float rounding of the forward's (lean and generic decoder, two temperatures)."""
+    a = rollout(tiny, prompts, seed=3, temperature=temperature, fast=fast)
+    b = rollout(tiny, prompts, seed=3, temperature=temperature, fast=fast, behaviour_logp="sampler")
+    assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.mask, b.mask)
+    assert b.timing["logprob_s"] < a.timing["logprob_s"]  # no forward after sampling
+    assert (b.old_logp[b.mask == 0] == 0).all() and (b.old_logp[b.mask > 0] < 0).all()
+    assert torch.allclose(b.old_logp, a.old_logp, atol=1e-5, rtol=0)
+    assert not torch.equal(b.old_logp, a.old_logp) or fast is False  # a different kernel: rounding differs
+    # the first token of each row by hand: log_softmax(logits / T) of the prompt's last position
+    with torch.no_grad():
+        logits = tiny.model(input_ids=a.prompt_ids, attention_mask=a.prompt_mask).logits[:, -1].float()
+    first = torch.log_softmax(logits / temperature, -1).gather(-1, a.completion_ids[:, :1]).squeeze(-1)
+    assert torch.allclose(b.old_logp[:, 0], first, atol=1e-5, rtol=0)
+
+
+def test_sampler_behaviour_logp_of_a_greedy_rollout_is_at_temperature_one(tiny, prompts):
+    a = rollout(tiny, prompts, temperature=0.0, group_size=1)
+    b = rollout(tiny, prompts, temperature=0.0, group_size=1, behaviour_logp="sampler")
+    assert b.logp_temperature == 1.0 and torch.equal(a.completion_ids, b.completion_ids)
+    assert torch.allclose(b.old_logp, a.old_logp, atol=1e-5, rtol=0)
+
+
 def test_same_seed_same_rollout_other_seed_differs(tiny, prompts):
     a, b, c = rollout(tiny, prompts, seed=7), rollout(tiny, prompts, seed=7), rollout(tiny, prompts, seed=8)
     assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.old_logp, b.old_logp)
@@ -243,6 +269,8 @@ def test_argument_errors_name_the_argument(tiny, prompts):
         rollout(tiny, prompts, top_p=0.0)
     with pytest.raises(AblateError, match="temperature=-1"):
         rollout(tiny, prompts, temperature=-1.0)
+    with pytest.raises(AblateError, match="behaviour_logp='engine'"):
+        rollout(tiny, prompts, behaviour_logp="engine")
     with pytest.raises(AblateError, match="prompts is empty"):
         rollout(tiny, [])
     with pytest.raises(AblateError, match="256 positions"):
