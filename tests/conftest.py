@@ -7,6 +7,23 @@ import servers
 import torch
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    """Scheduling under pytest-xdist's ``--dist loadgroup`` (README's test command): every test file is
+    one group, as with ``--dist loadfile`` (its module fixtures are built once, in one process), except
+    tests that carry an ``xdist_group`` mark of their own (the study smoke runs, split into groups of
+    about equal time by tests/test_studies.py so that both processes share them). Those go first, so
+    that the longest work starts first."""
+    grouped, rest = [], []
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            rest.append(item)
+        else:
+            grouped.append(item)
+    items[:] = grouped + rest
+
+
 @pytest.fixture(scope="session")
 def ws_cache(tmp_path_factory) -> str:
     """One warm-start cache for the whole session: the micro-llama warm start on 1-digit addition

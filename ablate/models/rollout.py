@@ -164,7 +164,10 @@ def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0,
     return torch.searchsorted(cdf, x, right=True).squeeze(-1)
 
 
-def _check_args(prompts: list[str], group_size: int, max_new_tokens: int, temperature: float, top_p: float) -> None:
+def _check_args(prompts: list[str], group_size: int, max_new_tokens: int, temperature: float, top_p: float,
+                behaviour_logp: str) -> None:
+    if behaviour_logp not in ("recompute", "sampler"):
+        raise AblateError(f"generate_rollouts: behaviour_logp={behaviour_logp!r} must be 'recompute' or 'sampler'")
     if not prompts:
         raise AblateError("generate_rollouts: prompts is empty; pass at least one prompt string")
     if group_size < 1:
@@ -297,11 +300,9 @@ def generate_rollouts(
         compute_old_logp: run the behaviour log-prob forward (default). A trainer whose update is
             on-policy (one epoch, one minibatch) may skip it and use ``logp.detach()`` of its own
             forward instead (the ratio is then 1 by construction); ``old_logp`` is None then.
-        behaviour_logp: where ``old_logp`` comes from: ``"recompute"`` (default), one no-grad forward of
-            :func:`token_logprobs` over the finished rollout; ``"sampler"``, the log-softmax of the
-            decoder's logits at each sampled token, as an inference engine reports them (no extra
-            forward; equal to the recomputed ones up to float rounding, ~1e-6, as the lean decoder's
-            attention kernel differs from the training forward's).
+        behaviour_logp: ``old_logp`` from one no-grad forward of :func:`token_logprobs` (``"recompute"``,
+            default) or from the decoder's logits at each sampled token (``"sampler"``: no forward; equal up
+            to float rounding, ~1e-6, the lean decoder's attention kernel being another).
 
     Returns:
         A :class:`Rollout` with B = len(prompts) * group_size rows.
@@ -310,9 +311,7 @@ def generate_rollouts(
         AblateError: invalid arguments, prompt plus ``max_new_tokens`` longer than the model's
             position limit, or ``fast=True`` for an architecture the lean decoder does not support.
     """
-    _check_args(prompts, group_size, max_new_tokens, temperature, top_p)
-    if behaviour_logp not in ("recompute", "sampler"):
-        raise AblateError(f"generate_rollouts: behaviour_logp={behaviour_logp!r} must be 'recompute' or 'sampler'")
+    _check_args(prompts, group_size, max_new_tokens, temperature, top_p, behaviour_logp)
     prompt_ids, prompt_mask, group_ids = _encode_prompts(policy, prompts, group_size, max_new_tokens)
     stop_ids = sorted({policy.eos_token_id, policy.pad_token_id})
     logp_temperature = temperature if temperature > 0 else 1.0
