@@ -272,6 +272,31 @@ def code_version() -> dict[str, str]:
 
                 tags["ablate.version.ablate"] = __version__
     tags["ablate.version.python"] = platform.python_version()
+    tags.update(machine_tags())
+    return tags
+
+
+def machine_tags() -> dict[str, str]:
+    """The processor a trial ran on: ``ablate.machine.cpu`` (its model name) and
+    ``ablate.machine.cpu_capability`` (the vector instruction set torch's CPU kernels use). Float rounding,
+    and so an RL trajectory, can differ between processor models: the same trial key gave other results
+    on an Intel Xeon and an AMD EPYC, both AVX512 (README, behaviour_logp)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    tags = {"ablate.machine.cpu": cpu}
+    try:
+        import torch
+
+        tags["ablate.machine.cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+    except (ImportError, AttributeError):
+        pass
     return tags
 
 

@@ -88,7 +88,8 @@ def synthetic(study, rng: np.random.Generator, *, effect: float = 0.1, interacti
     samples = {s.key: [{"prompt": "What is 2+2?", "completion": "<answer>4</answer>", "correct": True,
                         "reward/final_answer": 1.0, "reward/format": 0.5}] for s in specs}
     return Results(study.name, "default", list(cols), cols, table, trials, samples=samples,
-                   parent={"ablate.version.ablate": "0.1.0", "ablate.git_commit": "abc123", "ablate.git_dirty": "false"})
+                   parent={"ablate.version.ablate": "0.1.0", "ablate.git_commit": "abc123", "ablate.git_dirty": "false",
+                           "ablate.machine.cpu": "Test CPU 9000", "ablate.machine.cpu_capability": "AVX2"})
 
 
 FAST = {"fit_boot": 10}
@@ -286,6 +287,7 @@ def test_both_pages_state_the_same_findings(report):
                     "Objective per arm", "Claims (one family)", "Compute efficiency (saturating fits)"):
         assert section in text and section in readme
     assert "git commit: abc123" in text and "loss.aggregation: seq-mean-token-mean" in text
+    assert "machine.cpu: Test CPU 9000" in text and "AVX2" in readme  # the processor, beside the versions
     assert "![Learning curves](learning_curves.png)" in readme
 
 

@@ -125,6 +125,9 @@ def test_code_version_names_the_commit_and_packages():
     assert tags["ablate.version.torch"] == torch.__version__
     assert tags["ablate.version.transformers"] == transformers.__version__
     assert tags["ablate.version.ablate"]
+    assert tags["ablate.machine.cpu"] and tags["ablate.machine.cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    if Path("/proc/cpuinfo").exists():
+        assert tags["ablate.machine.cpu"] in Path("/proc/cpuinfo").read_text()
     if (Path(__file__).resolve().parent.parent / ".git").exists():
         assert len(tags["mlflow.source.git.commit"]) == 40 and tags["ablate.git_dirty"] in ("true", "false")
 

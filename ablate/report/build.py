@@ -98,6 +98,8 @@ def _versions(results: Results) -> dict[str, str]:
 
         tags.update(code_version())
     out = {k.removeprefix("ablate.version."): v for k, v in sorted(tags.items()) if k.startswith("ablate.version.")}
+    # the processor: float rounding, so a trajectory, can differ between processor models
+    out.update({k.removeprefix("ablate."): v for k, v in sorted(tags.items()) if k.startswith("ablate.machine.")})
     if "ablate.git_commit" in tags:
         out["git commit"] = commit_text(tags)
     return out
