@@ -234,8 +234,9 @@ class RolloutConfig(Section):
         attention kernel differs from the training forward's), so the first minibatch's ratios are 1 up to
         that rounding. Unused when the update is on-policy (one epoch, one minibatch, no KL, no precision
         mismatch): the update's own log-probs are used then. With rollout.dtype set, the sampler's values
-        are in the rollout's precision, like the recomputed ones. Speed: skips ~13% of a quickstart trial
-        (benchmarks/RESULTS.md)."""),
+        are in the rollout's precision, like the recomputed ones. Speed (studies/behaviour_logp.yaml, 8 seeds,
+        AMD EPYC): the rollout phase 1.33x faster, a step 1.10x, a whole trial 1.07x; the same samples and
+        accuracies as recompute in every seed."""),
     )
 
 
