@@ -155,8 +155,10 @@ def ablate_step(state: TrialState, step: int, times: StepTimes) -> None:
 # TRL
 # ---------------------------------------------------------------------------------------------------
 def trl_version() -> str | None:
-    """The installed TRL version, or None when TRL cannot be imported."""
+    """The installed TRL version, or None when TRL or ``datasets`` (its prompts' container here) cannot be
+    imported (``pip install -e '.[bench]'`` installs both)."""
     try:
+        import datasets  # noqa: F401
         import trl
     except ImportError:
         return None
@@ -545,7 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         result["profile"] = {"steps": args.profile, **profile_ablate(s, args.profile)}
     if not args.no_trl and result["versions"]["trl"] is None:
-        print("TRL is not installed (pip install -e '.[bench]'): timed ablate only.", file=sys.stderr)
+        print("TRL or datasets is not installed (pip install -e '.[bench]'): timed ablate only.", file=sys.stderr)
     print(markdown_table(result))
     print(f"\nchecks: {result['checks']}; load average before/after: {result['load_avg_before']} / "
           f"{result['load_avg_after']}; threads {result['threads']}")
