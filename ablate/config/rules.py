@@ -291,8 +291,7 @@ def _precision_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[st
         notes.append(
             "loss.rollout_correction_cap / loss.rollout_correction_floor are set but loss.rollout_correction=none, "
             "so they have no effect; set loss.rollout_correction=tis or mis")
-    on_policy = (c.algo.ppo_epochs == 1 and c.algo.minibatches == 1 and c.kl.placement == "none" and same
-                 and loss.rollout_correction == "none")
+    on_policy = c.single_pass_update and same and loss.rollout_correction == "none"  # as TrialState.on_policy
     if c.rollout.behaviour_logp == "sampler" and on_policy:
         notes.append(
             "rollout.behaviour_logp=sampler with an on-policy update (algo.ppo_epochs=1, algo.minibatches=1, "

@@ -168,6 +168,13 @@ class TrialConfig(Section):
         return self.rollout.prompts_per_step * self.rollout.group_size
 
     @property
+    def single_pass_update(self) -> bool:
+        """One epoch of one minibatch and no KL term: the update's own detached log-probs can serve as
+        PPO's old log-probs (the trainer then skips the behaviour forward, unless it measures a
+        rollout/trainer precision mismatch)."""
+        return self.algo.ppo_epochs == 1 and self.algo.minibatches == 1 and self.kl.placement == "none"
+
+    @property
     def loss_max_len(self) -> int:
         """The Dr. GRPO normalizer in effect: ``loss.max_len``, or ``rollout.max_new_tokens`` when null."""
         return self.loss.max_len if self.loss.max_len is not None else self.rollout.max_new_tokens

@@ -248,7 +248,7 @@ def _decode_loop(
     decoder = make_decoder(model, prompt_ids, prompt_mask, max_new_tokens, fast=fast, compile=compile)
     out = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
-    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logp_temperature else None
+    logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device) if logp_temperature is not None else None
     stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     logits = decoder.prefill()

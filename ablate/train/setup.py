@@ -203,14 +203,12 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
     ref_model = _reference_model(config, policy.model)
     critic = Critic(policy.model).to(device) if config.critic.enabled else None
     optimizer, scheduler = _optimizer(config, policy.model, critic)
-    algo = config.algo
     return TrialState(
         config=config, device=device, amp_dtype=amp_dtype, rollout_amp_dtype=rollout_amp_dtype,
         measures_mismatch=measures_mismatch, task=task, train_pool=train_pool,
         eval_problems=eval_problems, policy=policy, warmstart_report=warmstart_report, prm=prm,
         prm_report=prm_report, ref_model=ref_model, critic=critic, optimizer=optimizer, scheduler=scheduler,
         components=reward_components(config),
-        on_policy=(algo.ppo_epochs == 1 and algo.minibatches == 1 and config.kl.placement == "none"
-                   and not measures_mismatch),
+        on_policy=config.single_pass_update and not measures_mismatch,
         beta=config.kl.beta, pool=list(range(len(train_pool))),
     )
