@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from bench_commits import add_comparison_args, alternate_runs, same_numbers  # n
 
 sys.path.insert(0, str(ROOT))
 from ablate.runner import threads_per_worker  # noqa: E402
+from ablate.tracking import machine_tags  # noqa: E402
 
 BEGIN, END = "<!-- bench_study:begin -->", "<!-- bench_study:end -->"
 
@@ -125,12 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ratios = [n.trials_per_hour / o.trials_per_hour for o, n in zip(old, new)]
     same_keys = all(x.keys == runs[0].keys for x in runs)
     same = all(same_numbers(runs[0].tidy, x.tidy) for x in runs[1:])
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = machine_tags()["ablate.machine.cpu"]
     body = (f"## Study throughput (bench_study.py)\n\n"
             f"Measured {time.strftime('%Y-%m-%d')} with `python benchmarks/bench_study.py --old {args.old} "
             f"--rounds {args.rounds}` on {cpu}, {os.cpu_count()} cores, torch threads per worker: "
