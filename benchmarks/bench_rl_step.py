@@ -547,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         result["profile"] = {"steps": args.profile, **profile_ablate(s, args.profile)}
     if not args.no_trl and result["versions"]["trl"] is None:
-        print("TRL or datasets is not installed (pip install -e '.[bench]'): timed ablate only.", file=sys.stderr)
+        print("TRL is not installed, or datasets is missing (pip install -e '.[bench]'): timed ablate only.",
+              file=sys.stderr)
     print(markdown_table(result))
     print(f"\nchecks: {result['checks']}; load average before/after: {result['load_avg_before']} / "
           f"{result['load_avg_after']}; threads {result['threads']}")

@@ -25,6 +25,13 @@ def bench():
         sys.modules.pop(spec.name, None)
 
 
+def test_trl_counts_as_missing_without_datasets(bench, monkeypatch):
+    """bench_rl_step hands TRL its prompts as a datasets.Dataset: without datasets the TRL side cannot run."""
+    pytest.importorskip("trl")
+    monkeypatch.setitem(sys.modules, "datasets", None)
+    assert bench.trl_version() is None
+
+
 TINY = ["--model", "micro-llama", "--prompts", "2", "--group-size", "2", "--max-new-tokens", "4",
         "--steps", "1", "--warmup", "0", "--train-size", "16"]
 
