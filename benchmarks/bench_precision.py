@@ -1,9 +1,9 @@
 """What precision costs and how far a bf16 rollout is from an fp32 trainer, per zoo model (issue 13).
 
-For each model, five trials are set up in one process from the quickstart's start policy settings
+For each model, six trials are set up in one process from the quickstart's start policy settings
 (``studies/quickstart.yaml``: 2-digit addition, 4 prompts x 8 completions, 32 new tokens; the cached warm
 start of the model, built first if missing and not timed) and stepped
-interleaved (config 1, 2, ..., 5, then 1 again) over ``--repeats`` rounds after one warm-up step each,
+interleaved (config 1, 2, ..., 6, then 1 again) over ``--repeats`` rounds after one warm-up step each,
 on one torch thread. Each RL step (:func:`ablate.train.train_step`: rollout, scoring, PPO update) is
 timed in wall seconds and in process CPU seconds (less inflated by other work on a shared machine):
 
@@ -13,12 +13,13 @@ config         settings
 fp32           ``model.dtype=float32`` (what ``auto`` is on CPU: the default here)
 bf16           ``model.dtype=bfloat16`` (autocast everywhere, weights float32)
 bf16+fp32head  ``model.dtype=bfloat16``, ``model.lm_head_dtype=float32`` (ScaleRL's FP32 LM head)
+bf16+eager     ``model.dtype=bfloat16``, ``model.attention=eager`` (CPU sdpa is slow in bfloat16)
 mm             ``rollout.dtype=bfloat16`` with the trainer in float32: logs ``mismatch/*``
 mm+fp32head    the same with ``model.lm_head_dtype=float32`` on both sides
 =============  =================================================================================
 
 The table gives, per model, the median over rounds of the per-round ratio of CPU seconds per step
-(bf16 / fp32, bf16+fp32head / bf16, fp32+fp32head would be fp32 itself: on CPU the FP32 head
+(bf16 / fp32, bf16+fp32head / bf16, bf16+eager / fp32; fp32+fp32head would be fp32 itself: on CPU the FP32 head
 changes nothing at the default precision) and the mean over steps of ``mismatch/kl`` (k3, nats per
 token) and ``mismatch/max_ratio``. Run from the repository root::
 
@@ -58,6 +59,7 @@ CONFIGS: dict[str, list[str]] = {
     "fp32": ["model.dtype=float32"],
     "bf16": ["model.dtype=bfloat16"],
     "bf16+fp32head": ["model.dtype=bfloat16", "model.lm_head_dtype=float32"],
+    "bf16+eager": ["model.dtype=bfloat16", "model.attention=eager"],
     "mm": ["model.dtype=float32", "rollout.dtype=bfloat16"],
     "mm+fp32head": ["model.dtype=float32", "rollout.dtype=bfloat16", "model.lm_head_dtype=float32"],
 }
@@ -108,13 +110,14 @@ def table(results: dict[str, dict[str, dict[str, list[float]]]], repeats: int) -
         "float32, where `model.lm_head_dtype=float32` computes exactly what the default does (not timed).",
         "",
         "| model | fp32 s/step (CPU, median) | bf16 / fp32 | bf16+fp32head / bf16 | bf16 / fp32 (wall) "
-        "| mismatch/kl | with FP32 head | mismatch/max_ratio | with FP32 head |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| bf16+eager / fp32 | mismatch/kl | with FP32 head | mismatch/max_ratio | with FP32 head |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for model, r in results.items():
         lines.append(
             f"| {model} | {statistics.median(r['fp32']['cpu']):.2f} | {ratio(r, 'bf16', 'fp32')} "
             f"| {ratio(r, 'bf16+fp32head', 'bf16')} | {ratio(r, 'bf16', 'fp32', 'wall')} "
+            f"| {ratio(r, 'bf16+eager', 'fp32')} "
             f"| {statistics.mean(r['mm']['kl']):.2e} | {statistics.mean(r['mm+fp32head']['kl']):.2e} "
             f"| {statistics.mean(r['mm']['max_ratio']):.3f} | {statistics.mean(r['mm+fp32head']['max_ratio']):.3f} |"
         )

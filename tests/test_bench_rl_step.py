@@ -78,17 +78,24 @@ def test_write_section_replaces_its_own_section_only(bench, tmp_path):
     assert path.read_text() == f"# Benchmarks\n\n{bench.BEGIN}\nsecond\n{bench.END}\n\n## Later section\n"
 
 
-def test_gap_analysis_gives_the_measured_shares_only_when_the_goal_is_missed(bench):
-    summary = {"ratio": 0.9, "ablate_step_s": 1.0, "ablate_logprob_s": 0.2, "ablate_sample_s": 0.3,
-               "trl_rollout_s": 0.5, "ablate_tokens": 1536.0}
-    result = {"summary": summary, "settings": {"prompts": 8, "group_size": 8, "max_new_tokens": 32},
-              "profile": {"steps": 3, "op_shares": {"matrix multiplies": 0.6, "other tensor ops": 0.3}}}
-    text = bench.gap_analysis(result)
-    assert "(60% of ablate's operator time)" in text
-    assert "that forward, 20% of the step" in text  # 0.2 s of 1.0 s
-    assert "up to 25% of the completion positions" in text  # 1 - 1536 / (8 * 8 * 32)
-    assert "30% of operator time" in text
-    assert bench.gap_analysis({**result, "summary": {**summary, "ratio": 2.1}}) == ""
+def test_gap_analysis_states_the_floor_bound_only_when_the_goal_is_missed(bench):
+    summary = {"ratio": 1.2, "ablate_step_s": 0.35, "ablate_logprob_s": 0.0, "ablate_sample_s": 0.12,
+               "ablate_update_s": 0.23, "trl_rollout_s": 0.19, "trl_update_s": 0.24, "trl_step_s": 0.42}
+    floor = {"steps": 3, "gflop": 15.0, "in_situ_s": 0.28, "floor_s": 0.15}
+    text = bench.gap_analysis({"summary": summary, "floor": floor})
+    assert "TRL's step / that floor = **2.80**" in text  # 0.42 / 0.15
+    assert "a step of 0.210 s: 60 ms above the floor" in text  # 0.42 / 2, minus 0.15
+    assert "inside the step take 130 ms more than alone" in text  # 0.28 - 0.15
+    assert "(100 GFLOP/s)" in text  # 15 GFLOP / 0.15 s
+    assert "--floor N" in bench.gap_analysis({"summary": summary})
+    assert bench.gap_analysis({"summary": {**summary, "ratio": 2.1}, "floor": floor}) == ""
+
+
+def test_gemm_floor_of_a_tiny_step(bench):
+    s = replace(bench.Settings(), model="micro-llama", prompts=2, group_size=2, max_new_tokens=4, train_size=16)
+    floor = bench.gemm_floor(s, 1)
+    assert floor["steps"] == 1 and floor["gflop"] > 0
+    assert 0 < floor["floor_s"] and 0 < floor["in_situ_s"]
 
 
 def test_breakdown_takes_derived_parts_per_step_before_the_median(bench):

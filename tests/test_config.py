@@ -699,7 +699,7 @@ def test_new_options_at_their_neutral_defaults_keep_every_trial_key():
                      "loss.rollout_correction=tis", "loss.rollout_correction_cap=3.0",
                      "loss.rollout_correction_floor=0.5", "optim.implementation=for-loop",
                      "optim.implementation=foreach", "optim.implementation=fused",
-                     "rollout.behaviour_logp=sampler"]:
+                     "rollout.behaviour_logp=sampler", "model.attention=eager"]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConfigWarning)
             assert build(override).trial_key() != base, override
@@ -713,6 +713,7 @@ def test_new_options_at_their_neutral_defaults_keep_every_trial_key():
     ("loss.rollout_correction=token_truncate", "loss.rollout_correction"),
     ("rollout.dtype=float16", "rollout.dtype"),
     ("model.lm_head_dtype=bfloat16", "model.lm_head_dtype"),
+    ("model.attention=flash", "model.attention"),
 ])
 def test_invalid_precision_settings_name_the_key(override, key):
     with pytest.raises(TrialConfigError) as exc:

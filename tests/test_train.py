@@ -336,6 +336,25 @@ def test_sampler_behaviour_logp_trains_like_the_recomputed_one_up_to_rounding(ws
         setup_trial(tiny(ws_cache)).config.trial_key()
 
 
+def test_eager_attention_trains_like_sdpa_up_to_rounding(ws_cache):
+    """model.attention=eager reaches the trainer's model (and the reference copy the KL term uses): one
+    step gives the same rollout (the lean decoder has its own attention) and the same update to rounding."""
+    runs = {}
+    for impl in ("sdpa", "eager"):
+        state = setup_trial(tiny(ws_cache, f"model.attention={impl}", "kl.placement=loss"))
+        assert state.model.config._attn_implementation == impl
+        assert state.ref_model.config._attn_implementation == impl
+        metrics, batch = train_step(state, 1)
+        runs[impl] = (metrics, batch, params_of(state.model))
+    (m_s, b_s, p_s), (m_e, b_e, p_e) = runs["sdpa"], runs["eager"]
+    assert torch.equal(b_s.completion_ids, b_e.completion_ids)
+    assert torch.allclose(b_s.old_logp, b_e.old_logp, atol=1e-5, rtol=0)
+    assert torch.allclose(b_s.ref_logp, b_e.ref_logp, atol=1e-5, rtol=0)
+    assert abs(m_s["loss/total"] - m_e["loss/total"]) < 1e-5
+    diff = torch.cat([(a - b).abs().flatten() for a, b in zip(p_s, p_e)])
+    assert float(diff.max()) < 1e-4 and float((diff > 1e-6).float().mean()) < 1e-3
+
+
 MISMATCH_METRICS = ("mismatch/kl", "mismatch/max_ratio", "mismatch/corrected_frac")
 
 

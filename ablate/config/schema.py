@@ -77,6 +77,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "stream": 0,
     "optim.implementation": "auto",
     "rollout.behaviour_logp": "recompute",
+    "model.attention": "sdpa",
 }
 
 

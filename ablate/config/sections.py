@@ -107,8 +107,8 @@ class ModelConfig(Section):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto",
         description=one_line("""Compute precision. auto: bfloat16 autocast on CUDA, float32 elsewhere; float32: never
-        autocast (bit-reproducible across devices, slower on GPU); bfloat16: autocast on every device
-        (slow on most CPUs). Weights and optimizer state stay float32 in every mode."""),
+        autocast (bit-reproducible on one processor model, not across models; slower on GPU); bfloat16:
+        autocast on every device (on CPU see model.attention). Weights and optimizer state stay float32 in every mode."""),
     )
     lm_head_dtype: Literal["float32"] | None = Field(
         None,
@@ -117,6 +117,17 @@ class ModelConfig(Section):
         float32 even under bfloat16 autocast, which shrinks the rollout/trainer log-prob mismatch at the
         cost of a float32 [tokens x vocabulary] matmul (ScaleRL, Khatri et al. 2025, "FP32 precision at the
         LM head"). Changes nothing when the model already runs in float32."""),
+    )
+    attention: Literal["sdpa", "eager"] = Field(
+        "sdpa",
+        description=one_line("""Attention kernel of the model's forward passes (update, behaviour log-probs, reference
+        and critic; the lean rollout decoder has its own). sdpa: torch's scaled_dot_product_attention;
+        eager: transformers' matmul + softmax attention. The two agree to float rounding, not bitwise (a
+        test compares log-probs and gradients). On CPU, torch's sdpa is slow under bfloat16 autocast:
+        CPU time per RL step, model.dtype=bfloat16 with eager / float32 with sdpa, quickstart settings,
+        AMD EPYC, median of 10 interleaved steps: 0.90 tiny-llama, 0.76 small-llama, 1.10 micro-llama
+        (bfloat16 with sdpa: 1.07, 0.87, 1.55; benchmarks/bench_precision.py). bfloat16 changes what a
+        trial learns; the two settings have not been compared on paired seeds."""),
     )
 
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from ablate.config import TrialConfig, autocast_dtype, resolve_device, rollout_autocast_dtype
 from ablate.models import Policy, load_policy
+from ablate.models.checkpoint import ATTN_IMPLEMENTATION
 from ablate.models.heads import BackboneHead
 from ablate.models.precision import use_float32_lm_head
 from ablate.rewards import ComponentSpec, reward_components
@@ -192,6 +193,8 @@ def setup_trial(config: TrialConfig, progress: bool = False) -> TrialState:
     train_pool = task.sample("train", config.task.train_size, seed=config.task.data_seed)
     eval_problems = task.sample("eval", config.eval.n_problems, seed=config.task.data_seed)
     policy, warmstart_report = build_policy(config, device, progress=progress)
+    if config.model.attention != ATTN_IMPLEMENTATION:
+        policy.model.set_attn_implementation(config.model.attention)
     if config.model.lm_head_dtype == "float32":
         use_float32_lm_head(policy.model)
     prm: LearnedPRM | None = None  # trained on the start policy

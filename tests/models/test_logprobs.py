@@ -75,6 +75,29 @@ def test_chunked_logprobs_and_gradients_equal_naive(name, temperature):
             assert torch.allclose(g, ref_grads[n], atol=1e-5, rtol=1e-4), (n, (g - ref_grads[n]).abs().max())
 
 
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
+def test_eager_attention_gives_the_sdpa_logprobs_and_gradients(name):
+    """model.attention=eager: left-padded prompts, right-padded completions, float32: the same log-probs,
+    entropies and gradients as sdpa to float rounding (the kernels differ, so not bitwise)."""
+    ids, mask, P = rollout_batch(load_policy(name).model.config.vocab_size)
+    weights = torch.randn(5, 7, generator=torch.Generator().manual_seed(1))
+    out = {}
+    for impl in ("sdpa", "eager"):
+        model = load_policy(name).model
+        model.set_attn_implementation(impl)
+        assert model.config._attn_implementation == impl
+        lp, ent = token_logprobs_and_entropy(model, ids, mask, num_prompt_tokens=P)
+        assert torch.isfinite(lp).all() and torch.isfinite(ent).all()
+        (lp * weights + ent).sum().backward()
+        out[impl] = (lp.detach(), ent.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None})
+    (lp_s, ent_s, g_s), (lp_e, ent_e, g_e) = out["sdpa"], out["eager"]
+    assert torch.allclose(lp_e, lp_s, atol=1e-5, rtol=0), (lp_e - lp_s).abs().max()
+    assert torch.allclose(ent_e, ent_s, atol=1e-5, rtol=0)
+    assert g_e.keys() == g_s.keys()
+    for n, g in g_e.items():
+        assert torch.allclose(g, g_s[n], atol=1e-5, rtol=1e-4), (n, (g - g_s[n]).abs().max())
+
+
 def test_zero_model_gives_uniform_logprob_and_entropy_by_hand():
     # all weights zero -> all logits zero -> every token has log-prob -log(V), entropy log(V),
     # whatever the temperature
