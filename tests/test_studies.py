@@ -77,7 +77,7 @@ def smoke_env(tmp_path_factory):
 SMOKE_SECONDS = {
     "smollm2_granularity": 140, "dapo_ladder": 99, "granularity_cross": 97, "aa_control": 75,
     "adv_scope_x_aggregation": 68, "ratio_level_tuned": 65, "new_factor": 65, "loss_normalization": 57,
-    "prm_quality": 57, "ratio_level": 47, "quickstart": 42, "reward_granularity": 38, "precision": 34,
+    "prm_quality": 57, "ratio_level": 47, "quickstart": 42, "reward_granularity": 38, "precision": 34, "cpu_bf16": 32,
     "ppo_critic": 32,
 }
 
