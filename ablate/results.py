@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -286,6 +287,29 @@ class _Collected:
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     problems: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    machines: list[dict[str, str]] = field(default_factory=list)
+
+
+#: The tags of a trial run that name the processor it was started on (:func:`ablate.tracking.machine_tags`).
+MACHINE_TAGS = ("ablate.machine.cpu", "ablate.machine.cpu_capability")
+
+
+def processor_note(tags: Iterable[Mapping[str, str]]) -> str | None:
+    """The report's note when finished trials ran on more than one processor model, else None.
+
+    Args:
+        tags: the tags of each finished trial's run. Runs without ``ablate.machine.cpu`` (logged before
+            the tag existed) are not counted.
+    """
+    counts = Counter(" / ".join(t[k] for k in MACHINE_TAGS if k in t) for t in tags if MACHINE_TAGS[0] in t)
+    if len(counts) < 2:
+        return None
+    parts = "; ".join(f"{name}: {n} trial{'s' if n != 1 else ''}" for name, n in sorted(counts.items()))
+    return (f"the finished trials ran on {len(counts)} processor models ({parts}). Float rounding differs between "
+            "processor models, so a trial's result depends on the processor as well as on its key: rerunning it on "
+            "another model does not reproduce it, and a paired difference between two arms that ran on different "
+            "models includes that difference (README, Findings: the same keys reached other accuracies on an Intel "
+            "Xeon and an AMD EPYC)")
 
 
 def _read_finished(key: str, run: Run, files: RunFiles, out: _Collected) -> str | None:
@@ -330,6 +354,8 @@ def _trial_row(spec: TrialSpec, runs: list[Run] | None, columns: Mapping[str, st
         missing = _read_finished(spec.key, run, files, out)
         if missing is not None:
             row["state"], row["error"] = FAILED, missing
+        else:
+            out.machines.append({k: run.tags[k] for k in MACHINE_TAGS if k in run.tags})
     return row
 
 
@@ -374,6 +400,9 @@ def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str 
                          f"readable {EVAL_PROBLEMS_FILE} (logged before it existed?): Results.problems holds the "
                          "others only")
     problems = build_problems(out.problems, trials, list(columns.values()))
+    note = processor_note(out.machines)
+    if note:
+        out.notes.append(note)
     return Results(study=study.name, budget=budget, factors=list(columns), columns=columns, table=table,
                    trials=trials, samples=out.samples, parent=dict(parent.tags) if parent is not None else {},
                    notes=out.notes, problems=problems)

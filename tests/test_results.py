@@ -30,6 +30,7 @@ from ablate.results import (
     level_column,
     load_results,
     problems_frame,
+    processor_note,
 )
 from ablate.study import load_study
 from ablate.tracking import EVAL_PROBLEM_COLUMNS, Tracker, eval_problems_csv, history_csv
@@ -156,6 +157,37 @@ def test_load_results_of_a_partial_study(store):
     # runs logged without eval_problems.csv (as before it existed): an empty per-problem table
     assert res.problems.empty
     assert list(res.problems.columns) == ["key", "arm", "seed", "loss_norm", "level.step", *PROBLEM_COLUMNS]
+
+
+def test_processor_note_counts_the_processor_models_of_finished_trials():
+    intel = {"ablate.machine.cpu": "Intel Xeon", "ablate.machine.cpu_capability": "AVX512"}
+    amd = {"ablate.machine.cpu": "AMD EPYC", "ablate.machine.cpu_capability": "AVX512"}
+    assert processor_note([intel, intel, {}]) is None  # one model (a run without the tag is not counted)
+    assert processor_note([]) is None
+    note = processor_note([intel, amd, intel, {}])
+    assert note.startswith("the finished trials ran on 2 processor models (AMD EPYC / AVX512: 1 trial; "
+                           "Intel Xeon / AVX512: 2 trials).")
+    assert "does not reproduce it" in note
+    # the same model with another instruction set torch uses counts as another processor
+    assert "2 processor models" in processor_note([intel, {**intel, "ablate.machine.cpu_capability": "AVX2"}])
+
+
+def test_results_note_finished_trials_from_two_processor_models(store):
+    """Trial runs carry the processor that started them (code_version tags); the report's notes say when
+    the finished trials of a study ran on more than one model."""
+    study, specs = store["study"], store["specs"]
+    res = load_results(Plan.of(study, "default"), tracking_uri=store["uri"])
+    assert not any("processor models" in n for n in res.notes)  # every run was started here
+    client = MlflowClient(store["uri"])
+    here = client.get_run(store["runs"][specs[0].key]).data.tags["ablate.machine.cpu"]
+    assert here
+    for spec in specs[:2]:
+        client.set_tag(store["runs"][spec.key], "ablate.machine.cpu", "Another CPU")
+    client.set_tag(store["runs"][specs[5].key], "ablate.machine.cpu", "A third CPU")  # failed: not counted
+    res = load_results(Plan.of(study, "default"), tracking_uri=store["uri"])
+    [note] = [n for n in res.notes if "processor models" in n]
+    assert "ran on 2 processor models" in note and "Another CPU / " in note and ": 2 trials" in note
+    assert f"{here} / " in note and ": 3 trials" in note
 
 
 def test_cached_histories_survive_a_lost_artifact_store(store):
