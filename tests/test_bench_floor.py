@@ -61,5 +61,16 @@ def test_tiny_run_writes_its_section(tmp_path, capsys):
     assert bf.main(argv) == 0
     text = out.read_text()
     assert "kept" in text and bf.BEGIN in text and bf.END in text
-    assert "`micro-llama`" in text and "step / floor" in text
+    assert "`micro-llama`" in text and "step / floor" in text and "What 1.5x" in text
     assert "step / floor" in capsys.readouterr().out
+
+
+def test_section_states_what_the_goal_leaves_by_hand():
+    r = {"step_s": 0.18, "step_min_s": 0.17, "gemm_in_situ_s": 0.11, "floor_s": 0.09, "gflop": 9.0, "distinct": 5,
+         "calls": 50, "model": "tiny-llama", "key": "abc"}
+    text = bf.section(r, [], 10)
+    assert "| step / floor: the most any same-keys change could speed the step | **2.00x** |" in text  # 0.18 / 0.09
+    assert "(100 GFLOP/s)" in text  # 9 GFLOP / 0.09 s
+    # 0.18 / 1.5 = 0.12 s: 10 ms beside the in-situ matrix multiplies (70 ms now), 30 ms beside the floor
+    assert "asks of this step: 0.120 s" in text and "leaves 10 ms for everything else, which takes 70 ms now" in text
+    assert "with them at the floor, 30 ms." in text
