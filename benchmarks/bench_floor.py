@@ -112,6 +112,12 @@ def profile_gemms(run: Callable[[], Any], steps: int) -> GemmCalls:
     return out
 
 
+def profile_steps(state: TrialState, first: int, steps: int) -> GemmCalls:
+    """The matrix-multiply calls of RL steps ``first`` .. ``first + steps - 1`` of ``state``."""
+    numbers = iter(range(first, first + steps))
+    return profile_gemms(lambda: train_step(state, next(numbers)), steps)
+
+
 def _operands(op: str, shapes: Shapes, ta: bool, tb: bool) -> list[torch.Tensor]:
     """Random float32 inputs of ``shapes``; ``ta`` / ``tb`` store a matrix transposed (a strided view)."""
     def matrix(shape: Sequence[int], transposed: bool) -> torch.Tensor:
@@ -156,19 +162,13 @@ def measure(overrides: list[str], steps: int, warmup: int, reps: int) -> dict[st
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         state: TrialState = setup_trial(TrialConfig.from_overrides([*QUICKSTART, *overrides]))
-    step = 0
-
-    def one() -> float:
-        nonlocal step
-        step += 1
+    wall = []
+    for step in range(1, warmup + steps + 1):
         t0 = time.perf_counter()
         train_step(state, step)
-        return time.perf_counter() - t0
-
-    for _ in range(warmup):
-        one()
-    wall = [one() for _ in range(steps)]
-    calls = profile_gemms(one, steps)
+        wall.append(time.perf_counter() - t0)
+    wall = wall[warmup:]
+    calls = profile_steps(state, warmup + steps + 1, steps)
     floor = floor_seconds(calls, reps)
     return {
         "step_s": statistics.median(wall), "step_min_s": min(wall), "gemm_in_situ_s": calls.seconds_per_step(),
