@@ -3,7 +3,9 @@ child run per trial, metrics logged in batches, artifacts a report can read in o
 
 This is the only module that imports mlflow. Layout in MLflow::
 
-    experiment <study name>                       tags: ablate.study
+    experiment <study name>                       tags: ablate.study, mlflow.experimentKind=
+                                                    custom_model_development (a model-training
+                                                    experiment, see EXPERIMENT_KIND_TAG)
       run "<study> (<budget>)"                      the parent: one per study and budget, found
                                                     again by its tags on every run of the study
         tags    ablate.role=study, ablate.study, ablate.budget, ablate.storage, git commit, versions,
@@ -96,6 +98,15 @@ TAG_LOGGED_STEP = "ablate.logged_step"
 TAG_STORAGE = "ablate.storage"
 TAG_COMMAND = "ablate.command"
 LEVEL_PARAM_PREFIX = "level."
+#: MLflow 3's experiment-kind tag and its value for a model-training experiment (shown as "Machine
+#: learning" in the UI, as opposed to ``genai_development``). mlflow has no Python constant for either:
+#: they are the UI's ``EXPERIMENT_KIND_TAG_KEY`` and ``ExperimentKind.CUSTOM_MODEL_DEVELOPMENT`` (the
+#: server's JS bundle, mlflow/server/js/build), which the UI itself writes with ``setExperimentTag``.
+#: Every study experiment carries it; a kind someone set already is never overwritten.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND_MODEL_TRAINING = "custom_model_development"
+#: The query that opens an experiment's MLflow UI page on its runs table (see :func:`experiment_url`).
+RUNS_VIEW_QUERY = "workflowType=machine_learning"
 #: The artifact folder of a trial run's failed attempts: ``errors/attempt-<n>.txt``.
 ERRORS_DIR = "errors"
 
@@ -169,13 +180,27 @@ def check_tracking_server(uri: str, timeout: float = 10.0) -> None:
                           "or pass another --tracking-uri; nothing was run") from None
 
 
-def tracking_location(uri: str) -> str:
-    """Where the results are, for people: the SQLite file, or the URI, with how to browse it."""
+def tracking_location(uri: str, experiment_id: str | None = None) -> str:
+    """Where the results are, for people: the SQLite file, or the URI, with how to browse it; with the
+    study's ``experiment_id``, the UI page that opens on its runs table (:func:`experiment_url`)."""
     if uri.startswith("sqlite:///"):
-        return f"{uri} (browse: mlflow ui --backend-store-uri {uri})"
+        then = f", then open {experiment_url('http://127.0.0.1:5000', experiment_id)}" if experiment_id else ""
+        return f"{uri} (browse: mlflow ui --backend-store-uri {uri}{then})"
     if uri.startswith(("http://", "https://")):
-        return f"{uri} (the MLflow server's UI)"
+        return f"{uri} (the MLflow server's UI" + (f": {experiment_url(uri, experiment_id)})" if experiment_id else ")")
     return uri
+
+
+def experiment_url(ui_url: str, experiment_id: str) -> str:
+    """The MLflow UI page of experiment ``experiment_id`` that opens on its runs table (the study's parent
+    runs, their trials nested under them), for a UI served at ``ui_url`` (``mlflow ui``'s
+    ``http://127.0.0.1:5000``, or the ``mlflow server`` of an ``http://`` tracking URI).
+
+    The query (:data:`RUNS_VIEW_QUERY`) is needed: MLflow 3's UI (3.17 at least) chooses an experiment's
+    landing page from its "GenAI / Model training" switch, which starts at GenAI (the traces overview)
+    and which it remembers per browser, not from the experiment's kind tag; the query sets the switch.
+    """
+    return f"{ui_url.rstrip('/')}/#/experiments/{experiment_id}?{RUNS_VIEW_QUERY}"
 
 
 def metric_name(name: str) -> str:
@@ -513,11 +538,17 @@ class Tracker:
     # -- experiment and parent ---------------------------------------------------------------------
 
     def experiment_id(self, study_name: str, *, create: bool = True) -> str | None:
-        """The id of the experiment named ``study_name`` (created when missing and ``create``)."""
+        """The id of the experiment named ``study_name`` (created when missing and ``create``).
+
+        With ``create`` (ablate is about to log runs into it) the experiment is tagged as a model-training
+        experiment (:data:`EXPERIMENT_KIND_TAG`): a new one when it is created, an existing one (made by
+        an older ablate, or by hand) when it has no kind yet; a kind that is set already is kept.
+        """
         exp = self.client.get_experiment_by_name(study_name)
         if exp is None and create:
             try:
-                return self.client.create_experiment(study_name, tags={TAG_STUDY: study_name})
+                return self.client.create_experiment(
+                    study_name, tags={TAG_STUDY: study_name, EXPERIMENT_KIND_TAG: EXPERIMENT_KIND_MODEL_TRAINING})
             except MlflowException:  # created by another worker meanwhile
                 exp = self.client.get_experiment_by_name(study_name)
         if exp is None:
@@ -527,6 +558,8 @@ class Tracker:
                 f"the MLflow experiment {study_name!r} (id {exp.experiment_id}) in {self.uri} is deleted; restore it "
                 f"(mlflow experiments restore --experiment-id {exp.experiment_id}) or remove it for good (mlflow gc)"
             )
+        if create and not (exp.tags or {}).get(EXPERIMENT_KIND_TAG):
+            self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND_MODEL_TRAINING)
         return exp.experiment_id
 
     def find_parent(self, study_name: str, budget: str) -> str | None:

@@ -763,3 +763,22 @@ def test_rollout_autocast_dtype():
     assert rollout_autocast_dtype(TrialConfig(), cuda) is torch.bfloat16
     assert rollout_autocast_dtype(build("rollout.dtype=bfloat16"), cpu) is torch.bfloat16
     assert rollout_autocast_dtype(build("rollout.dtype=float32"), cuda) is None
+
+
+def test_every_warning_carries_its_rule_name_and_the_docs_list_them():
+    from ablate.config import RULES, WARNING_RULES
+
+    cases = {
+        "gspo-ppo-clip": ["loss.ratio_level=sequence", "loss.clip_low=0.2", "loss.clip_high=0.2",
+                          "loss.aggregation=seq-mean-token-mean"],
+        "gspo-token-sum": ["loss.ratio_level=sequence", "loss.clip_low=3e-4", "loss.clip_high=4e-4",
+                           "loss.aggregation=token-mean"],
+        "token-gspo-clip": ["loss.clip_low=3e-4", "loss.clip_high=4e-4"],
+        "kl-k1-loss": ["kl.placement=loss", "kl.estimator=k1"],
+    }
+    for rule, overrides in cases.items():
+        with pytest.warns(ConfigWarning) as record:
+            build(*overrides)
+        assert [w.message.rule for w in record] == [rule], rule
+    documented = [r.split("`")[1] for r in RULES if r.startswith("warning `")]
+    assert sorted(documented) == sorted(WARNING_RULES)  # every warning in docs/config.md, by name

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import html
 import itertools
+import json
 import math
 import re
 import shutil
@@ -374,7 +375,7 @@ def test_report_metrics_are_compared_without_a_direction_and_the_command_is_show
     assert stats.inference.family.size == 3  # the diagnostics are not claims of the family
     index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
     readme = (index.parent / "README.md").read_text()
-    head = readme.split("## Findings")[0]
+    head = readme.split("### ")[0]  # the provenance follows the answer, before the details
     assert "produced by: `ablate run studies/synth.yaml --workers 2` · at commit: `abc123`" in head
     assert "Diagnostics against the baseline level" in readme and "Diagnostics against the baseline level" in \
         index.read_text()
@@ -415,5 +416,102 @@ def test_evaluation_noise_from_per_problem_records(tmp_path):
     # a seed's difference averages 2 cells: 2 * 0.04 / 4 = 0.02 -> SD sqrt(0.02)
     assert stats.eval_sd[f"loss_norm: {TOKEN} vs sequence"] == pytest.approx(math.sqrt(0.02))
     assert stats.eval_sd["clip_high: 0.28 vs 0.2"] == 0.0  # the same outcomes on both levels
-    intro = phrase(stats).sections[0].intro
+    (intro,) = [sec.intro for sec in phrase(stats).sections if sec.title.startswith("Method")]
     assert "Evaluation noise, from the per-problem records" in intro and "(estimated from 6 seeds)" in intro
+
+
+# ------------------------------------------------------------------------ the answer comes first
+
+
+def _claim(verdict: str, estimate: float, lo: float, hi: float, n: int, per_seed=(), need: float = math.nan,
+           method: str = inf.PAIRED) -> inf.Claim:
+    c = inf.Contrast(factor="loss_norm", level="token", baseline="sequence", method=method, n_seeds=n, cells=1,
+                     level_mean=0.5, baseline_mean=0.5 - estimate, estimate=estimate, se=0.0 if per_seed and not any(per_seed) else 0.01, df=n - 1,
+                     ci_low=lo, ci_high=hi, p=0.5, p_tost=math.nan, seeds=tuple(range(n)),
+                     per_seed=tuple(per_seed), d_z=math.nan, improved=inf.Improvement(0, 0, math.nan, math.nan, math.nan))
+    return inf.Claim(c.name, c, None, 0.5, math.nan, verdict, "", need, True)
+
+
+def _family(claim: inf.Claim, min_effect: float | None = 0.05) -> inf.Family:
+    return inf.Family(claims=(claim,), size=1, alpha=0.05, min_effect=min_effect, method=inf.PAIRED, n_seeds=4)
+
+
+@pytest.mark.parametrize(("claim", "min_effect", "expected"), [
+    (_claim(inf.NOT_RESOLVED, 0.0, math.nan, math.nan, 2, per_seed=(0.0, 0.0), need=2), 0.05,  # no spread: no plan
+     "loss_norm: token vs sequence: not resolved at 2 seeds (per-seed differences +0, +0 points; no interval below 3 "
+     "seeds): 2 seeds cannot tell a 5-point difference from noise."),
+    (_claim(inf.NOT_RESOLVED, -0.015, math.nan, math.nan, 2, per_seed=(0.0, -0.03), need=11), 0.05,
+     "loss_norm: token vs sequence: not resolved at 2 seeds (per-seed differences +0, -3 points; no interval below 3 "
+     "seeds): 2 seeds cannot tell a 5-point difference from noise; about 11 seeds per arm would."),
+    (_claim(inf.NOT_RESOLVED, 0.04, -0.054, 0.135, 4, need=24), 0.05,
+     "loss_norm: token vs sequence: not resolved at 4 seeds, +4 points [-5.4, 13.5] (95% paired t, 4 seeds): the "
+     "interval holds both no difference and a 5-point difference; about 24 seeds per arm would tell them apart."),
+    (_claim(inf.DETECTED, 0.058, 0.017, 0.099, 4), 0.05,
+     "loss_norm: token vs sequence: detected, +5.8 points [1.7, 9.9] (95% paired t, 4 seeds): at this scale the "
+     "level does better than the baseline, by more than seed noise explains."),
+    (_claim(inf.EQUIVALENT, 0.014, -0.0004, 0.027, 6, method=inf.MODEL), 0.05,
+     "loss_norm: token vs sequence: equivalent, +1.4 points [-0.04, 2.7] (95% model t, 6 seeds): no difference as "
+     "large as ±5 points; at this scale the choice does not matter at that size."),
+    (_claim(inf.NOT_RESOLVED, 0.04, -0.054, 0.135, 4, need=math.inf), None,
+     "loss_norm: token vs sequence: not resolved at 4 seeds, +4 points [-5.4, 13.5] (95% paired t, 4 seeds): the "
+     "interval holds both no difference and a difference of this size; more than 200 seeds per arm would be "
+     "needed to tell them apart."),
+])
+def test_answer_sentences_by_hand(claim, min_effect, expected):
+    from ablate.report.findings import answer_sentence
+
+    expected = expected.replace("more than 200", f"more than {inf.MAX_SEEDS}")
+    assert answer_sentence(claim, _family(claim, min_effect), Scale(100.0, "points"), "max") == expected
+
+
+def test_a_detected_drop_says_worse():
+    from ablate.report.findings import answer_sentence
+
+    claim = _claim(inf.DETECTED, -0.094, -0.144, -0.043, 3)
+    assert "the level does worse than the baseline" in answer_sentence(claim, _family(claim), Scale(100.0, "points"), "max")
+    assert "the level does better than the baseline" in answer_sentence(claim, _family(claim), Scale(100.0, "points"), "min")
+
+
+def test_the_page_opens_with_the_question_the_answer_and_the_claims_figure(tmp_path):
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "primary: [loss_norm]\nmin_effect: 0.03\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
+    page, readme = index.read_text(), (index.parent / "README.md").read_text()
+    for text, answer_at, claims_at in ((page, page.index('<li class="answer">loss_norm: '), page.index('id="fig-claims"')),
+                                       (readme, readme.index("- loss\\_norm: "), readme.index("![Claims](claims.png)"))):
+        assert text.count("Findings") == 1
+        assert text.index("Question.") < text.index("Findings") < answer_at < claims_at < text.index("Inference")
+        assert claims_at < text.index("produced by") < text.index("Inference")
+    # method, model, family and tables: collapsed; the claims figure is shown once
+    assert "<details><summary>Method: model, family and verdicts</summary>" in page
+    assert "<details><summary>Claims (one family)</summary>" in page and page.count('id="fig-claims"') == 1
+    assert readme.count("![Claims](claims.png)") == 1
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed (README's test "
+                    "command installs it)")
+def test_the_answer_and_the_claims_figure_sit_above_the_fold_in_chromium(tmp_path):
+    """At 1400 x 900 px, the answer sentences and the whole claims figure are on the first screen: a copy
+    of the page measures them with getBoundingClientRect in headless Chromium (the report itself has no script)."""
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "primary: [loss_norm, clip_high]\nmin_effect: 0.03\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
+    probe = index.read_text().replace("</body>", (
+        "<script>const r = s => document.querySelector(s).getBoundingClientRect();"
+        "const a = document.querySelectorAll('li.answer'); "
+        "document.body.setAttribute('data-fold', JSON.stringify({answers: a.length, "
+        "answer: a[a.length - 1].getBoundingClientRect().bottom, figure: r('#fig-claims img').bottom, "
+        "inference: r('details').top}));</script></body>"))
+    (tmp_path / "out" / "probe.html").write_text(probe)
+    proc = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900",
+                           "--virtual-time-budget=5000", "--dump-dom", (tmp_path / "out" / "probe.html").as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    m = re.search(r'data-fold="([^"]+)"', proc.stdout)
+    assert m, proc.stderr[-2000:]
+    fold = json.loads(html.unescape(m.group(1)))
+    assert fold["answers"] == 2
+    assert 0 < fold["answer"] < fold["figure"] <= 900 < fold["inference"] or fold["figure"] <= 900, fold

@@ -595,3 +595,59 @@ def test_a_file_of_many_mistakes_prints_the_first_50_and_counts_the_rest(tmp_pat
     text = str(exc.value)
     assert len(exc.value.problems) == 2000 and text.count("\n  ") == 51
     assert text.rstrip().endswith("... and 1,950 more (fix these first)")
+
+
+# ------------------------------------------------------------------------------- acknowledge
+
+GSPO_CROSS = """\
+name: cross
+factors:
+  loss_norm:
+    levels:
+      sequence: {loss.aggregation: seq-mean-token-mean}
+      token: {loss.aggregation: token-mean}
+  ratio:
+    levels:
+      token: {}
+      sequence: {loss.ratio_level: sequence, loss.clip_low: 3.0e-4, loss.clip_high: 4.0e-4}
+""" + TAIL
+
+
+def test_an_unacknowledged_cross_warns_per_arm_with_its_name(tmp_path):
+    study = load_study(write(tmp_path, GSPO_CROSS))
+    (warning,) = study.warnings
+    assert warning.startswith("arm loss_norm=token,ratio=sequence: loss.ratio_level=sequence (GSPO)")
+    assert warning.endswith("[gspo-token-sum]")
+    assert study.acknowledged == () and study.acknowledged_line is None
+
+
+def test_an_acknowledged_cross_is_said_once_and_not_warned(tmp_path, cli):
+    path = write(tmp_path, GSPO_CROSS + "acknowledge: [gspo-token-sum]\n")
+    study = load_study(path)
+    assert study.warnings == ()
+    assert study.acknowledged == (("gspo-token-sum", ("loss_norm=token,ratio=sequence",)),)
+    rc, out, err = cli("validate", str(path))
+    assert rc == 0 and "warning" not in (out + err).lower()
+    (line,) = err.splitlines()
+    assert line == (f"{path}: run on purpose, as the study file acknowledges: gspo-token-sum (a sequence ratio "
+                    "(GSPO) under a length-weighted loss aggregation; arm loss_norm=token,ratio=sequence)")
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("[gspo-token-summ]", "acknowledge[0]: unknown warning name 'gspo-token-summ'; allowed: "),
+    ("[gspo-ppo-clip]", "acknowledge: gspo-ppo-clip is acknowledged but no arm of this study triggers it"),
+    ("gspo-token-sum", "acknowledge: must be a list of warning names"),
+    ("[gspo-token-sum, gspo-token-sum]", "acknowledge[1]: gspo-token-sum is listed twice"),
+])
+def test_a_bad_acknowledgment_is_one_clear_problem(tmp_path, cli, value, fragment):
+    path = write(tmp_path, GSPO_CROSS + f"acknowledge: {value}\n")
+    rc, out, err = cli("validate", str(path))
+    assert rc == 2 and out == ""
+    assert f"{path}:{GSPO_CROSS.count(chr(10)) + 1}: {fragment}" in err, err
+
+
+def test_the_predefined_studies_print_no_warning(cli):
+    files = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "studies").glob("*.yaml"))
+    rc, out, err = cli("validate", *files)
+    assert rc == 0 and "warning" not in err.lower(), err
+    assert "gspo-token-sum" in err  # quickstart's deliberate cross is said, once per file that has it

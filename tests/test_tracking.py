@@ -16,6 +16,7 @@ from ablate.study import load_study
 from ablate.tracking import (
     DEFAULT_TRACKING_URI,
     EVAL_PROBLEM_COLUMNS,
+    EXPERIMENT_KIND_TAG,
     MAX_PARAM_VALUE,
     MAX_TAG_VALUE,
     TAG_LOGGED_STEP,
@@ -24,6 +25,7 @@ from ablate.tracking import (
     TrackingError,
     code_version,
     eval_problems_csv,
+    experiment_url,
     history_csv,
     metric_name,
     param_value,
@@ -153,6 +155,32 @@ def test_one_experiment_one_parent_found_again(tracker, study):
     assert json.loads(Path(c.download_artifacts(parent, "design.json")).read_text()) == {"hash": "h"}
     tracker.finish_parent(parent, failed=False)
     assert tracker.run_status(parent) == "FINISHED"
+
+
+def test_study_experiment_is_a_model_training_experiment(tracker, study):
+    """MLflow 3 tells model-training experiments from GenAI ones by the tag mlflow.experimentKind: the
+    study's experiment is created with it; one that exists without it (an older ablate's, or made by
+    hand) gets it when ablate logs into it; a kind set by someone else is kept; reading writes nothing."""
+    assert EXPERIMENT_KIND_TAG == "mlflow.experimentKind"
+    c: MlflowClient = tracker.client
+    tracker.parent_run(study, "default")
+    tags = c.get_experiment_by_name("trk").tags
+    assert tags[EXPERIMENT_KIND_TAG] == "custom_model_development" and tags["ablate.study"] == "trk"
+
+    old = c.create_experiment("old", tags={"ablate.study": "old"})
+    assert tracker.experiment_id("old", create=False) == old  # a read (find_parent, reports): no tag
+    assert EXPERIMENT_KIND_TAG not in c.get_experiment(old).tags
+    assert tracker.experiment_id("old") == old
+    assert c.get_experiment(old).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+
+    mine = c.create_experiment("mine")
+    c.set_experiment_tag(mine, EXPERIMENT_KIND_TAG, "genai_development")
+    assert tracker.experiment_id("mine") == mine
+    assert c.get_experiment(mine).tags[EXPERIMENT_KIND_TAG] == "genai_development"
+
+
+def test_experiment_url_opens_the_runs_table():
+    assert experiment_url("http://127.0.0.1:5000/", "7") == "http://127.0.0.1:5000/#/experiments/7?workflowType=machine_learning"
 
 
 def test_child_run_params_tags_batched_metrics_and_artifacts(tracker, study):

@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     from ablate.commands.validate import print_warnings
     from ablate.runner import record_command, run_study
     from ablate.study import load_study
-    from ablate.tracking import tracking_location
+    from ablate.tracking import Tracker, tracking_location
 
     study = load_study(args.file)
     print_warnings(study)
@@ -117,7 +117,13 @@ def run(args: argparse.Namespace) -> int:
     c = result.counts
     print(f"study {study.name} ({args.budget}): {c['done']} done, {c['failed']} failed, {c['running']} running, "
           f"{c['pending']} pending, in {result.seconds:.0f} s")
-    print(f"results: MLflow {tracking_location(result.tracking_uri)}, experiment {study.name!r}")
+    experiment = None
+    if not result.unsent:  # the server answered: the experiment's id, for the UI page of its runs table
+        try:
+            experiment = Tracker(result.tracking_uri).experiment_id(study.name, create=False)
+        except Exception:  # noqa: BLE001 - the plain location still says where the results are
+            experiment = None
+    print(f"results: MLflow {tracking_location(result.tracking_uri, experiment)}, experiment {study.name!r}")
     print(f"store: {result.storage}")
     if result.unsent:
         print(f"{len(result.unsent)} finished trial(s) could not reach MLflow at {result.tracking_uri} "

@@ -23,9 +23,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def print_warnings(study) -> None:
-    """The study's configuration warnings on stderr, one line each (they never fail a study)."""
+    """The study's configuration warnings on stderr, one line each (they never fail a study), then one
+    line naming the warnings the study file acknowledges (``acknowledge:``), if any."""
     for w in study.warnings:
         print(f"{study.path}: warning: {w}", file=sys.stderr)
+    if study.acknowledged_line:
+        print(f"{study.path}: {study.acknowledged_line}", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,7 +44,13 @@ from __future__ import annotations
 
 from ablate.config.device import autocast_dtype, resolve_device, rollout_autocast_dtype
 from ablate.config.problems import ConfigProblem, ConfigWarning, TrialConfigError
-from ablate.config.rules import CRITIC_ESTIMATORS, GROUP_ESTIMATORS, RULES, SEQUENCE_RATIO_LEVELS
+from ablate.config.rules import (
+    CRITIC_ESTIMATORS,
+    GROUP_ESTIMATORS,
+    RULES,
+    SEQUENCE_RATIO_LEVELS,
+    WARNING_RULES,
+)
 from ablate.config.schema import (
     KEY_EXCLUDED_PATHS,
     KEY_OMITTED_AT_DEFAULT,
@@ -104,6 +110,7 @@ __all__ = [
     "TrainConfig",
     "TrialConfig",
     "TrialConfigError",
+    "WARNING_RULES",
     "WarmstartConfig",
     "autocast_dtype",
     "describe_path",

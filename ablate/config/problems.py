@@ -6,11 +6,32 @@ from dataclasses import dataclass
 
 from ablate.errors import ConfigError
 
-__all__ = ["ConfigProblem", "ConfigWarning", "RuleViolations", "TrialConfigError"]
+__all__ = ["ConfigNote", "ConfigProblem", "ConfigWarning", "RuleViolations", "TrialConfigError"]
 
 
 class ConfigWarning(UserWarning):
-    """A legal configuration that is probably not what was meant (the message says why and the fix)."""
+    """A legal configuration that is probably not what was meant (the message says why and the fix).
+
+    Attributes:
+        rule: the warning's name (a key of :data:`ablate.config.rules.WARNING_RULES`), which a study file
+            lists under ``acknowledge:`` when it runs the combination on purpose; None for a warning
+            raised without one.
+    """
+
+    def __init__(self, message: str, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+@dataclass(frozen=True)
+class ConfigNote:
+    """One warning of a trial configuration: the rule's name and the message (why, and the fix)."""
+
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True)

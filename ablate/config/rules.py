@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ablate.config.problems import ConfigProblem
+from ablate.config.problems import ConfigNote, ConfigProblem
 from ablate.registry import ALL_REGISTRIES, BUILTIN_MODEL_POSITIONS, builtins_loaded
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CRITIC_ESTIMATORS", "GROUP_ESTIMATORS", "LENGTH_WEIGHTED_AGGREGATIONS", "RULES", "RULE_CHECKS",
-    "SCOPED_ESTIMATORS", "SEQUENCE_RATIO_LEVELS", "check_rules", "model_positions",
+    "SCOPED_ESTIMATORS", "SEQUENCE_RATIO_LEVELS", "WARNING_RULES", "check_rules", "model_positions",
 ]
 
 #: Advantage estimators that read a value function (need ``critic.enabled``).
@@ -39,7 +39,23 @@ LENGTH_WEIGHTED_AGGREGATIONS: frozenset[str] = frozenset(
 #: Clip ranges at or above this are "PPO-sized" for the GSPO warning.
 _PPO_SIZED_CLIP = 0.01
 
-#: The cross-field rules of :func:`check_rules`, in words (rendered into docs/config.md).
+#: The warnings of :func:`check_rules` by name, each with what it flags in a few words. A study file
+#: that runs such a combination on purpose names it under ``acknowledge:`` (see :mod:`ablate.study`):
+#: validation then says once that it is acknowledged instead of warning about every arm.
+WARNING_RULES: dict[str, str] = {
+    "gspo-ppo-clip": "a sequence ratio (GSPO) with PPO-sized clip ranges",
+    "gspo-token-sum": "a sequence ratio (GSPO) under a length-weighted loss aggregation",
+    "token-gspo-clip": "a token ratio with GSPO-sized clip ranges",
+    "prompt-mean-group-1": "prompt-mean aggregation with groups of one completion",
+    "kl-k1-loss": "the k1 KL estimator placed in the loss",
+    "correction-without-mismatch": "a rollout correction without a precision mismatch",
+    "correction-bounds-unused": "rollout-correction bounds without a correction",
+    "sampler-on-policy": "sampler log-probs with an on-policy update",
+    "fp32-head-unused": "an FP32 LM head where the policy is float32 throughout",
+}
+
+#: The cross-field rules of :func:`check_rules`, in words (rendered into docs/config.md); a warning
+#: carries its name from :data:`WARNING_RULES`.
 RULES: tuple[str, ...] = (
     "error: `algo.advantage=gae` needs `critic.enabled=true` (GAE reads a learned value function).",
     "error: `critic.enabled=true` with a group estimator (grpo, dr_grpo, rloo, grpo_process): they never read "
@@ -64,31 +80,37 @@ RULES: tuple[str, ...] = (
     "shares; each batch's prompts plus completions are checked again when it is sampled.",
     "error: `task.difficulty` inside the task's declared range; `eval.n_problems <= task.eval_size`; "
     "`warmstart.target_min < warmstart.target_max`.",
-    "warning: a sequence ratio level (GSPO) with a clip range >= 0.01: sequence ratios stay within ~1e-3 of 1, "
+    "warning `gspo-ppo-clip`: a sequence ratio level (GSPO) with a clip range >= 0.01: sequence ratios stay within ~1e-3 of 1, "
     "so PPO-sized ranges almost never bind; GSPO uses 3e-4 / 4e-4.",
-    "warning: a sequence ratio level (GSPO) with `loss.aggregation` token-mean, seq-mean-token-sum, "
+    "warning `gspo-token-sum`: a sequence ratio level (GSPO) with `loss.aggregation` token-mean, seq-mean-token-sum, "
     "seq-mean-token-sum-norm or prompt-mean: each sequence's loss is weighted by its length "
     "(huggingface/trl#3823); only seq-mean-token-mean gives GSPO's per-sequence objective. Not warned: "
     "`loss.ratio_level=sequence` with seq-mean-token-sum, which is LUSPO (arXiv 2602.05261), length-scaled on purpose.",
-    "warning: `loss.ratio_level=token` with both clip ranges < 0.01: nearly every token would be clipped.",
-    "warning: `loss.aggregation=prompt-mean` with `rollout.group_size=1` (the same as seq-mean-token-mean).",
-    "warning: `kl.placement=loss` with the k1 estimator, whose gradient has zero expectation under the policy.",
-    "warning: `loss.rollout_correction` (tis, mis) with the rollout in the trainer's precision (`rollout.dtype` "
+    "warning `token-gspo-clip`: `loss.ratio_level=token` with both clip ranges < 0.01: nearly every token would be clipped.",
+    "warning `prompt-mean-group-1`: `loss.aggregation=prompt-mean` with `rollout.group_size=1` (the same as seq-mean-token-mean).",
+    "warning `kl-k1-loss`: `kl.placement=loss` with the k1 estimator, whose gradient has zero expectation under the policy.",
+    "warning `correction-without-mismatch`: `loss.rollout_correction` (tis, mis) with the rollout in the trainer's precision (`rollout.dtype` "
     "null or equal to what `model.dtype` resolves to): there is no precision mismatch to correct.",
-    "warning: `loss.rollout_correction_cap` or `loss.rollout_correction_floor` changed with "
+    "warning `correction-bounds-unused`: `loss.rollout_correction_cap` or `loss.rollout_correction_floor` changed with "
     "`loss.rollout_correction=none` (they have no effect).",
-    "warning: `model.lm_head_dtype=float32` where the policy runs in float32 everywhere (it changes nothing).",
-    "warning: `rollout.behaviour_logp=sampler` with an on-policy update (`algo.ppo_epochs=1`, `algo.minibatches=1`, "
+    "warning `fp32-head-unused`: `model.lm_head_dtype=float32` where the policy runs in float32 everywhere (it changes nothing).",
+    "warning `sampler-on-policy`: `rollout.behaviour_logp=sampler` with an on-policy update (`algo.ppo_epochs=1`, `algo.minibatches=1`, "
     "`kl.placement=none`, no precision mismatch): no behaviour log-probs are used (it changes nothing).",
     "error: `loss.rollout_correction_cap` must be > 1 and `loss.rollout_correction_floor` in (0, 1) (field bounds).",
 )
 
 
-#: A group of rules: appends the errors and warning messages of ``config`` it finds.
-RuleCheck = Callable[["TrialConfig", list[ConfigProblem], list[str]], None]
+#: A group of rules: appends the errors and warnings of ``config`` it finds.
+RuleCheck = Callable[["TrialConfig", list[ConfigProblem], list[ConfigNote]], None]
 
 
-def _critic_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _note(notes: list[ConfigNote], rule: str, message: str) -> None:
+    """Append warning ``rule`` (a key of :data:`WARNING_RULES`) with its message."""
+    assert rule in WARNING_RULES, rule
+    notes.append(ConfigNote(rule, message))
+
+
+def _critic_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """gae needs a critic; the group estimators never read one."""
     adv = c.algo.advantage
     if adv in CRITIC_ESTIMATORS and not c.critic.enabled:
@@ -102,7 +124,7 @@ def _critic_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str])
             "critic.enabled=false, or algo.advantage=gae")))
 
 
-def _reward_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _reward_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """Each reward component once, at least one, and prm for grpo_process."""
     comps = c.reward.components
     dupes = sorted({n for n in comps if comps.count(n) > 1})
@@ -116,7 +138,7 @@ def _reward_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str])
             "reward.components (e.g. reward.components=[final_answer, prm]) or choose another estimator")))
 
 
-def _kl_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _kl_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """The kl reward component exactly with kl.placement=reward; an adaptive beta above 0; no k1 in the loss."""
     comps = c.reward.components
     if c.kl.placement == "reward" and "kl" not in comps:
@@ -132,13 +154,13 @@ def _kl_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> 
         errors.append(ConfigProblem("kl.beta", (
             "the adaptive controller multiplies beta, so it stays 0 forever: give an initial kl.beta > 0")))
     if c.kl.placement == "loss" and c.kl_estimator == "k1":
-        notes.append(
+        _note(notes, "kl-k1-loss",
             "kl.placement=loss with kl.estimator=k1: the gradient of k1 = log p - log p_ref is the score function, "
             "whose expectation under the policy is zero, so this penalty does not pull toward the reference; use "
             "k3 (GRPO) or k2 (whose gradient is the reverse-KL gradient)")
 
 
-def _advantage_scope_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _advantage_scope_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """adv_mean / adv_std only with the estimators that read them; no batch mean over a group std."""
     adv, mean, std = c.algo.advantage, c.algo.adv_mean, c.algo.adv_std
     if adv not in SCOPED_ESTIMATORS:
@@ -156,7 +178,7 @@ def _advantage_scope_rules(c: TrialConfig, errors: list[ConfigProblem], notes: l
             "algo.adv_std=batch (batch z-score) or none, or algo.adv_mean=group")))
 
 
-def _overlong_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _overlong_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """DAPO's soft overlong buffer fits in the completions."""
     if "soft_overlong" in c.reward.components and c.reward.soft_overlong.buffer > c.rollout.max_new_tokens:
         errors.append(ConfigProblem("reward.soft_overlong.buffer", (
@@ -184,7 +206,7 @@ def model_positions(name: str) -> int | None:
     return None
 
 
-def _position_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _position_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """The completions fit in the model's positions, with room for at least one prompt token."""
     limit, n = model_positions(c.model.name), c.rollout.max_new_tokens
     if limit is not None and n >= limit:
@@ -194,7 +216,7 @@ def _position_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str
             f"rollout.max_new_tokens={max(1, limit // 4)}), or choose a model with more positions")))
 
 
-def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """Group estimators and the group filters (dynamic sampling, zero-variance filter, dropping solved
     prompts) need groups of two or more; the two filters exclude each other."""
     adv, G = c.algo.advantage, c.rollout.group_size
@@ -217,12 +239,12 @@ def _group_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
             "both drop zero-variance groups: dynamic_sampling (DAPO) samples more prompts to refill the step, "
             "zero_variance_filter (ScaleRL) does not; choose one")))
     if c.loss.aggregation == "prompt-mean" and G == 1:
-        notes.append(
+        _note(notes, "prompt-mean-group-1",
             "loss.aggregation=prompt-mean with rollout.group_size=1: each prompt group is one completion, so "
             "this is seq-mean-token-mean; raise rollout.group_size if you meant a per-prompt token mean")
 
 
-def _update_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _update_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """Minibatches divide a step, micro-batches a minibatch; dual-clip with ppo only."""
     n = c.completions_per_step
     mb = c.algo.minibatches
@@ -240,11 +262,11 @@ def _update_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str])
             "loss.dual_clip=null (or loss.surrogate=ppo)")))
 
 
-def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """Clip ranges sized for the ratio level (GSPO's tiny ones for sequence ratios); sequence ratios averaged per sequence."""
     lo, hi = c.loss.clip_low, c.loss.clip_high
     if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and max(lo, hi) >= _PPO_SIZED_CLIP:
-        notes.append(
+        _note(notes, "gspo-ppo-clip",
             f"loss.ratio_level={c.loss.ratio_level} (GSPO) with loss.clip_low={lo}, loss.clip_high={hi}: a sequence "
             "ratio is the geometric mean of its token ratios and stays within ~1e-3 of 1, so PPO-sized clip ranges "
             "almost never bind (reports/ratio_level: the gspo-clip0.2 arm clipped no sequence in any trial); GSPO "
@@ -252,14 +274,14 @@ def _ratio_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) 
             "you mean to compare without effective clipping")
     luspo = c.loss.ratio_level == "sequence" and c.loss.aggregation == "seq-mean-token-sum"  # length-scaled on purpose
     if c.loss.ratio_level in SEQUENCE_RATIO_LEVELS and c.loss.aggregation in LENGTH_WEIGHTED_AGGREGATIONS and not luspo:
-        notes.append(
+        _note(notes, "gspo-token-sum",
             f"loss.ratio_level={c.loss.ratio_level} (GSPO) with loss.aggregation={c.loss.aggregation}: a sequence "
             "ratio gives one loss per sequence, repeated on each of its tokens, and this aggregation sums those "
             "tokens, so each sequence weighs as much as it is long instead of GSPO's per-sequence mean "
             "(Zheng et al. 2025; huggingface/trl#3823). Use loss.aggregation=seq-mean-token-mean, unless you "
             "mean to compare length-weighted sequence losses")
     if c.loss.ratio_level == "token" and max(lo, hi) < _PPO_SIZED_CLIP:
-        notes.append(
+        _note(notes, "token-gspo-clip",
             f"loss.ratio_level=token with GSPO-sized clip ranges (clip_low={lo}, clip_high={hi}): token ratios "
             "vary by far more than 1e-2, so nearly every token would be clipped and get no gradient; use ~0.2 "
             "with token ratios")
@@ -275,12 +297,12 @@ def trainer_precision(c: TrialConfig) -> str | None:
     return "float32" if c.device in ("cpu", "mps") else None
 
 
-def _precision_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _precision_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """A mismatch correction needs a mismatch; its bounds act only with a correction; an FP32 head needs bf16."""
     loss, trainer = c.loss, trainer_precision(c)
     same = c.rollout.dtype is None or c.rollout.dtype == trainer
     if loss.rollout_correction != "none" and same:
-        notes.append(
+        _note(notes, "correction-without-mismatch",
             f"loss.rollout_correction={loss.rollout_correction} with the rollout in the trainer's precision "
             f"(rollout.dtype={c.rollout.dtype or 'null'}, model.dtype={c.model.dtype}): the sampler's and the "
             "trainer's log-probs differ only by float rounding, so there is no mismatch to correct and the "
@@ -288,18 +310,18 @@ def _precision_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[st
             "(or another precision than the trainer's) to study the correction, or loss.rollout_correction=none")
     if loss.rollout_correction == "none" and (loss.rollout_correction_cap != 2.0
                                                or loss.rollout_correction_floor is not None):
-        notes.append(
+        _note(notes, "correction-bounds-unused",
             "loss.rollout_correction_cap / loss.rollout_correction_floor are set but loss.rollout_correction=none, "
             "so they have no effect; set loss.rollout_correction=tis or mis")
     on_policy = c.single_pass_update and same and loss.rollout_correction == "none"  # as TrialState.on_policy
     if c.rollout.behaviour_logp == "sampler" and on_policy:
-        notes.append(
+        _note(notes, "sampler-on-policy",
             "rollout.behaviour_logp=sampler with an on-policy update (algo.ppo_epochs=1, algo.minibatches=1, "
             "kl.placement=none, the rollout in the trainer's precision): the update uses its own log-probs and "
             "no behaviour log-probs are computed, so it changes nothing; it saves a forward when "
             "algo.minibatches > 1 or algo.ppo_epochs > 1")
     if c.model.lm_head_dtype == "float32" and trainer == "float32" and c.rollout.dtype in (None, "float32"):
-        notes.append(
+        _note(notes, "fp32-head-unused",
             f"model.lm_head_dtype=float32 while the policy runs in float32 everywhere (model.dtype={c.model.dtype} "
             f"on device {c.device}, rollout.dtype={c.rollout.dtype or 'null'}): it changes nothing; it matters "
             "with bfloat16 (model.dtype=bfloat16 or rollout.dtype=bfloat16)")
@@ -314,7 +336,7 @@ def _task_class(name: str) -> object | None:
     return reg.get(name) if reg is not None and name in reg else None
 
 
-def _task_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _task_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """The task difficulty inside the task's declared range, where the task class declares one."""
     if c.task.difficulty is None:
         return
@@ -327,7 +349,7 @@ def _task_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -
             "null for the task's default")))
 
 
-def _eval_warmstart_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[str]) -> None:
+def _eval_warmstart_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
     """No more eval problems than the eval split holds; a non-empty warm-start accuracy band."""
     if c.eval.n_problems > c.task.eval_size:
         errors.append(ConfigProblem("eval.n_problems", (
@@ -356,10 +378,10 @@ RULE_CHECKS: tuple[RuleCheck, ...] = (
 )
 
 
-def check_rules(config: TrialConfig) -> tuple[list[ConfigProblem], list[str]]:
-    """Every cross-field rule of ``config``: (errors, warning messages)."""
+def check_rules(config: TrialConfig) -> tuple[list[ConfigProblem], list[ConfigNote]]:
+    """Every cross-field rule of ``config``: (errors, warnings)."""
     errors: list[ConfigProblem] = []
-    notes: list[str] = []
+    notes: list[ConfigNote] = []
     for check in RULE_CHECKS:
         check(config, errors, notes)
     return errors, notes

@@ -158,7 +158,7 @@ class TrialConfig(Section):
         if errors:
             raise RuleViolations(errors)
         for note in notes:
-            warnings.warn(note, ConfigWarning, stacklevel=caller_stacklevel())
+            warnings.warn(ConfigWarning(note.message, note.rule), stacklevel=caller_stacklevel())
         return self
 
     # -- derived values ---------------------------------------------------------------------------

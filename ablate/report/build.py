@@ -230,7 +230,8 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
     return ReportPage(
         study=results.study, description=study.description or "", budget=results.budget,
         objective=stats.summary_text, generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        counts=stats.counts, provenance=provenance(study, results),
+        counts=stats.counts, provenance=provenance(study, results), answer=findings.answer,
+        acknowledged=study.acknowledged_line or "",
         notes=(*results.notes, *findings.notes, *figure_notes), sections=findings.sections, figures=tuple(figures),
         tables=findings.tables, missing=missing, samples=tuple(_samples(results, stats.labels)),
         design=_design_table(study, results),

@@ -112,6 +112,42 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
             + (f"; {plan}" if plan else "") + ".")
 
 
+def answer_sentence(claim: inference.Claim, family: inference.Family, scale: Scale, mode: str) -> str:
+    """One plain sentence for the top of a report: the claim, its verdict word, the estimate with its
+    interval and n, and what that means for the study's question (the full statistics are in
+    :func:`claim_sentence`)."""
+    c = claim.contrast
+    if c is None:  # an interaction: its full sentence is already short
+        return claim_sentence(claim, family, scale, mode)
+    unit = f" {scale.unit}" if scale.unit else ""
+    est = f"{signed(c.estimate * scale.factor)}{unit}"
+    size = num(family.min_effect * scale.factor) if family.min_effect else ""
+    target = ("a difference of this size" if not family.min_effect else f"a {size}-point difference"
+              if scale.unit == "points" else f"a difference of {size}{unit}")
+    need = claim.seeds_needed
+    # no seed count from a spread of zero (identical per-seed differences), nor one the study already has
+    plannable = math.isfinite(c.sd_per_seed) and c.sd_per_seed > 0 and not (math.isfinite(need) and need <= c.n_seeds)
+    would = ("" if not plannable or math.isnan(need) else f"about {int(need)} seeds per arm would"
+             if math.isfinite(need) else f"more than {inference.MAX_SEEDS} seeds per arm would be needed")
+    if c.n_seeds < inference.MIN_SEEDS:
+        per_seed = ", ".join(signed(d * scale.factor) for d in c.per_seed)
+        return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)} (per-seed differences {per_seed}{unit}; "
+                f"no interval below {inference.MIN_SEEDS} seeds): {seeds_text(c.n_seeds)} cannot tell {target} "
+                "from noise" + (f"; {would}." if would else "."))
+    kind = "model t" if c.method == inference.MODEL else "paired t"
+    where = f"{est} {ci_text(c.ci_low, c.ci_high, scale.factor)} (95% {kind}, {seeds_text(c.n_seeds)})"
+    if claim.verdict == inference.DETECTED:
+        better = (c.estimate < 0) if mode == "min" else (c.estimate > 0)
+        return (f"{claim.name}: detected, {where}: at this scale the level does {'better' if better else 'worse'} "
+                "than the baseline, by more than seed noise explains.")
+    if claim.verdict == inference.EQUIVALENT:
+        return (f"{claim.name}: equivalent, {where}: no difference as large as "
+                f"±{num(family.min_effect * scale.factor)}{unit}; at this scale the choice does not matter at that size.")
+    apart = " tell them apart" if math.isfinite(need) else " to tell them apart"
+    return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}, {where}: the interval holds both no "
+            f"difference and {target}" + (f"; {would}{apart}." if would else "."))
+
+
 def compute_sentences(fits: pd.DataFrame, labels: Mapping[str, str], scale: Scale) -> list[str]:
     """One sentence per arm's saturating fit (or why it failed)."""
     out = []
@@ -285,11 +321,29 @@ def claims_frame(family: inference.Family) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Findings:
-    """Step 2's result: the sections of findings, the notes and the formatted tables."""
+    """Step 2's result: the answer (one plain sentence per primary contrast, for the top of the page),
+    the sections of findings, the notes and the formatted tables."""
 
     sections: tuple[Section, ...]
     notes: tuple[str, ...]
     tables: tuple[Table, ...]
+    answer: tuple[str, ...] = ()
+
+
+def answer_sentences(stats: ReportStatistics) -> list[str]:
+    """The top of the report: one plain sentence per primary contrast; without primary contrasts, one
+    sentence saying so, then one per contrast of the family (at most 6)."""
+    scale, fam = stats.scale, stats.inference.family
+    if stats.per_trial.empty:
+        return ["No trial has finished yet: there is nothing to compare."]
+    if fam.primary:
+        return [answer_sentence(c, fam, scale, stats.mode) for c in fam.primary]
+    claims = [c for c in fam.claims if c.contrast is not None]
+    out = ["The study declares no primary contrast (primary:): every claim below is exploratory."]
+    out += [answer_sentence(c, fam, scale, stats.mode) for c in claims[:6]]
+    if len(claims) > 6:
+        out.append(f"... and {len(claims) - 6} more contrasts, in the claims figure and the sections below.")
+    return out
 
 
 def _sections(stats: ReportStatistics) -> list[Section]:
@@ -297,13 +351,10 @@ def _sections(stats: ReportStatistics) -> list[Section]:
     interactions and compute efficiency."""
     scale, fam = stats.scale, stats.inference.family
     sections = []
-    if stats.per_trial.empty:
-        sections.append(Section("Findings", ("No trial has finished yet: there is nothing to compare.",)))
-    else:
-        intro = " ".join([method_sentence(stats), *scope_sentences(stats)])
+    if not stats.per_trial.empty:  # (with nothing finished, the answer says so)
         head = resolution_sentences(stats)
         prim = [claim_sentence(c, fam, scale, stats.mode) for c in fam.primary]
-        sections.append(Section("Primary contrasts" if prim else "The study's question", tuple(head + prim), intro))
+        sections.append(Section("Primary contrasts" if prim else "The study's question", tuple(head + prim)))
         contrasts = [claim_sentence(c, fam, scale, stats.mode) for c in fam.exploratory if c.contrast is not None]
         if contrasts:
             sections.append(Section("Exploratory contrasts", tuple(contrasts),
@@ -315,6 +366,9 @@ def _sections(stats: ReportStatistics) -> list[Section]:
     if not stats.fits.empty:
         sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
                                 "Descriptive fits per arm, not claims of the family."))
+    if not stats.per_trial.empty:
+        sections.append(Section("Method: model, family and verdicts", (),
+                                " ".join([method_sentence(stats), *scope_sentences(stats)])))
     return sections
 
 
@@ -401,4 +455,4 @@ def phrase(stats: ReportStatistics) -> Findings:
     if stats.scale.factor != 1:
         notes.append(f"{stats.metric} is a fraction; differences are shown in percentage points (× 100).")
     tables = [*_claim_tables(stats), *_descriptive_tables(stats)]
-    return Findings(tuple(_sections(stats)), tuple(notes), tuple(tables))
+    return Findings(tuple(_sections(stats)), tuple(notes), tuple(tables), tuple(answer_sentences(stats)))

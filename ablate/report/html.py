@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.report.page import ReportPage, Table
+    from ablate.report.page import FigureRef, ReportPage, Table
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
@@ -30,6 +30,10 @@ figcaption { color: #444; font-size: 0.9em; }
 pre { background: #f6f8fa; padding: 0.8em; overflow-x: auto; font-size: 0.82em; white-space: pre-wrap; }
 .caption { color: #555; font-size: 0.88em; } .note { color: #7a4b00; }
 .sample td { white-space: pre-wrap; font-family: ui-monospace, Menlo, Consolas, monospace; font-size: 0.95em; }
+.question { font-size: 1.08em; } ul.answer { padding-left: 1.2em; } li.answer { margin: 0.4em 0; font-size: 1.04em; }
+figure.headline { margin: 0.6em 0 1em 0; } figure.headline img { max-height: 520px; width: auto; }
+details { margin: 0.5em 0; } summary { cursor: pointer; font-weight: 600; font-size: 1.05em; padding: 0.2em 0; }
+.acknowledged { color: #444; }
 """
 
 
@@ -64,6 +68,22 @@ def table_html(table: Table) -> str:
     return f"<h3{anchor}>{e(table.title)}</h3>{caption}{frame_html(table.frame)}"
 
 
+#: The figure shown with the answer, at the top of the page (the rest follow under "Figures").
+HEADLINE_FIGURE = "claims"
+
+
+def figure_html(fig: FigureRef, css: str = "") -> str:
+    """A figure with its PNG embedded as a data URI, its caption and links to its files ("" without a PNG)."""
+    png = fig.files.get("png")
+    if png is None:
+        return ""
+    b64 = base64.b64encode(png.read_bytes()).decode("ascii")
+    links = " ".join(f'<a href="{e(p.name)}">{e(fmt.upper())}</a>' for fmt, p in fig.files.items())
+    cls = f' class="{e(css)}"' if css else ""
+    return (f'<figure id="fig-{e(fig.name)}"{cls}><img src="data:image/png;base64,{b64}" alt="{e(fig.title)}">'
+            f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)} ({links})</figcaption></figure>")
+
+
 def render_html(data: ReportPage) -> str:
     """The whole page."""
     parts = [
@@ -75,7 +95,14 @@ def render_html(data: ReportPage) -> str:
         f"<h1>Ablation study {e(data.study)}</h1>",
     ]
     if data.description:
-        parts.append(f"<p>{e(data.description)}</p>")
+        parts.append(f'<p class="question"><b>Question.</b> {e(data.description)}</p>')
+    parts.append("<h2>Findings</h2>")
+    if data.answer:
+        parts.append('<ul class="answer">' + "".join(f'<li class="answer">{e(s)}</li>' for s in data.answer) + "</ul>")
+    headline = [f for f in data.figures if f.name == HEADLINE_FIGURE]
+    parts.extend(figure_html(f, "headline") for f in headline)
+    if data.acknowledged:
+        parts.append(f'<p class="acknowledged">{e(data.acknowledged[0].upper() + data.acknowledged[1:])}.</p>')
     if data.provenance:
         parts.append('<p class="meta provenance">' + " · ".join(
             f"{e(k)}: <code>{e(v)}</code>" for k, v in data.provenance.items()) + "</p>")
@@ -85,31 +112,22 @@ def render_html(data: ReportPage) -> str:
         f"{c.get('done', 0)} done, {c.get('failed', 0)} failed, {c.get('running', 0)} running, "
         f"{c.get('not started', 0)} not started · generated {e(data.generated)}</p>"
     )
-    parts.append("<h2>Findings</h2>")
     for note in data.notes:
         parts.append(f'<p class="note">{e(note)}</p>')
-    for sec in data.sections:
-        parts.append(f"<h3>{e(sec.title)}</h3>")
+    for sec in data.sections:  # method, model, family and details: collapsed below the answer
+        parts.append(f"<details><summary>{e(sec.title)}</summary>")
         if sec.intro:
             parts.append(f'<p class="intro">{e(sec.intro)}</p>')
-        parts.append("<ul>")
-        parts.extend(f'<li class="finding">{e(s)}</li>' for s in sec.items)
-        parts.append("</ul>")
-    if data.figures:
+        if sec.items:
+            parts.append("<ul>" + "".join(f'<li class="finding">{e(s)}</li>' for s in sec.items) + "</ul>")
+        parts.append("</details>")
+    rest = [f for f in data.figures if f.name != HEADLINE_FIGURE and f.files.get("png") is not None]
+    if rest:
         parts.append("<h2>Figures</h2>")
-    for fig in data.figures:
-        png = fig.files.get("png")
-        if png is None:
-            continue
-        b64 = base64.b64encode(png.read_bytes()).decode("ascii")
-        links = " ".join(f'<a href="{e(p.name)}">{e(fmt.upper())}</a>' for fmt, p in fig.files.items())
-        parts.append(
-            f'<figure id="fig-{e(fig.name)}"><img src="data:image/png;base64,{b64}" alt="{e(fig.title)}">'
-            f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)} ({links})</figcaption></figure>"
-        )
+    parts.extend(figure_html(f) for f in rest)
     if data.tables:
         parts.append("<h2>Tables</h2>")
-        parts.extend(table_html(t) for t in data.tables)
+        parts.extend(f"<details><summary>{e(t.title)}</summary>{table_html(t)}</details>" for t in data.tables)
     if data.missing is not None:
         parts.append("<h2>Missing trials</h2>")
         parts.append(table_html(data.missing))

@@ -57,10 +57,24 @@ def table_md(table: Table) -> str:
 
 def render_markdown(data: ReportPage) -> str:
     """The whole README.md."""
+    from ablate.report.html import HEADLINE_FIGURE
+
     c = data.counts
     out = [f"# Ablation study {md(data.study)}", ""]
     if data.description:
-        out += [md(data.description), ""]
+        out += [f"**Question.** {md(data.description)}", ""]
+    out += ["## Findings", ""]
+    out += [f"- {md(s)}" for s in data.answer] + ([""] if data.answer else [])
+
+    def figure(fig) -> list[str]:
+        png = fig.files.get("png")
+        return [] if png is None else [f"![{md(fig.title)}]({png.name})", "", f"*{md(fig.title)}.* {md(fig.caption)}", ""]
+
+    for fig in data.figures:
+        if fig.name == HEADLINE_FIGURE:
+            out += figure(fig)
+    if data.acknowledged:
+        out += [md(data.acknowledged[0].upper() + data.acknowledged[1:]) + ".", ""]
     if data.provenance:
         lines = [(k, v) for k, v in data.provenance.items() if k != "analysed by"]
         out += [" · ".join(f"{md(k)}: {code(v)}" for k, v in lines), ""]
@@ -69,21 +83,19 @@ def render_markdown(data: ReportPage) -> str:
     out += [
         f"Budget **{md(data.budget)}** · objective: {md(data.objective)} · trials: {c.get('done', 0)} done, "
         f"{c.get('failed', 0)} failed, {c.get('running', 0)} running, {c.get('not started', 0)} not started · "
-        f"generated {md(data.generated)}. The full page with embedded figures: [index.html](index.html).",
-        "", "## Findings", "",
+        f"generated {md(data.generated)}. The full page with embedded figures: [index.html](index.html).", "",
     ]
     out += [f"> {md(n)}\n" for n in data.notes]
     for sec in data.sections:
         out += [f"### {md(sec.title)}", ""]
         if sec.intro:
             out += [md(sec.intro), ""]
-        out += [f"- {md(s)}" for s in sec.items] + [""]
-    if data.figures:
+        out += [f"- {md(s)}" for s in sec.items] + ([""] if sec.items else [])
+    rest = [f for f in data.figures if f.name != HEADLINE_FIGURE and f.files.get("png") is not None]
+    if rest:
         out += ["## Figures", ""]
-    for fig in data.figures:
-        png = fig.files.get("png")
-        if png is not None:
-            out += [f"![{md(fig.title)}]({png.name})", "", f"*{md(fig.title)}.* {md(fig.caption)}", ""]
+    for fig in rest:
+        out += figure(fig)
     if data.tables:
         out += ["## Tables", ""]
         for t in data.tables:

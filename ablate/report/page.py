@@ -41,7 +41,9 @@ class Section:
 
 @dataclass(frozen=True)
 class ReportPage:
-    """Everything the pages show, in the order they show it."""
+    """Everything the pages show. The first screen holds the question (``description``), the answer
+    (one sentence per primary contrast) and the claims figure; then what the study acknowledges running
+    on purpose, the provenance, and the method and details below their own headings."""
 
     study: str
     description: str
@@ -50,6 +52,8 @@ class ReportPage:
     generated: str
     counts: dict[str, int]
     provenance: dict[str, str] = field(default_factory=dict)
+    answer: tuple[str, ...] = ()
+    acknowledged: str = ""
     notes: tuple[str, ...] = ()
     sections: tuple[Section, ...] = ()
     figures: tuple[FigureRef, ...] = ()

@@ -23,6 +23,7 @@ A study compares *arms* (combinations of factor levels) over paired *seeds* at a
     report: {metrics: [response/length_incorrect, response/length_correct]}   # optional
     primary: [loss_norm]             # optional; the contrast(s) the study exists for: factor or factor=level
     min_effect: 0.03                 # optional; the smallest effect worth finding, in the objective's units
+    acknowledge: [gspo-token-sum]    # optional; configuration warnings the study runs into on purpose
 
 Keys, one by one:
 
@@ -72,6 +73,13 @@ Keys, one by one:
 - ``min_effect``: the smallest difference worth finding, in the objective's units (a fraction for
   eval/accuracy: 0.03 is 3 points), > 0. Equivalence ("no effect as large as min_effect") can only
   be claimed with it, and ``ablate plan`` plans seeds for it.
+
+- ``acknowledge``: a list of configuration-warning names (``ablate.config.WARNING_RULES``; every
+  warning ends with its name in brackets, e.g. ``[gspo-token-sum]``; docs/config.md lists them) that
+  the study crosses on purpose, such as GSPO's sequence ratio under token-mean in a loss-normalization
+  x ratio-level study. Validation then prints one line naming what is acknowledged and for which arms
+  instead of a warning per arm, and the report says it once. A name that no arm triggers at any
+  budget is an error (the acknowledgment would be stale); warnings not listed still print.
 
 Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the budget's
 overrides < the arm's levels (in factor order) < the trial's seed (path ``seed``, which only

@@ -30,6 +30,7 @@ STUDY_KEYS: dict[str, str] = {
     "report": "extra metrics the report compares level by level",
     "primary": "the contrasts the study exists for: factor or factor=level",
     "min_effect": "the smallest effect worth finding, in the objective's units",
+    "acknowledge": "configuration warnings the study runs into on purpose, by name",
 }
 REQUIRED_KEYS = ("name", "factors", "seeds", "objective")
 FACTOR_KEYS = ("description", "levels", "path", "values")

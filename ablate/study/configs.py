@@ -21,7 +21,7 @@ ArmBudget = tuple[str, str]
 class _Builder:
     """Builds TrialConfigs from overrides; collects each arm's configuration warnings once."""
 
-    warned: list[str] | None = None
+    warned: list[tuple[str, str | None, str]] | None = None
 
     def __call__(self, overrides: dict[str, Any], arm: str | None = None) -> tuple[TrialConfig | None, str | None]:
         """``(config, None)``, or ``(None, the error in words)``."""
@@ -31,9 +31,9 @@ class _Builder:
                 cfg = TrialConfig.from_overrides(overrides)
             for w in caught:
                 if issubclass(w.category, ConfigWarning) and arm is not None and self.warned is not None:
-                    text = f"arm {arm}: {w.message}"
-                    if text not in self.warned:
-                        self.warned.append(text)
+                    entry = (arm, getattr(w.message, "rule", None), str(w.message))
+                    if entry not in self.warned:
+                        self.warned.append(entry)
                 elif not issubclass(w.category, ConfigWarning):
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             return cfg, None
@@ -184,14 +184,14 @@ def _check_configs(
     factors: list[Factor],
     arms: list[Arm],
     tune: TuneSpec | None,
-    warned: list[str] | None = None,
+    warned: list[tuple[str, str | None, str]] | None = None,
 ) -> dict[ArmBudget, TrialConfig]:
     """Build every arm's TrialConfig at every budget; report failures where they come from.
 
     A failure is reported at ``base:`` when every arm fails and base alone fails, at a budget when
     every arm fails at that budget and base + budget alone fails, at a level when every arm with
     that level fails and base + level alone fails; any other failure is a combination of levels
-    and is reported per arm. ``warned`` collects each arm's configuration warnings once.
+    and is reported per arm. ``warned`` collects each arm's configuration warnings once, as (arm, rule, message).
 
     Returns:
         (arm name, budget name) -> its configuration (the arms that built).

@@ -17,7 +17,7 @@ from ablate.study.checker import (
     read_yaml,
 )
 from ablate.study.configs import _check_configs
-from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study
+from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study, _unknown
 from ablate.study.sections import (
     _design_arms,
     _import_plugins,
@@ -98,6 +98,50 @@ def _parse_exclude(ck: _Checker, doc: LineDict, factors: list[Factor] | None) ->
     return exclude
 
 
+def _parse_acknowledge(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
+    """``acknowledge:``: a list of configuration-warning names (:data:`ablate.config.WARNING_RULES`)."""
+    from ablate.config import WARNING_RULES
+
+    node = doc.get("acknowledge")
+    if node is None:
+        return ()
+    if not isinstance(node, list) or not all(isinstance(v, str) for v in node):
+        ck.add(_line(doc, "acknowledge"), "acknowledge", "must be a list of warning names, e.g. [gspo-token-sum]; "
+               f"allowed: {', '.join(WARNING_RULES)}")
+        return ()
+    out = []
+    for i, rule in enumerate(node):
+        if rule not in WARNING_RULES:
+            ck.add(_line(node, i) or _line(doc, "acknowledge"), f"acknowledge[{i}]",
+                   _unknown("warning name", rule, WARNING_RULES) + " (each warning names itself in [brackets])")
+        elif rule in out:
+            ck.add(_line(node, i) or _line(doc, "acknowledge"), f"acknowledge[{i}]", f"{rule} is listed twice; list it once")
+        else:
+            out.append(rule)
+    return tuple(out)
+
+
+def _split_acknowledged(ck: _Checker, doc: LineDict, acknowledge: tuple[str, ...],
+                        warned: list[tuple[str, str | None, str]]) -> tuple[tuple[str, ...], tuple]:
+    """The arms' warnings split into those still warned (``arm <name>: <message> [<rule>]``) and the
+    acknowledged rules with their arms; an acknowledged rule that no arm triggers is a problem."""
+    shown: list[str] = []
+    arms_of: dict[str, list[str]] = {rule: [] for rule in acknowledge}
+    for arm, rule, message in warned:
+        if rule in arms_of:
+            if arm not in arms_of[rule]:
+                arms_of[rule].append(arm)
+        else:
+            shown.append(f"arm {arm}: {message}" + (f" [{rule}]" if rule else ""))
+    node = doc.get("acknowledge")
+    for rule in acknowledge:
+        if not arms_of[rule]:
+            line = _line(node, node.index(rule)) if isinstance(node, list) else None
+            ck.add(line or _line(doc, "acknowledge"), "acknowledge",
+                   f"{rule} is acknowledged but no arm of this study triggers it at any budget: remove it")
+    return tuple(shown), tuple((rule, tuple(arms)) for rule, arms in arms_of.items() if arms)
+
+
 def _parse_min_effect(ck: _Checker, doc: LineDict, seed_range: SeedRange | None) -> float | None:
     """``min_effect:`` (> 0, finite), which adaptive seeds need."""
     min_effect = None
@@ -148,17 +192,22 @@ def load_study(path: str | Path) -> Study:
     report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
     primary = _parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
     min_effect = _parse_min_effect(ck, doc, seed_range)
+    acknowledge = _parse_acknowledge(ck, doc)
 
     arms: list[Arm] = []
     excluded: list[Arm] = []
     aliasing = None
     if factors is not None and design is not None and not bad_baseline and exclude is not None:
         arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude)
-    config_warnings: list[str] = []
+    config_warnings: list[tuple[str, str | None, str]] = []
     configs: dict[tuple[str, str], TrialConfig] = {}
+    shown: tuple[str, ...] = ()
+    acknowledged: tuple = ()
     if not ck.problems and arms:
         assert base is not None and budgets is not None and factors is not None
         configs = _check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
+        if not ck.problems:
+            shown, acknowledged = _split_acknowledged(ck, doc, acknowledge, config_warnings)
     if ck.problems:
         raise StudyError(file, sorted(ck.problems, key=lambda p: p.line or 0))
     assert factors is not None and design is not None and budgets is not None and base is not None
@@ -168,6 +217,6 @@ def load_study(path: str | Path) -> Study:
         factors=tuple(factors), design_name=design_name, design=design, design_options=design_options,
         baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
         tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
-        warnings=tuple(config_warnings), primary=primary, min_effect=min_effect, seed_range=seed_range,
+        warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
         configs=configs,
     )

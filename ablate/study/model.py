@@ -165,8 +165,11 @@ class Study:
         excluded: the design's arms that ``exclude:`` dropped.
         aliasing: the confounding of a fractional design (None for other designs).
         report_metrics: the ``report.metrics`` diagnostics.
-        warnings: the configuration warnings of the arms (``arm <name>: <warning>``), each once: a
-            legal but suspicious combination, e.g. a PPO-sized clip range on a sequence ratio.
+        warnings: the configuration warnings of the arms (``arm <name>: <warning> [<rule>]``), each once:
+            a legal but suspicious combination, e.g. a PPO-sized clip range on a sequence ratio; those
+            the file acknowledges are not among them.
+        acknowledged: the warnings the file lists under ``acknowledge:`` (run on purpose), each as
+            (rule, the arms it applies to).
     """
 
     path: Path
@@ -190,6 +193,7 @@ class Study:
     aliasing: AliasStructure | None = None
     report_metrics: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    acknowledged: tuple[tuple[str, tuple[str, ...]], ...] = ()
     primary: tuple[str, ...] = ()
     min_effect: float | None = None
     seed_range: SeedRange | None = None
@@ -248,6 +252,17 @@ class Study:
         for a study made without it); its seed is the default: :class:`ablate.plan.Plan` sets each trial's."""
         config = self.configs.get((arm.name, budget))
         return config if config is not None else self.config(arm, budget)
+
+    @property
+    def acknowledged_line(self) -> str | None:
+        """One sentence naming the acknowledged warnings and their arms, or None when there are none."""
+        if not self.acknowledged:
+            return None
+        from ablate.config import WARNING_RULES
+
+        parts = [f"{rule} ({WARNING_RULES.get(rule, rule)}; arm{'s' if len(arms) > 1 else ''} {', '.join(arms)})"
+                 for rule, arms in self.acknowledged]
+        return "run on purpose, as the study file acknowledges: " + "; ".join(parts)
 
     @property
     def n_trials(self) -> int:
