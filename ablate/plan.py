@@ -40,7 +40,8 @@ class Plan:
     :meth:`with_seeds` (a plan is never changed in place).
 
     Attributes:
-        study: the study (its ``seeds`` are the plan's seeds).
+        study: the study at the budget (its ``seeds`` are the plan's seeds: the budget's first n where it
+            sets ``seeds: n``).
         budget: the budget's name.
         tuned: arm name -> its tuned values (dotted path -> value); empty for an untuned plan.
         specs: the trials, seed-major (all arms at the first seed, then all at the second ...), arms
@@ -64,6 +65,7 @@ class Plan:
             AblateError: ``budget`` is not a budget of the study (the message lists them).
         """
         study.check_budget(budget)
+        study = study.at_budget(budget)  # a budget may run only the first n seeds (``seeds: n``)
         tuned = {arm: dict(values) for arm, values in (tuned or {}).items() if values}
         specs = []
         for seed in study.seeds:

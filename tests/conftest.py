@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import servers
 import torch
+
+# One torch thread per process: README's test command runs two pytest-xdist processes on two cores, and
+# the subprocesses tests start (ablate run, workers) inherit OMP_NUM_THREADS. More threads than cores
+# make OpenMP's spinning threads compete: a module fixture that trains for 13 s alone took 247 s.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

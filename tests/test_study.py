@@ -651,3 +651,46 @@ def test_the_predefined_studies_print_no_warning(cli):
     rc, out, err = cli("validate", *files)
     assert rc == 0 and "warning" not in err.lower(), err
     assert "gspo-token-sum" in err  # quickstart's deliberate cross is said, once per file that has it
+
+
+# ------------------------------------------------------------------------------- budget seeds
+
+SEEDED = """\
+name: seeded
+factors:
+  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}
+objective: {metric: eval/accuracy, mode: max}
+seeds: 4
+budgets:
+  smoke:
+    seeds: 1
+    train.steps: 2
+"""
+
+
+def test_a_budget_runs_the_first_n_seeds(tmp_path, cli):
+    from ablate.plan import Plan
+
+    path = write(tmp_path, SEEDED)
+    study = load_study(path)
+    assert study.budget_seeds == {"smoke": 1} and study.budgets["smoke"] == {"train.steps": 2}
+    smoke, default = Plan.of(study, "smoke"), Plan.of(study, "default")
+    assert smoke.seeds == (0,) and len(smoke) == 2 and default.seeds == (0, 1, 2, 3) and len(default) == 8
+    assert {s.key for s in smoke.specs} <= {s.key for s in Plan.of(study.with_seeds([0]), "smoke").specs}
+    rc, out, _ = cli("show", str(path), "--budget", "smoke")
+    assert rc == 0 and "this budget runs the first 1 of the study's 4" in out and "2 arms x 1 seed = 2 trials" in out
+    assert "first 1 seed; train.steps=2" in out
+
+
+@pytest.mark.parametrize(("seeds", "budget_seeds", "fragment"), [
+    ("4", "5", "budgets.smoke.seeds: 5 is more than the study's 4 seeds"),
+    ("4", "0", "budgets.smoke.seeds: must be an integer >= 1"),
+    ("4", "two", "budgets.smoke.seeds: must be an integer >= 1 (the budget runs the study's first n seeds), got 'two'"),
+    ("{min: 2, max: 8}\nmin_effect: 0.05", "1", "budgets.smoke.seeds: a budget cannot set seeds in a study with adaptive"),
+])
+def test_bad_budget_seeds_are_one_clear_problem(tmp_path, cli, seeds, budget_seeds, fragment):
+    text = SEEDED.replace("seeds: 4", f"seeds: {seeds}").replace("    seeds: 1", f"    seeds: {budget_seeds}")
+    path = write(tmp_path, text)
+    rc, out, err = cli("validate", str(path))
+    line = text.splitlines().index(f"    seeds: {budget_seeds}") + 1
+    assert rc == 2 and f"{path}:{line}: {fragment}" in err, err

@@ -59,7 +59,7 @@ def describe(study: Study, budget: str) -> dict[str, Any]:
     for name in study.budgets:
         bspecs = specs if name == budget else Plan.of(study, name).specs
         budgets[name] = {"n_trials": len(bspecs), "estimated_seconds": estimate_study_seconds(bspecs),
-                         "overrides": study.budgets[name]}
+                         "overrides": study.budgets[name], "seeds": study.budget_seeds.get(name)}
     return {
         "study": study.name,
         "file": str(study.path),
@@ -77,7 +77,7 @@ def describe(study: Study, budget: str) -> dict[str, Any]:
         "baseline": study.baseline,
         "arms": [{"name": a.name, "levels": a.levels, "baseline": a.baseline} for a in study.arms],
         "excluded": [a.name for a in study.excluded],
-        "seeds": list(study.seeds),
+        "seeds": list(study.at_budget(budget).seeds),
         "budget": budget,
         "budget_overrides": study.budgets[budget],
         "n_arms": len(study.arms),
@@ -110,19 +110,22 @@ def render(study: Study, budget: str) -> str:
         out.append(f"  {study.description}")
     opts = ", ".join(f"{k}={v}" for k, v in study.design_options.items())
     out.append(f"design: {study.design_name}" + (f" ({opts})" if opts else ""))
-    seeds = ", ".join(map(str, study.seeds))
+    seeds = ", ".join(map(str, d["seeds"]))
     adaptive = (f"; adaptive: up to {study.seed_range.max}, added in rounds by `ablate run`"
                 if study.seed_range is not None else "")
-    out.append(f"seeds: {seeds} (paired: every arm runs every seed{adaptive})")
+    first = (f"; this budget runs the first {len(d['seeds'])} of the study's {len(study.seeds)}"
+             if len(d["seeds"]) < len(study.seeds) else "")
+    out.append(f"seeds: {seeds} (paired: every arm runs every seed{adaptive}{first})")
     out.append(f"budget {budget}: {_fmt_overrides(study.budgets[budget])} (budgets: {', '.join(study.budgets)})")
-    out.append(f"{d['n_arms']} arms x {len(study.seeds)} seeds = {d['n_trials']} trials")
+    out.append(f"{d['n_arms']} arms x {len(d['seeds'])} seed{'s' if len(d['seeds']) != 1 else ''} = {d['n_trials']} trials")
     out.append("budgets (trials, estimated CPU time on 1 worker / 2 workers, warm start cached; a GPU is much faster):")
     width = max(len(b) for b in d["budgets"])
     for name, b in d["budgets"].items():
         mark = "*" if name == budget else " "
         t = b["estimated_seconds"]
         when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
-        out.append(f" {mark}{name.ljust(width)}  {b['n_trials']} trials, {when}  [{_fmt_overrides(b['overrides'])}]")
+        first = f"first {b['seeds']} seed{'s' if b['seeds'] != 1 else ''}; " if b["seeds"] else ""
+        out.append(f" {mark}{name.ljust(width)}  {b['n_trials']} trials, {when}  [{first}{_fmt_overrides(b['overrides'])}]")
     out.append("")
 
     names = [f.name for f in study.factors]

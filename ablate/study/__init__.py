@@ -17,7 +17,7 @@ A study compares *arms* (combinations of factor levels) over paired *seeds* at a
     baseline: {loss_norm: sequence, clip_high: 0.2}           # the control arm (required by one_at_a_time)
     exclude: [{loss_norm: token, clip_high: 0.28}]            # optional; combinations not to run
     seeds: 3                         # required; n (seeds 0..n-1), a list of distinct ints, or {min: 4, max: 16}
-    budgets: {smoke: {train.steps: 2}, full: {train.steps: 400}}  # optional; 'default' always exists
+    budgets: {smoke: {seeds: 1, train.steps: 2}, full: {train.steps: 400}}  # optional; 'default' always exists
     objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 3}   # required
     tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 8, budget: smoke, seeds: 1}
     report: {metrics: [response/length_incorrect, response/length_correct]}   # optional
@@ -52,7 +52,9 @@ Keys, one by one:
   rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.planning`); it
   needs ``min_effect``, the effect the seeds are planned for.
 - ``budgets``: budget name (``[a-z0-9_-]+``) -> dotted overrides (e.g. ``train.steps``), chosen with
-  ``--budget``; ``default`` always exists (``{}`` unless given).
+  ``--budget``; ``default`` always exists (``{}`` unless given). A budget may also set ``seeds: n``
+  (an int >= 1, at most the study's seed count; not with adaptive seeds): it then runs only the
+  study's first n seeds, e.g. a smoke budget that checks the plumbing with one or two seeds.
 - ``objective``: ``metric`` (a logged metric name), ``mode`` (``max`` | ``min``), ``summary``
   (how a trial's metric history becomes one number: ``last`` = mean of the last ``last_n`` logged
   values; ``mean`` / ``max`` / ``min`` over the history; ``auc`` = area under the curve over steps

@@ -12,6 +12,7 @@ from ablate.study.checker import (
     STUDY_KEYS,
     StudyError,
     _Checker,
+    _is_int,
     _is_number,
     _line,
     read_yaml,
@@ -49,25 +50,51 @@ def _read_document(file: str, path: str | Path) -> tuple[LineDict, _Checker]:
     return doc, ck
 
 
-def _parse_budgets(ck: _Checker, doc: LineDict) -> dict[str, dict[str, Any]] | None:
-    """``budgets:`` with ``default`` always present; None when any budget is invalid."""
+#: The one key of a budget that is not a dotted override: how many of the study's seeds it runs.
+BUDGET_SEEDS_KEY = "seeds"
+
+
+def _parse_budgets(ck: _Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any]] | None, dict[str, int]]:
+    """``budgets:`` with ``default`` always present (None when any budget is invalid), and the budgets
+    that run only the study's first n seeds (``seeds: n`` in the budget)."""
     budgets: dict[str, dict[str, Any]] | None = {DEFAULT_BUDGET: {}}
+    budget_seeds: dict[str, int] = {}
     if doc.get("budgets") is None:
-        return budgets
+        return budgets, budget_seeds
     bnode = doc["budgets"]
     if not isinstance(bnode, dict):
         ck.add(_line(doc, "budgets"), "budgets", "must be a mapping budget name -> {dotted overrides}")
-        return None
+        return None, budget_seeds
     for bname in bnode:
         if not ck.name_like(bnode, bname, f"budgets.{bname}", bname, NAME_RE, "budget name"):
             budgets = None
             continue
         ov = ck.overrides(bnode, bname, f"budgets.{bname}")
+        if ov is not None and BUDGET_SEEDS_KEY in ov:
+            n = ov.pop(BUDGET_SEEDS_KEY)
+            if _is_int(n) and n >= 1:
+                budget_seeds[bname] = n
+            else:
+                ck.add(_line(bnode[bname], BUDGET_SEEDS_KEY), f"budgets.{bname}.{BUDGET_SEEDS_KEY}",
+                       f"must be an integer >= 1 (the budget runs the study's first n seeds), got {plain(n)!r}")
         if ov is None:
             budgets = None
         elif budgets is not None:
             budgets[bname] = ov
-    return budgets
+    return budgets, budget_seeds
+
+
+def _check_budget_seeds(ck: _Checker, doc: LineDict, budget_seeds: dict[str, int], seeds: tuple[int, ...] | None,
+                        seed_range: SeedRange | None) -> None:
+    """A budget's ``seeds: n`` takes the first n of the study's fixed seeds."""
+    for bname, n in budget_seeds.items():
+        line = _line(doc["budgets"][bname], BUDGET_SEEDS_KEY)
+        if seed_range is not None:
+            ck.add(line, f"budgets.{bname}.{BUDGET_SEEDS_KEY}", "a budget cannot set seeds in a study with adaptive "
+                   "seeds {min, max}: remove it, or give the study a fixed seed count")
+        elif seeds is not None and n > len(seeds):
+            ck.add(line, f"budgets.{bname}.{BUDGET_SEEDS_KEY}", f"{n} is more than the study's {len(seeds)} seeds: "
+                   f"a budget runs the first n of them; use at most {len(seeds)}")
 
 
 def _parse_seeds(ck: _Checker, doc: LineDict) -> tuple[tuple[int, ...] | None, SeedRange | None]:
@@ -178,8 +205,9 @@ def load_study(path: str | Path) -> Study:
     if description is not None and not isinstance(description, str):
         ck.add(_line(doc, "description"), "description", "must be a string")
     base = ck.overrides(doc, "base", "base") if "base" in doc else {}
-    budgets = _parse_budgets(ck, doc)
+    budgets, budget_seeds = _parse_budgets(ck, doc)
     seeds, seed_range = _parse_seeds(ck, doc)
+    _check_budget_seeds(ck, doc, budget_seeds, seeds, seed_range)
     objective = _parse_objective(ck, doc) if "objective" in doc else None
     factors = _parse_factors(ck, doc) if "factors" in doc else None
     design_name, design, design_options = _parse_design(ck, doc)
@@ -217,6 +245,6 @@ def load_study(path: str | Path) -> Study:
         factors=tuple(factors), design_name=design_name, design=design, design_options=design_options,
         baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
         tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
-        warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
+        budget_seeds=budget_seeds, warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
         configs=configs,
     )

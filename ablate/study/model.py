@@ -168,6 +168,8 @@ class Study:
         warnings: the configuration warnings of the arms (``arm <name>: <warning> [<rule>]``), each once:
             a legal but suspicious combination, e.g. a PPO-sized clip range on a sequence ratio; those
             the file acknowledges are not among them.
+        budget_seeds: budget name -> n for the budgets that run only the study's first n seeds (a
+            budget's ``seeds: n``, e.g. a cheap smoke budget); :meth:`at_budget` applies it.
         acknowledged: the warnings the file lists under ``acknowledge:`` (run on purpose), each as
             (rule, the arms it applies to).
     """
@@ -192,6 +194,7 @@ class Study:
     excluded: tuple[Arm, ...] = ()
     aliasing: AliasStructure | None = None
     report_metrics: tuple[str, ...] = ()
+    budget_seeds: Mapping[str, int] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     acknowledged: tuple[tuple[str, tuple[str, ...]], ...] = ()
     primary: tuple[str, ...] = ()
@@ -209,6 +212,14 @@ class Study:
         from dataclasses import replace
 
         return replace(self, seeds=tuple(int(s) for s in seeds))
+
+    def at_budget(self, budget: str) -> Study:
+        """The study with the seeds that ``budget`` runs: its first n seeds where the budget sets
+        ``seeds: n`` and the study has more, else the study itself."""
+        n = self.budget_seeds.get(budget)
+        if n is None or n >= len(self.seeds):
+            return self
+        return self.with_seeds(self.seeds[:n])
 
     def factor(self, name: str) -> Factor:
         """The factor called ``name``."""

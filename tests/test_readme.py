@@ -1,0 +1,90 @@
+"""README.md, as a newcomer reads it: every link and image resolves to a file of the repository (or an
+anchor of the page it points at), and every number of the predefined-studies table's answers occurs
+(rounded as the table prints it) in the committed report the row links to."""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_HALF_DOWN, ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def anchors(markdown: str) -> set[str]:
+    """GitHub's anchors of a Markdown page's headings: lower case, punctuation dropped, spaces as -."""
+    out = set()
+    for heading in re.findall(r"^#+\s+(.+?)\s*$", markdown, flags=re.M):
+        out.add(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-"))
+    return out
+
+
+def local_links(markdown: str) -> list[str]:
+    return [t for t in LINK.findall(markdown) if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/findings.md"])
+def test_every_link_and_image_resolves(page):
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    broken = []
+    for target in local_links(text):
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        if not resolved.exists():
+            broken.append(target)
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved.read_text(encoding="utf-8")):
+            broken.append(target)
+    assert not broken, f"{page}: links that do not resolve: {broken}"
+    assert any(t.endswith(".png") for t in local_links(text)) or page != "README.md"  # README shows a report figure
+
+
+def test_readme_is_short_and_has_no_findings_prose():
+    assert len(README.encode()) < 16_000, "README is for a newcomer's two minutes: move detail to docs/"
+    assert "## Findings" not in README and "docs/findings.md" in README
+
+
+def _numbers(text: str) -> list[Decimal]:
+    return [Decimal(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?", text.replace("−", "-").replace("\\", ""))]
+
+
+def _printed_as(value: Decimal, shown: Decimal) -> bool:
+    """``value`` (as a report prints it) rounds to ``shown`` (as the README prints it), either way at a tie:
+    the report's figure is itself rounded."""
+    step = Decimal(1).scaleb(shown.as_tuple().exponent)
+    try:
+        return any(value.quantize(step, rounding=r) == shown for r in (ROUND_HALF_UP, ROUND_HALF_DOWN))
+    except InvalidOperation:  # a number too large for the step's precision
+        return False
+
+
+def table_rows() -> list[tuple[str, str]]:
+    section = README[README.index("## Predefined studies"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = []
+    for row in section.splitlines():
+        m = re.search(r"\]\((reports/[^)]+/README\.md)\)", row)
+        if m:
+            rows.append((m.group(1), row.split("|")[-2]))
+    return rows
+
+
+def test_the_table_links_a_report_for_most_studies():
+    assert len(table_rows()) >= 10
+
+
+@pytest.mark.parametrize(("report", "answer"), table_rows(), ids=[r.split("/")[1] for r, _ in table_rows()])
+def test_every_number_of_an_answer_is_in_its_report(report, answer):
+    have = _numbers((ROOT / report).read_text(encoding="utf-8"))
+    shown = [Decimal(x) for x in re.findall(r"[-+]?\d+\.\d+", answer.replace("−", "-"))]
+    missing = [str(x) for x in shown if not any(_printed_as(h, x) for h in have)]
+    assert not missing, f"README's answer for {report} quotes numbers its report does not hold: {missing}"
+
+
+def test_the_number_check_can_fail():
+    assert _printed_as(Decimal("2.75"), Decimal("2.7")) and _printed_as(Decimal("2.75"), Decimal("2.8"))
+    assert not _printed_as(Decimal("2.76"), Decimal("2.7")) and not _printed_as(Decimal("-7.35"), Decimal("7.3"))
