@@ -189,25 +189,63 @@ def seeds_for_power(sd: float, effect: float, *, alpha: float = ALPHA, power: fl
     return math.inf
 
 
+def paired_t_power(effect: float, n: int, alpha: float = ALPHA) -> float:
+    """The power of a two-sided one-sample (paired) t-test at ``alpha`` with ``n`` observations when
+    the true mean is ``effect`` standard deviations from 0 (Cohen's d; unitless).
+
+    With ``c`` the t critical value on ``n - 1`` df and ``S = sqrt(V / df)``, ``V ~ chi2(df)``, the test
+    statistic is ``(Z + d sqrt(n)) / S``, so the power is ``E[Phi(d sqrt(n) - c S) + Phi(-d sqrt(n) - c
+    S)]``, integrated over S (scipy's ``quad``). The same value as the noncentral t's tails
+    (statsmodels' ``TTestPower.power``), which return NaN for large noncentralities at 1 df; this
+    integral stays finite there. NaN for n < 2.
+    """
+    if n < 2 or not math.isfinite(effect):
+        return math.nan
+    from scipy import integrate
+
+    df = n - 1
+    nc = abs(effect) * math.sqrt(n)
+    c = float(stats.t.ppf(1 - alpha / 2, df))
+    root = math.sqrt(df)
+
+    def integrand(s: float) -> float:
+        return float((stats.norm.cdf(nc - c * s) + stats.norm.cdf(-nc - c * s)) * stats.chi.pdf(s * root, df) * root)
+
+    value, _ = integrate.quad(integrand, 0.0, np.inf, limit=200)
+    return float(min(1.0, max(0.0, value)))
+
+
+#: The largest effect (in standard deviations) :func:`resolvable_effect` searches; beyond it: inf.
+MAX_RESOLVABLE_SD = 1e6
+
+
 def resolvable_effect(sd: float, n: int, *, alpha: float = ALPHA, power: float = POWER) -> float:
     """The smallest true mean difference that ``n`` seeds detect with probability ``power`` in a
     two-sided paired t-test at ``alpha``, when the per-seed differences have standard deviation ``sd``
-    (the minimum detectable effect; ``statsmodels.stats.power.TTestPower.solve_power``), in the units
-    of ``sd``.
+    (the minimum detectable effect), in the units of ``sd``.
+
+    Solved by bracketing and Brent's method on :func:`paired_t_power` (statsmodels'
+    ``TTestPower.solve_power`` does not converge at n = 2, where it returned 10 SDs for ~34.5).
 
     Returns:
-        The effect (>= 0); NaN when sd is unknown or n < 2 (no test); 0 when sd is 0.
+        The effect (>= 0); NaN when sd is unknown or n < 2 (no test); 0 when sd is 0; inf when no
+        effect up to :data:`MAX_RESOLVABLE_SD` standard deviations reaches ``power``.
     """
     if not math.isfinite(sd) or n < 2:
         return math.nan
     if sd == 0:
         return 0.0
-    from statsmodels.stats.power import TTestPower
+    from scipy.optimize import brentq
 
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        es = TTestPower().solve_power(effect_size=None, nobs=int(n), alpha=alpha, power=power,
-                                      alternative="two-sided")
+    def gap(d: float) -> float:
+        return paired_t_power(d, int(n), alpha) - power
+
+    hi = 1.0
+    while gap(hi) < 0:
+        if hi >= MAX_RESOLVABLE_SD:
+            return math.inf
+        hi *= 4
+    es = brentq(gap, 0.0, hi, xtol=1e-10, rtol=1e-10)
     return float(es) * float(sd)
 
 

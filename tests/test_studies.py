@@ -41,7 +41,9 @@ def test_study_validates_with_budgets_and_estimates(path):
     assert {"smoke", "default", "full"} <= set(study.budgets)
     info = describe(study, "default")
     for budget, b in info["budgets"].items():
-        assert b["n_trials"] == study.n_trials and b["estimated_seconds"] is not None, budget
+        n_seeds = len(study.at_budget(budget).seeds)  # a budget may run the first n seeds (smoke does)
+        assert b["n_trials"] == len(study.arms) * n_seeds and b["estimated_seconds"] is not None, budget
+    assert info["budgets"]["default"]["n_trials"] == study.n_trials
     assert info["budgets"]["smoke"]["estimated_seconds"] < info["budgets"]["default"]["estimated_seconds"]
     assert info["budgets"]["default"]["estimated_seconds"] < info["budgets"]["full"]["estimated_seconds"]
 
@@ -75,12 +77,12 @@ def smoke_env(tmp_path_factory):
 
 #: Seconds of each smoke run in the suite (one in-process worker on one thread, 2 pytest-xdist processes
 #: on 2 cores, Intel Xeon, 2026-12-04); only used to split the runs into two groups of about equal time,
-#: one per process. A study not listed counts as 40 s.
+#: one per process; the smoke budgets run 2 seeds (smollm2_granularity 1). A study not listed counts as 30 s.
 SMOKE_SECONDS = {
-    "smollm2_granularity": 255, "granularity_cross": 60, "adv_scope_x_aggregation": 53, "loss_normalization": 46,
-    "dapo_ladder": 45, "cpu_bf16": 44, "aa_control": 43, "prm_quality": 42, "ratio_level": 36,
-    "reward_granularity": 35, "ppo_critic": 31, "precision": 29, "ratio_level_tuned": 27, "behaviour_logp": 24,
-    "new_factor": 19, "quickstart": 18,
+    "smollm2_granularity": 146, "granularity_cross": 46, "prm_quality": 40, "adv_scope_x_aggregation": 37,
+    "dapo_ladder": 34, "loss_normalization": 30, "aa_control": 27, "quickstart": 25, "ratio_level": 24,
+    "ppo_critic": 23, "new_factor": 23, "ratio_level_tuned": 22, "reward_granularity": 22, "precision": 19,
+    "cpu_bf16": 17, "behaviour_logp": 16,
 }
 
 
@@ -89,9 +91,9 @@ def _smoke_params(paths: list[Path], groups: int = 2) -> list:
     descending order of time (the longest-processing-time rule)."""
     load = [0.0] * groups
     marks: dict[Path, str] = {}
-    for path in sorted(paths, key=lambda p: -SMOKE_SECONDS.get(p.stem, 40)):
+    for path in sorted(paths, key=lambda p: -SMOKE_SECONDS.get(p.stem, 30)):
         g = load.index(min(load))
-        load[g] += SMOKE_SECONDS.get(path.stem, 40)
+        load[g] += SMOKE_SECONDS.get(path.stem, 30)
         marks[path] = f"study-smoke-{g}"
     return [pytest.param(p, id=i, marks=pytest.mark.xdist_group(marks[p])) for p, i in zip(paths, IDS)]
 
