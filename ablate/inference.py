@@ -253,8 +253,10 @@ def contrast_resolvable_effect(contrast: Contrast, *, alpha: float = ALPHA, powe
     """The smallest true difference ``contrast``'s own test detects with probability ``power`` at
     ``alpha``: a t-test with the contrast's standard error and degrees of freedom (``n - 1`` for a
     paired contrast, the model's residual df for a model contrast), i.e. :func:`resolvable_effect` at
-    ``nobs = df + 1`` with ``sd = se * sqrt(nobs)``. NaN when the contrast has no interval."""
-    if not (math.isfinite(contrast.se) and math.isfinite(contrast.df)) or contrast.df < 1:
+    ``nobs = df + 1`` with ``sd = se * sqrt(nobs)``. NaN when the contrast has no interval or fewer
+    than :data:`MIN_SEEDS` seeds (its claim is not tested, so no difference is resolvable at that n)."""
+    if (not (math.isfinite(contrast.se) and math.isfinite(contrast.df)) or contrast.df < 1
+            or contrast.n_seeds < MIN_SEEDS):
         return math.nan
     nobs = int(round(contrast.df)) + 1
     return resolvable_effect(contrast.se * math.sqrt(nobs), nobs, alpha=alpha, power=power)

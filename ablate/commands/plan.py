@@ -193,7 +193,7 @@ def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> 
 
 def _resolution(plan: SeedPlan, u: _Units) -> list[str]:
     """Whether the pilot's seeds answered the planned contrasts, and what effect they can resolve."""
-    from ablate.inference import NOT_RESOLVED
+    from ablate.inference import MIN_SEEDS, NOT_RESOLVED
 
     rated = [c for c in plan.contrasts if c.verdict]
     if not rated:
@@ -206,6 +206,10 @@ def _resolution(plan: SeedPlan, u: _Units) -> list[str]:
     if parts:
         line += (f"; the others can resolve (power {plan.power:g}, alpha {plan.alpha:g} / {plan.m}) true differences of "
                  + "; ".join(parts))
+    untested = [c for c in open_ if c.pilot_seeds < MIN_SEEDS]
+    if untested:
+        line += (f"; below {MIN_SEEDS} seeds no claim is tested, so " + ", ".join(c.name for c in untested)
+                 + " resolve no difference at the pilot's seeds (the seeds they need are in the table)")
     return [line, ""]
 
 
