@@ -397,7 +397,7 @@ def status_plan(study: Study, store: StudyStore | None, budget: str, storage: st
 def make_settings(study: Study, budget: str, *, storage: str | None = None, tracking_uri: str | None = None,
                   runs: str = "runs", threads: int = 0, workers: int = 1, max_retries: int | None = None,
                   heartbeat: float | None = None, grace: float | None = None,
-                  store_wait: float | None = None) -> RunSettings:
+                  store_wait: float | None = None, keep_checkpoints: bool = False) -> RunSettings:
     """Check the run options and build the :class:`RunSettings` (creates nothing).
 
     ``storage`` None: ``$ABLATE_STORAGE``, else ``<runs>/<study>/store.journal``; ``tracking_uri``
@@ -438,6 +438,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         study_file=str(study.path), budget=budget, storage=resolve_storage(storage, study.name, runs),
         tracking_uri=resolve_tracking_uri(tracking_uri), runs=runs, threads=threads,
         heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
+        keep_checkpoints=keep_checkpoints,
     )
 
 

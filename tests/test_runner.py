@@ -179,6 +179,22 @@ def test_run_logs_every_trial_once_and_a_rerun_runs_nothing(workdir, capsys):
     assert lines[4].split() == ["total", "4", "0", "0", "0"]
 
 
+def test_finished_trials_drop_their_checkpoints_unless_kept(workdir, capsys):
+    """A finished trial's checkpoint (~10 MB for tiny-llama) is deleted once its result is recorded;
+    --keep-checkpoints keeps it; a trial still running keeps its own (the SIGKILL test resumes from one)."""
+    base = {"train.checkpoint_every": 1}
+    dropped = write_study(workdir, "dropped", levels={"token": LOSS_NORM["token"]}, seeds=2, base=base)
+    assert run(str(dropped), "--no-progress") == 0
+    assert (workdir / "runs" / "dropped" / STORE_FILE).is_file()
+    assert not (workdir / "runs" / "dropped" / "trials").exists() or not list(
+        (workdir / "runs" / "dropped" / "trials").rglob("*"))
+    kept = write_study(workdir, "kept", levels={"token": LOSS_NORM["token"]}, seeds=2, base=base)
+    assert run(str(kept), "--no-progress", "--keep-checkpoints") == 0
+    keys = [s.key for s in Plan.of(load_study(kept), "default").specs]
+    assert sorted(p.parent.name for p in (workdir / "runs" / "kept" / "trials").rglob("trainer.pt")) == sorted(keys)
+    capsys.readouterr()
+
+
 def test_an_emptied_or_deleted_store_is_refused_when_mlflow_holds_finished_trials(workdir, capsys):
     """A store that lost its trials must not train them all again: run and worker exit 2 before enqueueing."""
     study = write_study(workdir, "lost", levels={"token": LOSS_NORM["token"]}, seeds=1)
@@ -409,6 +425,7 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     c = MlflowClient(uri)
     assert sorted(m.step for m in c.get_metric_history(child.info.run_id, "loss/total")) == list(range(1, 7))
     assert sorted(m.step for m in c.get_metric_history(child.info.run_id, "eval/accuracy")) == [0, 3, 6]
+    assert not list((workdir / "runs" / "killed" / "trials").rglob("trainer.pt"))  # finished: checkpoints dropped
 
 
 @pytest.mark.slow
