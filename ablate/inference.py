@@ -256,7 +256,7 @@ def contrast_resolvable_effect(contrast: Contrast, *, alpha: float = ALPHA, powe
     ``nobs = df + 1`` with ``sd = se * sqrt(nobs)``. NaN when the contrast has no interval or fewer
     than :data:`MIN_SEEDS` seeds (its claim is not tested, so no difference is resolvable at that n)."""
     if (not (math.isfinite(contrast.se) and math.isfinite(contrast.df)) or contrast.df < 1
-            or contrast.n_seeds < MIN_SEEDS):
+            or contrast.n_seeds < MIN_SEEDS or contrast.se == 0):
         return math.nan
     nobs = int(round(contrast.df)) + 1
     return resolvable_effect(contrast.se * math.sqrt(nobs), nobs, alpha=alpha, power=power)
@@ -325,6 +325,29 @@ class Contrast:
         return f"{self.factor}: {self.level} vs {self.baseline}"
 
     @property
+    def degenerate(self) -> bool:
+        """Enough seeds for a test but a standard error of exactly 0: every per-seed difference is the
+        same (identical samples when they are all 0). No interval or p-value applies; the report says so
+        in words."""
+        return self.n_seeds >= MIN_SEEDS and self.se == 0
+
+    @property
+    def identical(self) -> bool:
+        """A degenerate contrast whose per-seed differences are all exactly 0 (identical samples)."""
+        return self.degenerate and all(v == 0 for v in self.per_seed)
+
+    def degenerate_text(self, factor: float = 1.0, unit: str = "") -> str:
+        """The sentence a degenerate contrast gets instead of a test ("" for one that is not)."""
+        if not self.degenerate:
+            return ""
+        u = f" {unit}" if unit else ""
+        if self.identical:
+            return (f"identical in all {self.n_seeds} seeds (every per-seed difference is exactly 0{u}): no test "
+                    "applies to identical samples; the two arms reached the same values")
+        return (f"every one of the {self.n_seeds} seeds differs by exactly {self.estimate * factor:+.3g}{u}: with "
+                "zero spread no interval or test applies")
+
+    @property
     def sd_per_seed(self) -> float:
         """The standard deviation of one seed's difference implied by the interval: ``se sqrt(n)``."""
         return self.se * math.sqrt(self.n_seeds) if self.n_seeds else math.nan
@@ -365,8 +388,9 @@ def paired_contrast(x: Sequence[float], y: Sequence[float], seeds: Sequence[int]
     mean(x - y), se sd(d)/sqrt(n), n - 1 degrees of freedom, the t-interval (none below
     :data:`MIN_SEEDS` seeds), the two-sided p-value and the TOST p-value at ``min_effect``.
 
-    When every difference is equal (sd 0) the interval has zero width and p is 0 (or 1 when the
-    differences are 0)."""
+    When every difference is equal (sd 0: identical samples, or a constant shift) the interval has zero
+    width and there is no test: p and the TOST p are NaN (:attr:`Contrast.degenerate`; the report says
+    it in words)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     d = x - y
     n = int(d.size)
@@ -375,7 +399,7 @@ def paired_contrast(x: Sequence[float], y: Sequence[float], seeds: Sequence[int]
     se = sd / math.sqrt(n) if n > 1 else math.nan
     df = float(n - 1)
     if n >= 2 and sd == 0:
-        p = 1.0 if est == 0 else 0.0
+        p = math.nan  # no test applies to a zero-spread sample
     elif n >= 2:
         p = float(2 * stats.t.sf(abs(est) / se, df))
     else:
@@ -386,7 +410,7 @@ def paired_contrast(x: Sequence[float], y: Sequence[float], seeds: Sequence[int]
         level_mean=float(x.mean()) if n else math.nan, baseline_mean=float(y.mean()) if n else math.nan,
         estimate=est, se=se, df=df, ci_low=lo, ci_high=hi,
         p=p if n >= MIN_SEEDS else math.nan,
-        p_tost=tost_p(est, se, df, min_effect) if (min_effect and n >= MIN_SEEDS) else math.nan,
+        p_tost=tost_p(est, se, df, min_effect) if (min_effect and n >= MIN_SEEDS and sd != 0) else math.nan,
         seeds=tuple(int(s) for s in seeds), per_seed=tuple(float(v) for v in d), d_z=d_z(d),
         improved=seeds_improved(d, mode, confidence),
     )
@@ -599,16 +623,16 @@ def model_contrast(model: LinearModel, per_trial: pd.DataFrame, factor: str, lev
         half = stats.t.ppf(0.5 + confidence / 2, df) * se
         lo, hi = est - half, est + half
         p = float(2 * stats.t.sf(abs(est) / se, df))
-    elif ok:
+    elif ok:  # no residual variance: no test (Contrast.degenerate)
         lo = hi = est
-        p = 1.0 if est == 0 else 0.0
+        p = math.nan
     else:
         lo = hi = p = math.nan
     return Contrast(
         factor=factor, level=str(level), baseline=str(baseline), method=MODEL, n_seeds=n, cells=cells,
         level_mean=float(frame["x"].mean()), baseline_mean=float(frame["y"].mean()), estimate=est, se=se, df=df,
         ci_low=float(lo), ci_high=float(hi), p=p,
-        p_tost=tost_p(est, se, df, min_effect) if (min_effect and ok) else math.nan,
+        p_tost=tost_p(est, se, df, min_effect) if (min_effect and ok and se > 0) else math.nan,
         seeds=tuple(int(s) for s in frame["seed"]), per_seed=tuple(float(v) for v in d), d_z=d_z(d),
         improved=seeds_improved(d, mode, confidence),
     )
@@ -677,8 +701,9 @@ def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *
 
     A contrast is *detected* when its Holm-adjusted p < alpha, else *equivalent* when ``min_effect``
     is set and its Holm-adjusted TOST p < alpha, else *not resolved*. A term is *detected* or *not
-    resolved*. Claims with fewer than :data:`MIN_SEEDS` seeds are not tested (they do not count in the
-    family's size) and are *not resolved*.
+    resolved*. Claims with fewer than :data:`MIN_SEEDS` seeds, and degenerate ones (zero spread:
+    :attr:`Contrast.degenerate`), are not tested (they do not count in the family's size) and are *not
+    resolved*, with the reason in words.
     """
     p = [c.p for c in contrasts] + [t.p for t in terms]
     p_holm = holm(p)
@@ -689,9 +714,11 @@ def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *
     for i, c in enumerate(contrasts):
         sd = c.sd_per_seed
         effect = min_effect if min_effect else abs(c.estimate)
-        need = seeds_for_power(sd, effect, alpha=plan_alpha, power=power) if c.n_seeds >= 2 else math.nan
+        need = seeds_for_power(sd, effect, alpha=plan_alpha, power=power) if c.n_seeds >= 2 and sd > 0 else math.nan
         if c.n_seeds < MIN_SEEDS:
             verdict, reason = NOT_RESOLVED, f"{c.n_seeds} seed{'s' if c.n_seeds != 1 else ''}: no interval below {MIN_SEEDS}"
+        elif c.degenerate:  # not tested: said in words (it does not count in the family's size)
+            verdict, reason = NOT_RESOLVED, c.degenerate_text()
         elif p_holm[i] < alpha:
             verdict, reason = DETECTED, ""
         elif min_effect and tost[i] < alpha:

@@ -210,10 +210,45 @@ def test_paired_contrast_below_three_seeds_and_constant_differences():
     assert math.isnan(c.ci_low) and math.isnan(c.ci_high) and math.isnan(c.p) and math.isnan(c.p_tost)
     one = inf.paired_contrast([1], [0], [0], factor="f", level="b", baseline="a")
     assert one.estimate == 1 and math.isnan(one.se) and math.isnan(one.p)
-    same = inf.paired_contrast([2, 3, 4], [1, 2, 3], [0, 1, 2], factor="f", level="b", baseline="a")
-    assert (same.ci_low, same.ci_high, same.p) == (1.0, 1.0, 0.0)
-    zero = inf.paired_contrast([1, 2, 3], [1, 2, 3], [0, 1, 2], factor="f", level="b", baseline="a")
-    assert zero.p == 1.0
+    same = inf.paired_contrast([2, 3, 4], [1, 2, 3], [0, 1, 2], factor="f", level="b", baseline="a", min_effect=5.0)
+    assert (same.ci_low, same.ci_high) == (1.0, 1.0) and math.isnan(same.p) and math.isnan(same.p_tost)
+    assert same.degenerate and not same.identical
+    assert same.degenerate_text(100, "points") == ("every one of the 3 seeds differs by exactly +100 points: with "
+                                                   "zero spread no interval or test applies")
+    zero = inf.paired_contrast([1, 2, 3], [1, 2, 3], [0, 1, 2], factor="f", level="b", baseline="a", min_effect=5.0)
+    assert zero.identical and math.isnan(zero.p) and math.isnan(zero.p_tost)
+    assert inf.contrast_resolvable_effect(zero) != inf.contrast_resolvable_effect(zero)  # NaN: no test
+
+
+def test_a_degenerate_contrast_is_said_in_words_and_not_tested():
+    """Identical samples (behaviour_logp: the same completions in all 8 seeds) once read "equivalent, TOST
+    p < 0.001" from se = 0; now the claim is left out of the family and its sentence says what happened."""
+    from ablate.report.findings import answer_sentence, claim_sentence
+    from ablate.report.statistics import Scale
+
+    zero = _contrast([0.0] * 8, "sampler", min_effect=0.05)
+    noisy = _contrast([0.01, -0.02, 0.03], "other", min_effect=0.05)
+    fam = inf.make_family([zero, noisy], min_effect=0.05)
+    assert fam.size == 1  # only the testable claim
+    (claim,) = [c for c in fam.claims if c.name == "f: sampler vs base"]
+    assert claim.verdict == inf.NOT_RESOLVED and math.isnan(claim.p_holm) and math.isnan(claim.seeds_needed)
+    assert claim.reason.startswith("identical in all 8 seeds")
+    scale = Scale(100.0, "points")
+    assert answer_sentence(claim, fam, scale, "max") == (
+        "f: sampler vs base: identical in all 8 seeds (every per-seed difference is exactly 0 points): no test "
+        "applies to identical samples; the two arms reached the same values.")
+    assert claim_sentence(claim, fam, scale, "max").startswith(
+        "f: sampler vs base: not resolved (not tested, not in the family): identical in all 8 seeds")
+
+
+def test_a_single_untied_seed_is_said():
+    from ablate.report.findings import claim_sentence
+    from ablate.report.statistics import Scale
+
+    one = _contrast([0.0, 0.0, 0.0, 0.0, 0.02], "one", min_effect=0.05)
+    fam = inf.make_family([one], min_effect=0.05)
+    text = claim_sentence(fam.claims[0], fam, Scale(100.0, "points"), "max")
+    assert "only 1 of the 5 seeds differs at all, so the interval rests on that one seed" in text
 
 
 def _contrast(d, name: str, min_effect: float | None = None) -> inf.Contrast:

@@ -146,6 +146,12 @@ def _unresolvable(study: Study, pilot_budget: str, plan: SeedPlan, u: _Units) ->
                 f"at least {MIN_SEEDS} seeds of every arm first ({MIN_SEEDS} give the report's first intervals): "
                 f"`seeds: {MIN_SEEDS}` in {study.path}, `ablate run {study.path} --budget {pilot_budget}`, then plan "
                 "again", f"seeds: unknown  (run {MIN_SEEDS} pilot seeds first)"]
+    flat = [c for c in plan.contrasts if c.sd == 0]
+    if flat:
+        return [f"no seed count can be planned from {', '.join(c.name for c in flat)}: the same difference in every "
+                "pilot seed (zero spread) says nothing about the seed noise; plan from a pilot whose arms differ "
+                "by seed noise (aa_control gives the SD of one seed's difference between identical arms)",
+                "seeds: unknown  (zero spread in the pilot)"]
     if not math.isinf(plan.seeds):
         return None
     driver = plan.driver
@@ -206,6 +212,10 @@ def _resolution(plan: SeedPlan, u: _Units) -> list[str]:
     if parts:
         line += (f"; the others can resolve (power {plan.power:g}, alpha {plan.alpha:g} / {plan.m}) true differences of "
                  + "; ".join(parts))
+    flat = [c for c in open_ if c.pilot_seeds >= MIN_SEEDS and c.sd == 0]
+    if flat:
+        line += ("; " + ", ".join(c.name for c in flat) + " had the same difference in every pilot seed (zero "
+                 "spread): no test applies, so no difference is resolvable from them")
     untested = [c for c in open_ if c.pilot_seeds < MIN_SEEDS]
     if untested:
         line += (f"; below {MIN_SEEDS} seeds no claim is tested, so " + ", ".join(c.name for c in untested)

@@ -98,18 +98,23 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
         per_seed = ", ".join(signed(d * scale.factor) for d in c.per_seed)
         return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: per-seed differences {per_seed}{unit}; no "
                 f"interval is given below {inference.MIN_SEEDS} seeds" + (f"; {plan}" if plan else "") + ".")
+    if c.degenerate:
+        return (f"{claim.name}: not resolved (not tested, not in the family): "
+                f"{c.degenerate_text(scale.factor, scale.unit)}.")
+    lone = (f"; only 1 of the {c.n_seeds} seeds differs at all, so the interval rests on that one seed"
+            if imp.n == 1 else "")
     ci = ci_text(c.ci_low, c.ci_high, scale.factor)
     stats_text = (f"{interval_kind(c)}; {p_text(claim.p_holm)} ({fam}); d_z = {num(c.d_z, 2)}; {improved}")
     if claim.verdict == inference.DETECTED:
         small = ""
         if family.min_effect and abs(c.estimate) < family.min_effect:
             small = f"; smaller than the min_effect of {num(family.min_effect * scale.factor)}{unit}"
-        return f"{claim.name}: detected: {est} {ci} ({stats_text}){small}."
+        return f"{claim.name}: detected: {est} {ci} ({stats_text}){small}{lone}."
     if claim.verdict == inference.EQUIVALENT:
         return (f"{claim.name}: equivalent: no effect as large as ±{num(family.min_effect * scale.factor)}{unit} "
-                f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}).")
+                f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}){lone}.")
     return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: {est} {ci} ({stats_text}); {claim.reason}"
-            + (f"; {plan}" if plan else "") + ".")
+            + (f"; {plan}" if plan else "") + f"{lone}.")
 
 
 def answer_sentence(claim: inference.Claim, family: inference.Family, scale: Scale, mode: str) -> str:
@@ -134,6 +139,8 @@ def answer_sentence(claim: inference.Claim, family: inference.Family, scale: Sca
         return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)} (per-seed differences {per_seed}{unit}; "
                 f"no interval below {inference.MIN_SEEDS} seeds): {seeds_text(c.n_seeds)} cannot tell {target} "
                 "from noise" + (f"; {would}." if would else "."))
+    if c.degenerate:
+        return f"{claim.name}: {c.degenerate_text(scale.factor, scale.unit)}."
     kind = "model t" if c.method == inference.MODEL else "paired t"
     where = f"{est} {ci_text(c.ci_low, c.ci_high, scale.factor)} (95% {kind}, {seeds_text(c.n_seeds)})"
     if claim.verdict == inference.DETECTED:
