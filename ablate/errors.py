@@ -30,3 +30,15 @@ class OutageError(AblateError):
     the time allowed: printed in one line like any AblateError, but exit code 1 (not bad input)."""
 
     exit_code = 1
+
+
+class StudyIdentityError(AblateError):
+    """A study file takes the name of another study whose store or MLflow experiment exists."""
+
+
+def identity_message(name: str, where: str, other_file: str, this_file: str) -> str:
+    """The one message for a study that takes the name of another: both files and the fix."""
+    return (f"study {name!r}: {where} belongs to another study of the same name ({other_file}), and {this_file} "
+            "differs from it in its base, factors, design or objective. Give this study its own 'name:', or run it "
+            "against another store and experiment (--runs DIR or --storage URL, and --tracking-uri URI); nothing "
+            "was run or written")

@@ -292,6 +292,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     stream = stream or sys.stderr
     t0 = time.time()
     store = settings.open_store(study)
+    store.bind(study)  # (preflight refused another study of this name)
     tracker = Tracker(settings.tracking_uri)
     sent = upload_unsent(tracker, study.name, settings.runs)  # trials an earlier outage left on disk
     if sent.sent:
@@ -467,7 +468,25 @@ def preflight(study: Study, settings: RunSettings) -> None:
 
     check_tracking_server(settings.tracking_uri)
     check_runs_writable(study, settings)
+    check_identity(study, settings)
     check_store_not_lost(study, settings)
+
+
+def check_identity(study: Study, settings: RunSettings) -> None:
+    """Refuse a study that takes the name of another whose MLflow experiment or study store exists
+    (:meth:`ablate.study.Study.fingerprint`). Creates nothing (a missing local MLflow store or study
+    store is not opened).
+
+    Raises:
+        StudyIdentityError: one message naming both study files and the fix.
+    """
+    from ablate.tracking import Tracker, missing_local_store
+
+    if missing_local_store(settings.tracking_uri) is None:
+        Tracker(settings.tracking_uri).check_identity(study)
+    store = existing_store(study, settings)
+    if store is not None:
+        store.check_identity(study)
 
 
 def check_runs_writable(study: Study, settings: RunSettings) -> None:

@@ -97,6 +97,9 @@ TAG_OBJECTIVE = "ablate.objective"
 TAG_LOGGED_STEP = "ablate.logged_step"
 TAG_STORAGE = "ablate.storage"
 TAG_COMMAND = "ablate.command"
+#: Experiment tags: the fingerprint and file of the study the experiment belongs to (see Tracker.bind).
+TAG_FINGERPRINT = "ablate.fingerprint"
+TAG_STUDY_FILE = "ablate.study_file"
 LEVEL_PARAM_PREFIX = "level."
 #: MLflow 3's experiment-kind tag and its value for a model-training experiment (shown as "Machine
 #: learning" in the UI, as opposed to ``genai_development``). mlflow has no Python constant for either:
@@ -562,6 +565,31 @@ class Tracker:
             self.client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND_MODEL_TRAINING)
         return exp.experiment_id
 
+    def check_identity(self, study: Study) -> None:
+        """Refuse ``study`` when its name's experiment belongs to another study (another
+        :meth:`ablate.study.Study.fingerprint`); an experiment without a fingerprint, or none, passes.
+
+        Raises:
+            StudyIdentityError: naming both study files and the fix.
+        """
+        from ablate.errors import StudyIdentityError, identity_message
+
+        exp = self.client.get_experiment_by_name(study.name)
+        tags = (exp.tags or {}) if exp is not None else {}
+        held = tags.get(TAG_FINGERPRINT)
+        if held is not None and held != study.fingerprint():
+            raise StudyIdentityError(identity_message(
+                study.name, f"the MLflow experiment {study.name!r} in {self.uri}",
+                tags.get(TAG_STUDY_FILE, "an unknown file"), str(study.path)))
+
+    def bind(self, study: Study, experiment_id: str) -> None:
+        """Tag the study's experiment with its fingerprint and file, when it has none yet (after
+        :meth:`check_identity`)."""
+        exp = self.client.get_experiment(experiment_id)
+        if not (exp.tags or {}).get(TAG_FINGERPRINT):
+            self.client.set_experiment_tag(experiment_id, TAG_FINGERPRINT, study.fingerprint())
+            self.client.set_experiment_tag(experiment_id, TAG_STUDY_FILE, str(Path(study.path).resolve()))
+
     def find_parent(self, study_name: str, budget: str) -> str | None:
         """The parent run of ``study_name`` at ``budget``, or None."""
         exp = self.experiment_id(study_name, create=False)
@@ -587,7 +615,9 @@ class Tracker:
             storage: the study store's description (a tag).
             design: logged as ``design.json`` when the run is created.
         """
+        self.check_identity(study)
         exp = self.experiment_id(study.name)
+        self.bind(study, exp)
         found = self.find_parent(study.name, budget)
         if found is not None:
             self.client.update_run(found, status="RUNNING")

@@ -197,7 +197,9 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
     store = settings.open_store(study)
     plan = current_plan(study, settings, store)
     tracker = Tracker(settings.tracking_uri)
-    if prepare:
+    if prepare:  # `ablate worker`: refuse another study of this name before anything is written
+        tracker.check_identity(study)
+        store.bind(study)
         store.prepare(plan)
     parent = settings.parent_run_id or parent_run_id(plan, store, tracker)
     worker = WorkerInfo.current(index)

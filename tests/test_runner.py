@@ -481,3 +481,35 @@ def test_quickstart_study_is_valid_and_every_key_is_commented():
             continue  # a line of the folded description
         in_block = line.rstrip().endswith(">-") or ">-  " in line
         assert "#" in line, f"studies/quickstart.yaml:{number}: key without a comment: {line.strip()}"
+
+
+def test_another_study_under_a_used_name_is_refused_at_every_budget_and_for_report(workdir, capsys):
+    """Two different study files with the same name: the second is refused at the budget the first ran,
+    at another budget, and by `ablate report`, with one message naming both files; nothing is written.
+    The same study with more seeds is still the same study."""
+    first = write_study(workdir, "twin", levels={"token": LOSS_NORM["token"]}, seeds=1,
+                        budgets={"smoke": {"train.steps": 1}})
+    assert run(str(first), "--no-progress") == 0
+    capsys.readouterr()
+    other = workdir / "other"
+    other.mkdir()
+    second = write_study(other, "twin", levels={"token": LOSS_NORM["token"]}, seeds=1, base={"optim.lr": 3e-3},
+                         budgets={"smoke": {"train.steps": 1}})
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    journal = workdir / "runs" / "twin" / STORE_FILE
+    runs_before, journal_before = len(mlflow_runs(uri, "twin")[1]), journal.read_bytes()
+    report_before = (workdir / "reports" / "twin" / "README.md").read_text()
+    for argv in (["run", str(second), "--threads", "1", "--no-progress"],
+                 ["run", str(second), "--budget", "smoke", "--threads", "1", "--no-progress"],
+                 ["report", str(second), "--no-log"],
+                 ["run", str(second), "--runs", str(workdir / "elsewhere"), "--threads", "1", "--no-progress"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "belongs to another study of the same name" in err[0], (argv, err)
+        assert str(first.resolve()) in err[0] and str(second) in err[0] and "its own 'name:'" in err[0]
+    assert len(mlflow_runs(uri, "twin")[1]) == runs_before and journal.read_bytes() == journal_before
+    assert (workdir / "reports" / "twin" / "README.md").read_text() == report_before
+    assert not (workdir / "elsewhere").exists()
+    grown = write_study(workdir, "twin", levels={"token": LOSS_NORM["token"]}, seeds=2,
+                        budgets={"smoke": {"train.steps": 1}})
+    assert grown == first and run(str(grown), "--no-progress", "--extend") == 0  # more seeds: the same study

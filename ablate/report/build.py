@@ -322,6 +322,7 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
 
     study, budget = plan.study, plan.budget
     folder = Path(out_dir) if out_dir is not None else default_out_dir(study.name)
+    Tracker(tracking_uri).check_identity(study)  # another study of this name: no report of its runs
     results = load_results(plan, tracking_uri=tracking_uri, cache_dir=folder / ".cache")
     if not results.parent:
         raise AblateError(

@@ -60,6 +60,7 @@ _ERROR = "ablate:error"
 _RESULT = "ablate:result"
 _RUN_ID = "ablate:mlflow_run_id"
 _NOTE_ATTR = "ablate:note:"  # + name (study system attribute)
+_IDENTITY_ATTR = "ablate:identity"  # {fingerprint, file} of the study that first used the store
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -487,6 +488,34 @@ class StudyStore:
                         "retry": int(retry)},
         )
         return self.storage.create_new_trial(self.study_id, template_trial=template)
+
+    def bind(self, study: Study) -> None:
+        """Bind the store to ``study``'s fingerprint (:meth:`ablate.study.Study.fingerprint`) when it has
+        none yet; refuse another study that takes the same name.
+
+        Raises:
+            StudyIdentityError: the store belongs to a study with another fingerprint (the message names
+                both files and the fix).
+        """
+        with self.lock():
+            if self.check_identity(study):
+                self.storage.set_study_system_attr(self.study_id, _IDENTITY_ATTR, {
+                    "fingerprint": study.fingerprint(), "file": str(Path(study.path).resolve())})
+
+    def check_identity(self, study: Study) -> bool:
+        """Refuse ``study`` when the store belongs to another study of the same name; True when the
+        store is bound to no study yet (reads only).
+
+        Raises:
+            StudyIdentityError: naming both files and the fix.
+        """
+        from ablate.errors import StudyIdentityError, identity_message
+
+        held = self.storage.get_study_system_attrs(self.study_id).get(_IDENTITY_ATTR)
+        if held is not None and held.get("fingerprint") != study.fingerprint():
+            raise StudyIdentityError(identity_message(study.name, f"the study store {self.description}",
+                                                      str(held.get("file", "an unknown file")), str(study.path)))
+        return held is None
 
     def prepare(self, plan: Plan, *, extend: bool = False) -> PrepareResult:
         """Freeze or check the design of ``plan``'s budget, fail stale attempts, and enqueue every trial

@@ -264,6 +264,24 @@ class Study:
         config = self.configs.get((arm.name, budget))
         return config if config is not None else self.config(arm, budget)
 
+    def identity(self) -> dict[str, Any]:
+        """What makes a study this study, whatever its budgets, seeds and added levels: its base, its
+        factors' names, its design and its objective (JSON-ready). A store and an MLflow experiment are
+        bound to the :meth:`fingerprint` of the study that first used them; ``--extend`` may still add
+        levels and seeds, and a changed level is caught per budget by the store's frozen design."""
+        obj = self.objective
+        return {"base": {k: self.base[k] for k in sorted(self.base)}, "factors": [f.name for f in self.factors],
+                "design": {"name": self.design_name, **{k: self.design_options[k] for k in sorted(self.design_options)}},
+                "objective": {"metric": obj.metric, "mode": obj.mode, "summary": obj.summary, "last_n": obj.last_n}}
+
+    def fingerprint(self) -> str:
+        """A short hash of :meth:`identity` (16 hex digits of its canonical JSON's SHA-256)."""
+        import hashlib
+        import json
+
+        text = json.dumps(self.identity(), sort_keys=True, default=str, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
     @property
     def acknowledged_line(self) -> str | None:
         """One sentence naming the acknowledged warnings and their arms, or None when there are none."""
