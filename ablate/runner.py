@@ -468,14 +468,15 @@ def preflight(study: Study, settings: RunSettings) -> None:
 
     check_tracking_server(settings.tracking_uri)
     check_runs_writable(study, settings)
-    check_identity(study, settings)
-    check_store_not_lost(study, settings)
+    store = existing_store(study, settings)  # opened once (reading a journal replays it) for both checks
+    check_identity(study, settings, store)
+    check_store_not_lost(study, settings, store)
 
 
-def check_identity(study: Study, settings: RunSettings) -> None:
-    """Refuse a study that takes the name of another whose MLflow experiment or study store exists
-    (:meth:`ablate.study.Study.fingerprint`). Creates nothing (a missing local MLflow store or study
-    store is not opened).
+def check_identity(study: Study, settings: RunSettings, store: StudyStore | None) -> None:
+    """Refuse a study that takes the name of another whose MLflow experiment or study store (``store``:
+    :func:`existing_store`) exists (:meth:`ablate.study.Study.fingerprint`). Creates nothing (a missing
+    local MLflow store is not opened).
 
     Raises:
         StudyIdentityError: one message naming both study files and the fix.
@@ -484,7 +485,6 @@ def check_identity(study: Study, settings: RunSettings) -> None:
 
     if missing_local_store(settings.tracking_uri) is None:
         Tracker(settings.tracking_uri).check_identity(study)
-    store = existing_store(study, settings)
     if store is not None:
         store.check_identity(study)
 
@@ -526,10 +526,11 @@ def check_runs_writable(study: Study, settings: RunSettings) -> None:
             ) from exc
 
 
-def check_store_not_lost(study: Study, settings: RunSettings) -> None:
-    """Refuse to start a study from a store that holds none of its trials at the budget while MLflow holds
-    finished trials of it there: the store was emptied, deleted or replaced, and running would train every
-    trial again as if none had run. Creates nothing (a missing local MLflow store is not opened).
+def check_store_not_lost(study: Study, settings: RunSettings, store: StudyStore | None) -> None:
+    """Refuse to start a study from a store (``store``: :func:`existing_store`, None when there is none)
+    that holds none of its trials at the budget while MLflow holds finished trials of it there: the store
+    was emptied, deleted or replaced, and running would train every trial again as if none had run.
+    Creates nothing (a missing local MLflow store is not opened).
 
     Raises:
         AblateError: one message naming the store, the tracking store, the finished trials and the fixes.
@@ -538,7 +539,6 @@ def check_store_not_lost(study: Study, settings: RunSettings) -> None:
     from ablate.store import describe_storage
     from ablate.tracking import Tracker, missing_local_store, study_runs
 
-    store = existing_store(study, settings)
     if store is not None and store.attempts(settings.budget):
         return
     if missing_local_store(settings.tracking_uri) is not None:

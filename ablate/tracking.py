@@ -572,21 +572,26 @@ class Tracker:
         Raises:
             StudyIdentityError: naming both study files and the fix.
         """
+        exp = self.client.get_experiment_by_name(study.name)
+        if exp is not None:
+            self._held_by(study, exp.tags or {})
+
+    def _held_by(self, study: Study, tags: Mapping[str, str]) -> bool:
+        """Whether the experiment with ``tags`` is bound to a study yet; raises StudyIdentityError when it
+        is bound to another one than ``study``."""
         from ablate.errors import StudyIdentityError, identity_message
 
-        exp = self.client.get_experiment_by_name(study.name)
-        tags = (exp.tags or {}) if exp is not None else {}
         held = tags.get(TAG_FINGERPRINT)
         if held is not None and held != study.fingerprint():
             raise StudyIdentityError(identity_message(
                 study.name, f"the MLflow experiment {study.name!r} in {self.uri}",
                 tags.get(TAG_STUDY_FILE, "an unknown file"), str(study.path)))
+        return held is not None
 
     def bind(self, study: Study, experiment_id: str) -> None:
-        """Tag the study's experiment with its fingerprint and file, when it has none yet (after
-        :meth:`check_identity`)."""
-        exp = self.client.get_experiment(experiment_id)
-        if not (exp.tags or {}).get(TAG_FINGERPRINT):
+        """Refuse ``study`` when experiment ``experiment_id`` belongs to another study (as
+        :meth:`check_identity`), else tag it with the study's fingerprint and file when it has none yet."""
+        if not self._held_by(study, self.client.get_experiment(experiment_id).tags or {}):
             self.client.set_experiment_tag(experiment_id, TAG_FINGERPRINT, study.fingerprint())
             self.client.set_experiment_tag(experiment_id, TAG_STUDY_FILE, str(Path(study.path).resolve()))
 
@@ -615,9 +620,8 @@ class Tracker:
             storage: the study store's description (a tag).
             design: logged as ``design.json`` when the run is created.
         """
-        self.check_identity(study)
         exp = self.experiment_id(study.name)
-        self.bind(study, exp)
+        self.bind(study, exp)  # refuses another study of this name (run and worker refused it already)
         found = self.find_parent(study.name, budget)
         if found is not None:
             self.client.update_run(found, status="RUNNING")
