@@ -12,6 +12,8 @@ import base64
 import html
 from typing import TYPE_CHECKING
 
+from ablate.report.page import HEADLINE_FIGURE
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -66,10 +68,6 @@ def table_html(table: Table) -> str:
     anchor = f' id="{e(table.anchor)}"' if table.anchor else ""
     caption = f'<p class="caption">{e(table.caption)}</p>' if table.caption else ""
     return f"<h3{anchor}>{e(table.title)}</h3>{caption}{frame_html(table.frame)}"
-
-
-#: The figure shown with the answer, at the top of the page (the rest follow under "Figures").
-HEADLINE_FIGURE = "claims"
 
 
 def figure_html(fig: FigureRef, css: str = "") -> str:

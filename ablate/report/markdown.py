@@ -11,6 +11,8 @@ import html
 import re
 from typing import TYPE_CHECKING
 
+from ablate.report.page import HEADLINE_FIGURE
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -57,8 +59,6 @@ def table_md(table: Table) -> str:
 
 def render_markdown(data: ReportPage) -> str:
     """The whole README.md."""
-    from ablate.report.html import HEADLINE_FIGURE
-
     c = data.counts
     out = [f"# Ablation study {md(data.study)}", ""]
     if data.description:

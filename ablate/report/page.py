@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+#: The figure both pages show with the answer, at the top (the rest follow under "Figures").
+HEADLINE_FIGURE = "claims"
+
 
 @dataclass(frozen=True)
 class Table:
