@@ -514,4 +514,5 @@ def test_the_answer_and_the_claims_figure_sit_above_the_fold_in_chromium(tmp_pat
     assert m, proc.stderr[-2000:]
     fold = json.loads(html.unescape(m.group(1)))
     assert fold["answers"] == 2
-    assert 0 < fold["answer"] < fold["figure"] <= 900 < fold["inference"] or fold["figure"] <= 900, fold
+    assert 0 < fold["answer"] < fold["figure"] <= 900, fold  # the last answer, then the whole figure, on screen
+    assert fold["figure"] < fold["inference"], fold  # the method comes after the answer and the figure
