@@ -85,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     except AblateError as exc:
         print(f"ablate {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except Exception as exc:
+        from ablate.disk import disk_full_error, is_disk_full
+
+        if not is_disk_full(exc):
+            raise
+        full = disk_full_error(exc)  # a write found no space (a report, a log): one line, not a traceback
+        print(f"ablate {args.command}: error: {full}", file=sys.stderr)
+        return full.exit_code
     except KeyboardInterrupt:
         print(f"ablate {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -32,8 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ablate.disk import DISK_FULL_EXIT, DiskFullError, disk_full_error, is_disk_full
 from ablate.outbox import upload_unsent
-from ablate.paths import trial_dir
+from ablate.paths import run_dir, trial_dir
 from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.progress import Progress
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
@@ -520,6 +521,8 @@ def check_runs_writable(study: Study, settings: RunSettings) -> None:
             with tempfile.TemporaryFile(dir=folder, prefix=".ablate-write-check-"):
                 pass
         except OSError as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(exc, folder) from None
             raise AblateError(
                 f"{what} {folder.resolve()} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
                 f"fix its permissions (e.g. chmod -R u+w {folder}) or pass --runs DIR with a writable folder"
@@ -624,12 +627,18 @@ def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: P
         start(i)
     restarts_left = workers * (settings.max_retries + 1)
     last_poll = 0.0
+    disk_full: list[str] = []  # the message of the first worker that found its disk full
+
+    def handle(event: dict[str, Any]) -> None:
+        if event.get("kind") == "disk_full":
+            disk_full.append(str(event.get("message")))
+        elif display is not None:
+            display.handle(event)
+
     try:
         while procs:
             try:
-                event = events.get(timeout=0.5)
-                if display is not None:
-                    display.handle(event)
+                handle(events.get(timeout=0.5))
                 continue
             except queue_module.Empty:
                 pass
@@ -638,6 +647,12 @@ def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: P
                     continue
                 p.join()
                 del procs[i]
+                if p.exitcode == DISK_FULL_EXIT:  # every worker would fail the same way: stop them all
+                    _stop_workers(procs)
+                    _drain(events, handle)
+                    if disk_full:
+                        raise DiskFullError(disk_full[0])
+                    raise disk_full_error(None, run_dir(store.name, settings.runs))
                 if p.exitcode != 0 and store.has_work(settings.budget) and restarts_left > 0:
                     restarts_left -= 1
                     if display is not None:
@@ -650,13 +665,7 @@ def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: P
                 except Exception:  # noqa: BLE001 - the display is best effort
                     pass
                 display.refresh()
-        while True:  # events sent just before the workers exited
-            try:
-                event = events.get_nowait()
-            except queue_module.Empty:
-                break
-            if display is not None:
-                display.handle(event)
+        _drain(events, handle)  # events sent just before the workers exited
     except KeyboardInterrupt:
         deadline = time.monotonic() + 30
         for p in procs.values():
@@ -666,6 +675,26 @@ def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: P
         raise
     finally:
         events.close()
+
+
+def _drain(events: Any, handle: Callable[[dict[str, Any]], None]) -> None:
+    """Handle the events left in the queue (sent just before their workers exited)."""
+    while True:
+        try:
+            event = events.get_nowait()
+        except queue_module.Empty:
+            return
+        handle(event)
+
+
+def _stop_workers(procs: dict[int, multiprocessing.process.BaseProcess]) -> None:
+    """Stop the pool's remaining workers (SIGTERM, no traceback): their trials stay running in the store
+    and resume from their checkpoints when the study runs again."""
+    for p in procs.values():
+        p.terminate()
+    for p in procs.values():
+        p.join(timeout=30)
+    procs.clear()
 
 
 __all__ = [

@@ -75,6 +75,7 @@ from mlflow.entities import Metric, Param, Run, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
+from ablate.disk import disk_full_error, is_disk_full
 from ablate.errors import AblateError
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 
@@ -389,6 +390,7 @@ class TrialLogger:
         self.flush_seconds = flush_seconds
         self.retry_seconds = retry_seconds
         self.fence = fence
+        self.folder: str | None = None  # where a local tracking store keeps its files (named when its disk is full)
         self.requests = 0
         self.last_step: int | None = None
         self.unsent: str | None = None
@@ -454,6 +456,8 @@ class TrialLogger:
             try:
                 self.client.log_batch(self.run_id, metrics=part, tags=tags)  # type: ignore[union-attr]
             except TRACKING_ERRORS as exc:
+                if is_disk_full(exc):  # not an outage: the store's disk is full, and waiting frees nothing
+                    raise disk_full_error(exc, self.folder) from None
                 self.unsent = first_line(exc)
                 self._retry_at = time.monotonic() + self.retry_seconds
                 return False
@@ -477,6 +481,8 @@ class TrialLogger:
             try:
                 self.client.set_tag(self.run_id, TAG_LOGGED_STEP, str(self._buffered_through))  # type: ignore[union-attr]
             except TRACKING_ERRORS as exc:
+                if is_disk_full(exc):
+                    raise disk_full_error(exc, self.folder) from None
                 self.unsent = first_line(exc)
                 return False
             self.requests += 1
@@ -537,6 +543,15 @@ class Tracker:
     @property
     def location(self) -> str:
         return tracking_location(self.uri)
+
+    @property
+    def folder(self) -> str | None:
+        """The folder of a local tracking store (a SQLite file's, or a file store), None for a server."""
+        if self.uri.startswith("sqlite:///"):
+            return str(Path(self.uri[len("sqlite:///"):].split("?", 1)[0]).parent)
+        if self.uri.startswith("file:") or "://" not in self.uri:
+            return self.uri[len("file://"):] if self.uri.startswith("file://") else self.uri.removeprefix("file:")
+        return None
 
     # -- experiment and parent ---------------------------------------------------------------------
 
@@ -702,8 +717,10 @@ class Tracker:
                 self.client.delete_tag(run_id, TAG_ERROR)
         if not has_params:
             self._log_params(run_id, trial_params(flat_config, levels))
-        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every, hold_logged_step=resuming,
-                           fence=fence)
+        logger = TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every,
+                             hold_logged_step=resuming, fence=fence)
+        logger.folder = self.folder
+        return logger
 
     def send_history(self, run_id: str, history: Sequence[tuple[int, Mapping[str, float]]]) -> int:
         """Send the metrics of ``history`` that run ``run_id`` does not hold yet, so that it holds each

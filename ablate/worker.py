@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ablate.disk import DISK_FULL_EXIT, disk_full_error, is_disk_full
 from ablate.objective import direction, summarize_history
 from ablate.outbox import upload_unsent
 from ablate.paths import RUNS_DIR, trial_dir
@@ -302,6 +303,8 @@ def train_logged(tracker: Tracker, parent: str, spec: TrialSpec, config: TrialCo
         logger = tracker.start_trial(parent, resuming=resuming, fence=fence, flush_every=flush_every,
                                      **start_arguments(spec, config, worker))
     except TRACKING_ERRORS as exc:  # the run cannot be opened now: train anyway, keep the metrics
+        if is_disk_full(exc):
+            raise disk_full_error(exc, tracker.folder) from None
         logger = TrialLogger.offline(first_line(exc), flush_every=flush_every)
     try:
         if on_start is not None:
@@ -368,6 +371,8 @@ def finish_logged(tracker: Tracker, logger: TrialLogger, parent: str, spec: Tria
             tracker.finish_trial(logger.run_id, history=result.history, **finish)  # type: ignore[arg-type]
             return value, True
         except TRACKING_ERRORS as exc:
+            if is_disk_full(exc):
+                raise disk_full_error(exc, tracker.folder) from None
             if outbox is None:
                 raise
             why = first_line(exc)
@@ -403,6 +408,8 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
         with Heartbeat(store, attempt, steps=steps) as hb:
 
             def on_log(step: int) -> None:
+                if hb.error is not None:  # the store cannot record the attempt any more (a full disk)
+                    raise hb.error
                 hb.step = step
                 emit(events, kind="step", step=step, **common)
 
@@ -431,6 +438,8 @@ def run_attempt(plan: Plan, spec: TrialSpec, attempt: Attempt, store: StudyStore
     except (KeyboardInterrupt, Exception) as exc:  # noqa: BLE001 - one trial's error is recorded; the study goes on
         logger = opened[0] if opened else None
         cause = exc.__cause__ if isinstance(exc, TrialRunError) and exc.__cause__ is not None else exc
+        if is_disk_full(cause):  # not the trial's fault: it stays running, and resumes when there is space
+            raise disk_full_error(cause, workdir) from None
         if isinstance(cause, KeyboardInterrupt):
             record_failure(store, tracker, attempt, logger, "interrupted (KeyboardInterrupt)", status="KILLED")
             emit(events, kind="end", state="failed", seconds=time.time() - t0, error="interrupted", **common)
@@ -493,8 +502,13 @@ def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: s
         run_worker(settings, index=index, events=events.put)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
-    except AblateError as exc:  # an outage it could not wait out: one line, and the pool decides
-        print(f"ablate worker {index}: error: {exc}", file=sys.stderr, flush=True)
+    except Exception as exc:
+        if is_disk_full(exc):  # the pool says it once, and stops the other workers
+            events.put({"kind": "disk_full", "message": str(disk_full_error(exc, settings.runs)), "worker": index})
+            raise SystemExit(DISK_FULL_EXIT) from None
+        if not isinstance(exc, AblateError):
+            raise
+        print(f"ablate worker {index}: error: {exc}", file=sys.stderr, flush=True)  # an outage it could not wait out
         raise SystemExit(exc.exit_code) from None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -260,3 +261,104 @@ def test_a_study_survives_a_tracking_outage_and_uploads_every_trial_exactly_once
         done = next(a for a in store.attempts("default") if a.key == r.data.tags["ablate.trial_key"])
         assert float(r.data.tags["ablate.objective"]) == pytest.approx(done.value)
     assert not unsent_files("outage", tmp_path / "runs")
+
+
+# --------------------------------------------------------------------------------------- a full disk
+
+
+def _private_mount_prefix(probe_dir: Path) -> list[str] | None:
+    """A command prefix that runs its command in a private mount namespace where it may mount a tmpfs
+    (the mount vanishes with the command, whatever happens); None where this machine permits none."""
+    import shutil
+
+    if shutil.which("unshare") is None:
+        return None
+    candidates = [["unshare", "--user", "--map-root-user", "--mount"]]
+    if os.geteuid() == 0:
+        candidates.insert(0, ["unshare", "--mount", "--propagation", "private"])
+    for prefix in candidates:
+        probe = subprocess.run([*prefix, "sh", "-c", f"mount -t tmpfs -o size=1m tmpfs {probe_dir}"],
+                               capture_output=True, timeout=30)
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exactly(tmp_path):
+    """--runs on a 2 MB tmpfs: the first checkpoint finds no space. The run exits 1 with one line naming
+    the folder and the fix, no traceback from any process, no wait for an "outage"; the journal holds only
+    whole records; `ablate status` works on the full disk; the same command on a larger filesystem (the
+    tmpfs grown to 64 MB) finishes every trial exactly once."""
+    (tmp_path / "probe").mkdir()
+    prefix = _private_mount_prefix(tmp_path / "probe")
+    if prefix is None:
+        pytest.skip("this machine permits no tmpfs mount, not even in a user namespace")
+    study = write_study(tmp_path, "diskfull", base={**TINY, "train.steps": 3, "train.checkpoint_every": 1})
+    uri = servers.fresh_mlflow_db(tmp_path)
+    run = (f"{shlex.quote(sys.executable)} -m ablate run {study} --workers 2 --threads 1 --runs runs "
+           f"--tracking-uri {uri} --no-progress --store-wait 120")
+    script = f"""
+        mkdir -p runs saved && mount -t tmpfs -o size=2m tmpfs runs
+        start=$(date +%s); {run} > run1.out 2> run1.err; echo $? > run1.rc; echo $(( $(date +%s) - start )) > run1.s
+        cp runs/diskfull/store.journal saved/journal1
+        dd if=/dev/zero of=runs/filler bs=1k count=4096 2> /dev/null
+        {shlex.quote(sys.executable)} -m ablate status {study} --runs runs > status.out 2> status.err; echo $? > status.rc
+        rm runs/filler && mount -o remount,size=64m runs
+        {run} > run2.out 2> run2.err; echo $? > run2.rc
+        cp runs/diskfull/store.journal saved/journal2; find runs -name 'trainer.*' > saved/checkpoints
+    """
+    subprocess.run([*prefix, "bash", "-c", script], cwd=tmp_path, env=sub_env(tmp_path), timeout=600, check=True)
+    read = lambda name: (tmp_path / name).read_text()  # noqa: E731
+
+    err = read("run1.err")
+    assert read("run1.rc").strip() == "1", err
+    assert "Traceback" not in err, err
+    errors = [ln for ln in err.splitlines() if "error" in ln.lower()]
+    assert len(errors) == 1, err
+    assert "found its disk full" in errors[0] and str(tmp_path / "runs") in errors[0], errors[0]
+    assert "free now" in errors[0] and "run the same command again" in errors[0], errors[0]
+    assert int(read("run1.s")) < 120, "a full disk was waited for like an outage"
+    for line in (tmp_path / "saved" / "journal1").read_bytes().splitlines(keepends=True):
+        assert line.endswith(b"\n")
+        json.loads(line)  # whole records only
+    assert read("status.rc").strip() == "0", read("status.err")
+    assert "Traceback" not in read("status.err") and "total" in read("status.out")
+
+    assert read("run2.rc").strip() == "0", read("run2.err")
+    store = StudyStore(str(tmp_path / "saved" / "journal2"), "diskfull", create=False)
+    done = collections.Counter(a.key for a in store.attempts("default") if a.state == "done")
+    assert len(done) == 4 and set(done.values()) == {1}, done  # every trial finished exactly once
+    assert read("saved/checkpoints").strip() == ""  # finished trials keep no checkpoint
+    client = MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("diskfull").experiment_id],
+                              "tags.`ablate.role` = 'trial'")
+    assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(done)
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        assert set(metric_rows(client, r.info.run_id).values()) == {1}  # each (metric, step) once
+
+
+def test_a_full_disk_is_recognised_through_its_causes_and_said_in_one_line(tmp_path):
+    import errno
+
+    from ablate.disk import DiskFullError, disk_full_error, human_bytes, is_disk_full
+
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "trials" / "k" / "trainer.tmp"))
+        except OSError as inner:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534") from inner
+    except RuntimeError as exc:
+        chained = exc
+    assert is_disk_full(chained)
+    assert is_disk_full(RuntimeError("(sqlite3.OperationalError) database or disk is full"))
+    assert not is_disk_full(OSError(errno.ECONNREFUSED, "Connection refused"))
+    assert not is_disk_full(RuntimeError("basic_ios::clear: iostream error"))  # said nothing of space
+    err = disk_full_error(chained, folder="/elsewhere")
+    assert isinstance(err, DiskFullError) and err.exit_code == 1
+    assert err.folder == str(tmp_path)  # the nearest existing folder of the file it names
+    assert "\n" not in str(err) and f"a write in {tmp_path} found its disk full (" in str(err)
+    assert disk_full_error(err) is err
+    assert disk_full_error(None, folder=tmp_path / "not" / "yet").folder == str(tmp_path)
+    assert [human_bytes(n) for n in (512, 9_700_000, 1.3e9, None)] == ["512 B", "9.7 MB", "1.3 GB", "unknown"]

@@ -325,3 +325,46 @@ def test_a_torn_last_journal_record_is_cut_off_and_a_damaged_line_is_refused(tmp
     with pytest.raises(StoreError, match=r"store\.journal: line 3 of the study store is damaged \(not a JSON record\); "
                                          r"restore the file from a backup, or move it away"):
         open_store(str(path))
+
+
+def test_a_torn_record_is_healed_where_it_cannot_be_kept_aside(tmp_path):
+    """Healing cuts the torn record before it tries to keep it: where its copy cannot be written (on a
+    full disk; here the copy's name is taken by a folder) the journal is still healed, and says so."""
+    from ablate.store import TornJournalWarning
+
+    path = tmp_path / "runs" / "s" / STORE_FILE
+    open_store(str(path)).prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"op_code": 5, "zzz')
+    (path.parent / "store.journal.torn").mkdir()
+    with pytest.warns(TornJournalWarning, match=r"cut short \(19 bytes.*was removed \(it could not be kept in "):
+        again = open_store(str(path))
+    assert path.read_bytes().startswith(whole) and b'"zzz' not in path.read_bytes()
+    assert again.counts("default")["pending"] == 4
+
+
+def test_a_journal_append_that_fails_part_way_leaves_no_partial_record(tmp_path, monkeypatch):
+    """A write that stops part way (the disk filled up after a few bytes: the second os.write raises
+    ENOSPC) is cut back to where it began, so the journal holds whole records only; the error is a
+    full disk, said at once (not an outage waited for)."""
+    import errno
+
+    from ablate.disk import DiskFullError
+
+    path = tmp_path / "runs" / "s" / STORE_FILE
+    store = open_store(str(path))
+    before = path.read_bytes()
+    real_write, calls = os.write, []
+
+    def write_then_fill(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:7]))  # a short write: 7 bytes reach the file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", write_then_fill)
+    with pytest.raises(DiskFullError, match=r"found its disk full .* free now\): free space there"):
+        store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
+    monkeypatch.undo()
+    assert len(calls) == 2 and path.read_bytes() == before
+    assert open_store(str(path)).counts("default") == {"done": 0, "running": 0, "failed": 0, "pending": 0}

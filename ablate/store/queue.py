@@ -24,6 +24,7 @@ from filelock import FileLock
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from ablate.disk import is_disk_full
 from ablate.objective import direction as objective_direction
 from ablate.states import DONE, FAILED, PENDING, RUNNING, zero_counts
 from ablate.store.design import DesignChangedError, DesignDiff, design_record, diff_designs, jsonable
@@ -724,6 +725,7 @@ class Heartbeat:
         self.steps = steps
         self.step: int | None = None
         self.lost = False
+        self.error: BaseException | None = None  # why the store cannot take heartbeats at all (a full disk)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"heartbeat-{attempt.key}", daemon=True)
 
@@ -733,8 +735,10 @@ class Heartbeat:
                 if not self.store.heartbeat(self.attempt, self.step, self.steps):
                     self.lost = True
                     return
-            except Exception:  # noqa: BLE001 - a storage hiccup must not kill the trial; try again later
-                pass
+            except Exception as exc:  # noqa: BLE001 - a storage hiccup must not kill the trial; try again later
+                if is_disk_full(exc):  # ... but no attempt can be recorded on a full disk: the trial stops
+                    self.error = exc
+                    return
             if self._stop.wait(self.store.heartbeat_interval):
                 return
 

@@ -27,6 +27,7 @@ from filelock import FileLock
 from optuna.storages import BaseStorage, JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend
 
+from ablate.disk import disk_full_error, is_disk_full
 from ablate.errors import AblateError, OutageError
 from ablate.paths import STORE_FILE, store_file
 
@@ -117,6 +118,37 @@ class _JournalLock(BaseJournalFileLock or object):  # type: ignore[misc]
         self._lock.release()
 
 
+class _WholeRecordBackend(JournalFileBackend):
+    """Optuna's journal file whose appends are whole or absent: a write that fails part way (a full
+    disk) is cut back to where it began, under the journal's lock, before the error goes on; so no
+    record is ever left half-written for the next writer to append after."""
+
+    def __init__(self, path: str, lock: Any) -> None:
+        super().__init__(path, lock_obj=lock)
+        self._whole_path = path
+        self._whole_lock = lock
+
+    def append_logs(self, logs: list[dict[str, Any]]) -> None:
+        data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+        self._whole_lock.acquire()
+        try:
+            fd = os.open(self._whole_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                start = os.fstat(fd).st_size
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, start)  # freeing space never needs space
+                    raise
+            finally:
+                os.close(fd)
+        finally:
+            self._whole_lock.release()
+
+
 class TornJournalWarning(RuntimeWarning):
     """The journal's last record was cut short (a writer died mid-write); it was removed and kept aside."""
 
@@ -139,12 +171,16 @@ def check_journal(path: Path) -> None:
     if tail:
         import warnings
 
-        aside = path.with_name(path.name + ".torn")
-        aside.write_bytes(tail)
-        with open(path, "r+b") as fh:
+        with open(path, "r+b") as fh:  # cut first: healing must work on a full disk
             fh.truncate(len(data) - len(tail))
+        aside = path.with_name(path.name + ".torn")
+        try:
+            aside.write_bytes(tail)
+            kept = f"was moved to {aside}"
+        except OSError as exc:
+            kept = f"was removed (it could not be kept in {aside}: {exc.strerror or exc})"
         warnings.warn(f"{path}: its last record was cut short ({len(tail)} bytes, a writer that died?); it never "
-                      f"took effect and was moved to {aside}", TornJournalWarning, stacklevel=3)
+                      f"took effect and {kept}", TornJournalWarning, stacklevel=3)
     for number, line in enumerate(body.split(b"\n") if body else [], start=1):
         try:
             json.loads(line.decode("utf-8"))
@@ -171,8 +207,9 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
         if path.exists():
             with FileLock(str(path) + ".lock"):  # the journal's write lock: no writer is mid-record now
                 check_journal(path)
-        lock = _JournalLock(str(path) + ".lock") if BaseJournalFileLock is not None else None
-        return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+        if BaseJournalFileLock is None:  # pragma: no cover - see the import above
+            return JournalStorage(JournalFileBackend(str(path)))
+        return JournalStorage(_WholeRecordBackend(str(path), _JournalLock(str(path) + ".lock")))
     url = postgres_url_with_driver(storage)
     for attempt in range(5):
         try:
@@ -196,8 +233,8 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
     raise AssertionError("unreachable")
 
 
-# OS errors of a journal file that waiting cannot cure (the rest, e.g. a full disk or a network
-# filesystem's hiccup, are waited out like a database restart).
+# OS errors of a journal file that waiting cannot cure (the rest, e.g. a network filesystem's hiccup,
+# are waited out like a database restart; a full disk is neither: RetryingStorage stops at once).
 _PERMANENT_ERRNOS = {errno.EACCES, errno.EPERM, errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.EROFS}
 
 
@@ -233,6 +270,7 @@ class RetryingStorage:
     def __init__(self, storage: BaseStorage, description: str, wait: float = DEFAULT_STORE_WAIT) -> None:
         self._storage = storage
         self._description = description
+        self._folder = None if is_rdb_url(description) else str(Path(description).parent)
         self.wait = float(wait)
         self._down = False  # an outage was announced and has not ended (shared by the worker's threads)
         self._mutex = threading.Lock()
@@ -267,6 +305,8 @@ class RetryingStorage:
             try:
                 result = fn(*args, **kwargs)
             except Exception as exc:
+                if is_disk_full(exc):  # not an outage: waiting does not free space
+                    raise disk_full_error(exc, self._folder) from None
                 if not is_outage(exc):
                     raise
                 now = time.monotonic()

@@ -125,6 +125,13 @@ def save_checkpoint(
     """Write the checkpoint of ``state`` after RL step ``step`` to ``path`` (via a temporary file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"key": state.config.trial_key(), "step": step, "trainer": state_dict(state), "history": history,
-                "eval_problems": eval_rows}, tmp)
+    try:
+        # Through a Python file object: a full disk then raises OSError(ENOSPC) naming the file (given
+        # a path, torch's C++ writer only says "basic_ios::clear: iostream error").
+        with open(tmp, "wb") as fh:
+            torch.save({"key": state.config.trial_key(), "step": step, "trainer": state_dict(state),
+                        "history": history, "eval_problems": eval_rows}, fh)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a partial file helps nobody, and its space may be what the next write needs
+        raise
     os.replace(tmp, path)
