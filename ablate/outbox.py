@@ -54,7 +54,11 @@ def write_unsent(folder: str | os.PathLike[str], *, parent: str, start: Mapping[
     record = {"parent": parent, "start": dict(start), "history": [[int(s), dict(m)] for s, m in history],
               "finish": dict(finish), "why": why}
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, default=str), encoding="utf-8")
+    try:
+        tmp.write_text(json.dumps(record, default=str), encoding="utf-8")
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a partial file on a full disk: its space is what the next write needs
+        raise
     os.replace(tmp, path)
     return path
 
