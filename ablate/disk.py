@@ -41,6 +41,11 @@ class DiskFullError(AblateError):
         self.folder = folder
 
 
+class DiskSpaceError(AblateError):
+    """``ablate run`` refused to start: a disk it would write to has less free space than the study's
+    estimated peak use there (exit code 2, like every refusal made before anything is written)."""
+
+
 def is_disk_full(exc: BaseException | None) -> bool:
     """Whether ``exc`` or an exception in its chain of causes says a write found no space (ENOSPC,
     EDQUOT, or a database's "disk is full")."""
@@ -94,6 +99,15 @@ def same_filesystem(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> boo
         return False
 
 
+def local_tracking_folder(uri: str) -> str | None:
+    """The folder of a local MLflow store (a ``sqlite:///`` file's, or a folder URI), None for a server."""
+    if uri.startswith("sqlite:///"):
+        return str(Path(uri[len("sqlite:///"):].split("?", 1)[0]).parent)
+    if uri.startswith("file:") or "://" not in uri:
+        return uri[len("file://"):] if uri.startswith("file://") else uri.removeprefix("file:")
+    return None
+
+
 def human_bytes(n: float | None) -> str:
     """``n`` bytes for people: ``512 B``, ``9.7 MB``, ``1.3 GB`` (powers of 1000, as ``df -H``)."""
     if n is None:
@@ -128,11 +142,13 @@ __all__ = [
     "DISK_FULL_ERRNOS",
     "DISK_FULL_EXIT",
     "DiskFullError",
+    "DiskSpaceError",
     "disk_full_error",
     "failed_path",
     "free_bytes",
     "human_bytes",
     "is_disk_full",
+    "local_tracking_folder",
     "nearest_existing",
     "same_filesystem",
 ]

@@ -21,6 +21,7 @@ times. With ``workers=1`` the loop runs in the calling process.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue as queue_module
@@ -289,7 +290,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     """
     from ablate.tracking import Tracker
 
-    preflight(study, settings)
+    preflight(study, settings, workers)
     stream = stream or sys.stderr
     t0 = time.time()
     store = settings.open_store(study)
@@ -399,7 +400,8 @@ def status_plan(study: Study, store: StudyStore | None, budget: str, storage: st
 def make_settings(study: Study, budget: str, *, storage: str | None = None, tracking_uri: str | None = None,
                   runs: str = "runs", threads: int = 0, workers: int = 1, max_retries: int | None = None,
                   heartbeat: float | None = None, grace: float | None = None,
-                  store_wait: float | None = None, keep_checkpoints: bool = False) -> RunSettings:
+                  store_wait: float | None = None, keep_checkpoints: bool = False,
+                  check_disk: bool = True) -> RunSettings:
     """Check the run options and build the :class:`RunSettings` (creates nothing).
 
     ``storage`` None: ``$ABLATE_STORAGE``, else ``<runs>/<study>/store.journal``; ``tracking_uri``
@@ -440,7 +442,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         study_file=str(study.path), budget=budget, storage=resolve_storage(storage, study.name, runs),
         tracking_uri=resolve_tracking_uri(tracking_uri), runs=runs, threads=threads,
         heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
-        keep_checkpoints=keep_checkpoints,
+        keep_checkpoints=keep_checkpoints, check_disk=check_disk,
     )
 
 
@@ -461,7 +463,7 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     return run_worker(settings, study=study, events=display.handle, prepare=True)
 
 
-def preflight(study: Study, settings: RunSettings) -> None:
+def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
     """What ``ablate run`` and ``ablate worker`` check before the store, MLflow or any worker touches
     anything: the tracking server answers, the runs folder is writable, and the store was not lost while
     MLflow holds the study's finished trials. Each refusal is one message; nothing is created."""
@@ -469,9 +471,53 @@ def preflight(study: Study, settings: RunSettings) -> None:
 
     check_tracking_server(settings.tracking_uri)
     check_runs_writable(study, settings)
-    store = existing_store(study, settings)  # opened once (reading a journal replays it) for both checks
+    store = existing_store(study, settings)  # opened once (reading a journal replays it) for the checks
     check_identity(study, settings, store)
     check_store_not_lost(study, settings, store)
+    if settings.check_disk:
+        check_disk_space(study, settings, store, workers)
+
+
+def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | None, workers: int = 1) -> None:
+    """Refuse to start when a disk the study writes to has less free space than the study's estimated
+    peak use there (:func:`ablate.train.footprint.estimate_disk`: the running trials' checkpoints and
+    the store under ``--runs``, a local MLflow store, the report), counting only the trials still to run.
+    ``--ignore-disk-space`` skips it (settings.check_disk).
+
+    Raises:
+        DiskSpaceError: one message naming the folder, its free space, the estimate and the fixes.
+    """
+    from ablate.disk import DiskSpaceError, free_bytes, human_bytes, local_tracking_folder, nearest_existing
+    from ablate.paths import REPORTS_DIR
+    from ablate.train.footprint import estimate_disk
+
+    specs = list(current_plan(study, settings, store).specs) if study.tune is None else list(
+        Plan.of(study, settings.budget).specs)
+    done = store.counts(settings.budget)["done"] if store is not None else 0
+    est = estimate_disk(specs, workers=workers, to_run=len(specs) - done, tracking_uri=settings.tracking_uri,
+                        keep_checkpoints=settings.keep_checkpoints)
+    folders = {"runs": settings.runs, "report": REPORTS_DIR, "tracking": local_tracking_folder(settings.tracking_uri)}
+    disks: dict[int, list[str]] = {}  # filesystem -> the parts that land on it
+    for part, folder in folders.items():
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                disks.setdefault(os.stat(nearest_existing(folder)).st_dev, []).append(part)
+    for parts in disks.values():
+        folder = folders[parts[0]]
+        assert folder is not None
+        # the report is written once the checkpoints are deleted: on one disk they count as the larger
+        if "runs" in parts and "report" in parts:
+            need = est.journal + max(est.checkpoints, est.kept + est.report)
+        else:
+            need = est.runs if "runs" in parts else est.report if "report" in parts else 0
+        need += est.tracking if "tracking" in parts else 0
+        free = free_bytes(folder)
+        if free is not None and free < need:
+            raise DiskSpaceError(
+                f"study {study.name}: the disk holding {nearest_existing(folder)} has {human_bytes(free)} free, and "
+                f"this run needs about {human_bytes(need)} there at its peak ({est.text()}); free space, pass --runs DIR "
+                "(and --tracking-uri) on a larger disk, or --ignore-disk-space to run anyway (a full disk then stops "
+                "the run with one message, and the same command resumes it); nothing was run or written")
 
 
 def check_identity(study: Study, settings: RunSettings, store: StudyStore | None) -> None:

@@ -75,7 +75,7 @@ from mlflow.entities import Metric, Param, Run, RunStatus, RunTag, ViewType
 from mlflow.exceptions import MlflowException
 from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
 
-from ablate.disk import disk_full_error, is_disk_full
+from ablate.disk import disk_full_error, is_disk_full, local_tracking_folder
 from ablate.errors import AblateError
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 
@@ -547,11 +547,7 @@ class Tracker:
     @property
     def folder(self) -> str | None:
         """The folder of a local tracking store (a SQLite file's, or a file store), None for a server."""
-        if self.uri.startswith("sqlite:///"):
-            return str(Path(self.uri[len("sqlite:///"):].split("?", 1)[0]).parent)
-        if self.uri.startswith("file:") or "://" not in self.uri:
-            return self.uri[len("file://"):] if self.uri.startswith("file://") else self.uri.removeprefix("file:")
-        return None
+        return local_tracking_folder(self.uri)
 
     # -- experiment and parent ---------------------------------------------------------------------
 

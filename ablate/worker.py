@@ -93,6 +93,8 @@ class RunSettings:
         poll_seconds: how long an idle worker waits before looking again.
         keep_checkpoints: keep a finished trial's checkpoint; by default it is deleted once the trial's
             result is recorded in the store and in MLflow or the outbox (:func:`drop_checkpoint`).
+        check_disk: refuse to start when a disk the study writes to has less free space than its
+            estimated peak use (:func:`ablate.runner.check_disk_space`; ``--ignore-disk-space``).
     """
 
     study_file: str
@@ -109,6 +111,7 @@ class RunSettings:
     flush_every: int = 10
     poll_seconds: float = POLL_SECONDS
     keep_checkpoints: bool = False
+    check_disk: bool = True
 
     def open_store(self, study: Study) -> StudyStore:
         """The study store these settings name, for ``study``."""

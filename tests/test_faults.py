@@ -286,7 +286,8 @@ def _private_mount_prefix(probe_dir: Path) -> list[str] | None:
 
 @pytest.mark.slow
 def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exactly(tmp_path):
-    """--runs on a 2 MB tmpfs: the first checkpoint finds no space. The run exits 1 with one line naming
+    """--runs on a 2 MB tmpfs: `ablate run` refuses to start (its estimate exceeds the free space); with
+    --ignore-disk-space the first checkpoint finds no space. The run exits 1 with one line naming
     the folder and the fix, no traceback from any process, no wait for an "outage"; the journal holds only
     whole records; `ablate status` works on the full disk; the same command on a larger filesystem (the
     tmpfs grown to 64 MB) finishes every trial exactly once."""
@@ -300,7 +301,9 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
            f"--tracking-uri {uri} --no-progress --store-wait 120")
     script = f"""
         mkdir -p runs saved && mount -t tmpfs -o size=2m tmpfs runs
-        start=$(date +%s); {run} > run1.out 2> run1.err; echo $? > run1.rc; echo $(( $(date +%s) - start )) > run1.s
+        {run} > refused.out 2> refused.err; echo $? > refused.rc; ls -A runs > refused.ls
+        start=$(date +%s); {run} --ignore-disk-space > run1.out 2> run1.err; echo $? > run1.rc
+        echo $(( $(date +%s) - start )) > run1.s
         cp runs/diskfull/store.journal saved/journal1
         dd if=/dev/zero of=runs/filler bs=1k count=4096 2> /dev/null
         {shlex.quote(sys.executable)} -m ablate status {study} --runs runs > status.out 2> status.err; echo $? > status.rc
@@ -310,6 +313,11 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
     """
     subprocess.run([*prefix, "bash", "-c", script], cwd=tmp_path, env=sub_env(tmp_path), timeout=600, check=True)
     read = lambda name: (tmp_path / name).read_text()  # noqa: E731
+
+    refused = read("refused.err")  # the estimate (8.2 MB: 2 workers x 2 checkpoints of 2 MB) exceeds 2 MB
+    assert read("refused.rc").strip() == "2" and len(refused.strip().splitlines()) == 1, refused
+    assert "free, and this run needs about" in refused and "--ignore-disk-space" in refused, refused
+    assert read("refused.ls").strip() == ""  # nothing was written
 
     err = read("run1.err")
     assert read("run1.rc").strip() == "1", err

@@ -14,7 +14,8 @@ DESCRIPTION = """\
 Validate a study file and print what it would run: the arms as a table (one row per arm, one column
 per factor), the baseline and excluded arms, the levels with their overrides, the seeds, the number
 of trials and the estimated time of every budget, the objective, and for a fractional design which
-effects are aliased. Nothing is run or written.
+effects are aliased, and the study's estimated peak disk use (ablate/train/footprint.py: the running
+trials' checkpoints, a local MLflow store, the report). Nothing is run or written.
 
 Estimated times come from ablate/timing.py: constants measured per zoo model on one CPU thread
 (benchmarks/calibrate_timing.py), for trials whose warm start is already cached; they lean high
@@ -31,6 +32,8 @@ UNKNOWN_TIME = "unknown (no timing constants for this model; see benchmarks/cali
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="study file (YAML)")
     parser.add_argument("--budget", default="default", help="budget to count trials at (default: default)")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="local workers the disk estimate counts (as ablate run --workers; default 1)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -48,13 +51,16 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s"
 
 
-def describe(study: Study, budget: str) -> dict[str, Any]:
+def describe(study: Study, budget: str, workers: int = 1) -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
     from ablate.plan import Plan
     from ablate.timing import estimate_study_seconds
+    from ablate.tracking import resolve_tracking_uri
+    from ablate.train.footprint import estimate_disk
 
     specs = Plan.of(study, budget).specs
     seconds = estimate_study_seconds(specs)
+    disk = estimate_disk(list(specs), workers=workers, tracking_uri=resolve_tracking_uri())
     budgets = {}
     for name in study.budgets:
         bspecs = specs if name == budget else Plan.of(study, name).specs
@@ -83,6 +89,9 @@ def describe(study: Study, budget: str) -> dict[str, Any]:
         "n_arms": len(study.arms),
         "n_trials": len(specs),
         "estimated_seconds": seconds,
+        "disk": {"workers": disk.workers, "peak_bytes": disk.total, "runs_bytes": disk.runs,
+                 "tracking_bytes": disk.tracking, "report_bytes": disk.report, "checkpoint_bytes": disk.checkpoint,
+                 "text": disk.text()},
         "budgets": budgets,
         "objective": vars(study.objective),
         "primary": list(study.primary),
@@ -100,11 +109,11 @@ def describe(study: Study, budget: str) -> dict[str, Any]:
     }
 
 
-def render(study: Study, budget: str) -> str:
+def render(study: Study, budget: str, workers: int = 1) -> str:
     """The text that ``ablate show`` prints."""
     from ablate.timing import parallel_seconds
 
-    d = describe(study, budget)
+    d = describe(study, budget, workers)
     out = [f"study {study.name} ({study.path})"]
     if study.description:
         out.append(f"  {study.description}")
@@ -126,6 +135,9 @@ def render(study: Study, budget: str) -> str:
         when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
         first = f"first {b['seeds']} seed{'s' if b['seeds'] != 1 else ''}; " if b["seeds"] else ""
         out.append(f" {mark}{name.ljust(width)}  {b['n_trials']} trials, {when}  [{first}{_fmt_overrides(b['overrides'])}]")
+    w = d["disk"]["workers"]
+    out.append(f"disk at budget {budget} with {w} worker{'s' if w != 1 else ''}: {d['disk']['text']} "
+               "; ablate run refuses to start with less free space")
     out.append("")
 
     names = [f.name for f in study.factors]
@@ -172,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     print_warnings(study)
     study.check_budget(args.budget)
     if args.json:
-        print(json.dumps(describe(study, args.budget), indent=2))
+        print(json.dumps(describe(study, args.budget, args.workers), indent=2))
     else:
-        print(render(study, args.budget))
+        print(render(study, args.budget, args.workers))
     return 0

@@ -1,0 +1,202 @@
+"""How much disk a study uses at its peak, estimated before it runs (``ablate show``, ``ablate run``).
+
+Where the bytes go, measured on quickstart at its default budget (8 trials of tiny-llama, 2 workers,
+Intel Xeon, sampled every 0.3 s): ``runs/`` peaked at 23.4 MB, while two trials each held a 9.7 MB
+checkpoint and one was writing the next; the SQLite MLflow store grew by 5.3 MB (18,120 logged metric
+values, ~290 bytes each with their indexes), its artefacts by 61 kB a trial; the report took 3.0 MB.
+
+The estimate is an upper bound of each part:
+
+- **checkpoints** (``runs/<study>/trials/<key>/trainer.pt``): each running trial keeps one, and writes
+  the next beside it before the rename, so ``2 x workers`` checkpoints at worst. A checkpoint holds the
+  policy's float32 weights and AdamW's two float32 moments (12 bytes a parameter; the same again for a
+  critic, a copy of the backbone), the history logged so far and the training pool's order. A finished trial's checkpoint is
+  deleted (``--keep-checkpoints`` keeps them all: then every trial's counts).
+- **the study store** (a journal file): a few kB a trial, with its heartbeats.
+- **a local MLflow store** (``sqlite:///`` or a folder; a tracking server's disk is not ours to count):
+  every logged value, and each trial's files.
+- **the report**: its figures and tables.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ablate.disk import human_bytes, local_tracking_folder
+
+if TYPE_CHECKING:
+    from ablate.config import TrialConfig
+    from ablate.study import TrialSpec
+
+#: Bytes a checkpoint holds per trainable parameter: float32 weights and AdamW's two float32 moments.
+CHECKPOINT_BYTES_PER_PARAMETER = 12
+#: Bytes a checkpoint holds per problem of the training pool (``task.train_size``; a pickled index).
+POOL_BYTES_PER_PROBLEM = 10
+#: Bytes of a checkpoint's file format around its tensors (names, headers, the zip directory).
+CHECKPOINT_OVERHEAD = 64_000
+#: Metrics a trial logs per logged step (43 in quickstart; KL, critic and PRM settings add a few).
+METRICS_PER_STEP = 50
+#: Bytes of one logged value in a checkpoint's history (a pickled name -> float entry).
+HISTORY_BYTES_PER_VALUE = 40
+#: Bytes of one logged value in a SQLite MLflow store (row and indexes; 290 measured on quickstart).
+TRACKING_BYTES_PER_VALUE = 300
+#: Bytes of a trial's files in MLflow besides history.csv and eval_problems.csv (config, samples, result).
+TRACKING_FILES_BYTES = 10_000
+#: Bytes of one logged value in history.csv; of one eval problem's row in eval_problems.csv.
+CSV_BYTES_PER_VALUE = 14
+CSV_BYTES_PER_PROBLEM = 200
+#: Bytes of the study store per trial (its records and heartbeats; 2.2 kB measured on quickstart).
+JOURNAL_BYTES_PER_TRIAL = 5_000
+#: Bytes of a report: its fixed part and per arm (3.0 MB measured for quickstart's 4 arms).
+REPORT_BYTES = 1_500_000
+REPORT_BYTES_PER_ARM = 500_000
+
+
+@functools.lru_cache(maxsize=32)
+def parameter_count(model: str) -> int | None:
+    """The parameters of ``model.name``: a zoo model's (instantiated on the ``meta`` device, no memory),
+    or a local checkpoint directory's (from its ``config.json``, the same way); None when unknown."""
+    from ablate.models import MODELS
+
+    if model in MODELS:
+        return MODELS.get(model).num_parameters()
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        return None
+    try:
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+        with torch.device("meta"):
+            net = AutoModelForCausalLM.from_config(config)
+        return sum(p.numel() for p in net.parameters())
+    except Exception:  # noqa: BLE001 - an estimate only: an unreadable config is found when the trial runs
+        return None
+
+
+def checkpoint_copies(config: TrialConfig) -> int:
+    """How many checkpoints a running trial of ``config`` holds at once at most: 0 when it saves none
+    (``train.checkpoint_every`` 0 or above ``train.steps``), 1 when it saves once (the temporary file, then
+    the checkpoint), 2 when it saves again (the next beside the last, until the rename)."""
+    every = config.train.checkpoint_every
+    return 0 if every == 0 else min(2, config.train.steps // every)
+
+
+def checkpoint_bytes(config: TrialConfig) -> int | None:
+    """The size of one checkpoint of a trial of ``config`` at its last step (an upper bound); None when
+    its model's size is unknown."""
+    params = parameter_count(config.model.name)
+    if params is None:
+        return None
+    tensors = params * CHECKPOINT_BYTES_PER_PARAMETER * (2 if config.critic.enabled else 1)
+    return (tensors + logged_values(config) * HISTORY_BYTES_PER_VALUE + config.task.train_size * POOL_BYTES_PER_PROBLEM
+            + CHECKPOINT_OVERHEAD)
+
+
+def logged_values(config: TrialConfig) -> int:
+    """About how many metric values a trial of ``config`` logs (every ``train.log_every`` steps, and step 0)."""
+    return (config.train.steps // config.train.log_every + 1) * METRICS_PER_STEP
+
+
+def tracking_bytes(config: TrialConfig) -> int:
+    """About how much a trial of ``config`` adds to a local MLflow store (logged values and files)."""
+    values = logged_values(config)
+    return (values * (TRACKING_BYTES_PER_VALUE + CSV_BYTES_PER_VALUE) + TRACKING_FILES_BYTES
+            + config.eval.n_problems * CSV_BYTES_PER_PROBLEM)
+
+
+@dataclass(frozen=True)
+class DiskEstimate:
+    """A study's peak disk use, by where it lands (bytes; upper bounds).
+
+    Attributes:
+        checkpoint: one trial's checkpoint (the largest), None when unknown.
+        copies: checkpoints a running trial holds at once (0, 1 or 2: :func:`checkpoint_copies`).
+        checkpoints: the checkpoints under ``--runs`` at their peak (the running trials', and with
+            ``--keep-checkpoints`` every finished trial's).
+        kept: the checkpoints left when the study ends (0 unless ``--keep-checkpoints``).
+        journal: the study store.
+        tracking: what a local MLflow store gains (0 for a tracking server).
+        report: the report folder.
+        workers: the running trials counted; trials: the trials still to run.
+    """
+
+    checkpoint: int | None
+    copies: int
+    checkpoints: int
+    kept: int
+    journal: int
+    tracking: int
+    report: int
+    workers: int
+    trials: int
+
+    @property
+    def runs(self) -> int:
+        """The peak under ``--runs``: the store and the checkpoints."""
+        return self.journal + self.checkpoints
+
+    @property
+    def total(self) -> int:
+        """The peak on one disk: the report is written once the last trial's checkpoint is deleted, so it
+        counts against the checkpoints' peak, not on top of it."""
+        return self.journal + self.tracking + max(self.checkpoints, self.kept + self.report)
+
+    def text(self) -> str:
+        """One line for people."""
+        if self.copies == 0:
+            ckpt = "no checkpoint is saved"
+        elif self.checkpoint is None:
+            ckpt = "checkpoints of a model of unknown size not counted"
+        else:
+            n = self.copies * self.workers
+            ckpt = (f"{n} checkpoint{'s' if n != 1 else ''} of {human_bytes(self.checkpoint)} while {self.workers} "
+                    f"trial{'s' if self.workers != 1 else ''} run" + (", and every finished trial's" if self.kept else ""))
+        return (f"~{human_bytes(self.total)} at peak: runs/ {human_bytes(self.runs)} ({ckpt}), MLflow "
+                f"{human_bytes(self.tracking)} ({self.trials} trials), report {human_bytes(self.report)} (written "
+                "after the checkpoints are deleted)")
+
+
+def estimate_disk(specs: list[TrialSpec], *, workers: int = 1, to_run: int | None = None,
+                  tracking_uri: str | None = None, keep_checkpoints: bool = False) -> DiskEstimate:
+    """The peak disk use of running ``specs`` on ``workers`` local workers.
+
+    Args:
+        specs: the study's trials at one budget.
+        to_run: how many of them still run (what MLflow and kept checkpoints gain); all by default.
+        tracking_uri: the MLflow store; a server's disk is not counted.
+        keep_checkpoints: ``--keep-checkpoints``: every trial run keeps its checkpoint.
+    """
+    configs = [s.config for s in specs]
+    n = len(specs) if to_run is None else max(0, min(to_run, len(specs)))
+    saved = [c for c in configs if checkpoint_copies(c) > 0]
+    sizes = [b for b in (checkpoint_bytes(c) for c in saved) if b is not None]
+    largest = max(sizes) if sizes else None
+    copies = max((checkpoint_copies(c) for c in saved), default=0)
+    running = max(1, min(workers, n or 1))
+    kept = n * largest if keep_checkpoints and largest is not None else 0
+    checkpoints = (0 if largest is None else copies * running * largest) + kept
+    tracking = 0
+    if tracking_uri is None or local_tracking_folder(tracking_uri) is not None:
+        mean = sum(tracking_bytes(c) for c in configs) / max(1, len(configs))
+        tracking = int(mean * n)
+    arms = len({s.arm for s in specs})
+    return DiskEstimate(checkpoint=largest, copies=copies, checkpoints=checkpoints, kept=kept,
+                        journal=len(specs) * JOURNAL_BYTES_PER_TRIAL, tracking=tracking,
+                        report=REPORT_BYTES + REPORT_BYTES_PER_ARM * arms, workers=running, trials=n)
+
+
+__all__ = [
+    "CHECKPOINT_BYTES_PER_PARAMETER",
+    "DiskEstimate",
+    "checkpoint_bytes",
+    "checkpoint_copies",
+    "estimate_disk",
+    "logged_values",
+    "parameter_count",
+    "tracking_bytes",
+]
