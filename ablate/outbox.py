@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ablate.paths import RUNS_DIR, run_dir
 
@@ -96,13 +97,29 @@ class OutboxResult:
     error: str | None = None
 
 
-def upload_unsent(tracker: Tracker, study_name: str, runs: str | os.PathLike[str] = RUNS_DIR) -> OutboxResult:
+def upload_unsent(tracker: Tracker, study_name: str, runs: str | os.PathLike[str] = RUNS_DIR, *,
+                  wait: float = 0.0, stream: TextIO | None = None) -> OutboxResult:
     """Upload every kept trial of a study; stop at the first the tracking store does not take (it is
-    down: the rest would fail the same way) and list what is left."""
+    down: the rest would fail the same way) and list what is left. A server whose ``/health`` does not
+    answer is not asked anything else (:meth:`ablate.tracking.Link.answers`); with ``wait`` > 0 it is
+    asked again every second for up to ``wait`` seconds first (the end of a run: a short outage then
+    ends in an upload, not in a second command), saying so once on ``stream``."""
     from ablate.tracking import TRACKING_ERRORS, first_line
 
     out = OutboxResult()
-    for path in unsent_files(study_name, runs):
+    files = unsent_files(study_name, runs)
+    if files and not tracker.link.answers():  # one quick question, not a request that retries
+        if wait > 0:
+            if stream is not None:
+                print(f"ablate: MLflow {tracker.uri} does not answer ({tracker.link.why}); waiting up to {wait:g} s "
+                      f"to upload {len(files)} trial(s) kept meanwhile (--tracking-wait)", file=stream, flush=True)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and not tracker.link.answers(timeout=min(5.0, wait)):
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        if not tracker.link.up:
+            out.error, out.left = tracker.link.why or "it does not answer", [p.parent.name for p in files]
+            return out
+    for path in files:
         if out.error is not None:
             out.left.append(path.parent.name)
             continue

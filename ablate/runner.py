@@ -40,6 +40,7 @@ from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.progress import Progress
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
 from ablate.worker import (
+    DEFAULT_TRACKING_WAIT,
     RunSettings,
     TrialRunError,
     WorkerStats,
@@ -319,7 +320,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
         parent = parent_run_id(plan, store, tracker)  # running again
         record_stale(tracker, prepared.stale)
         tag_plan(tracker, parent, plan, adaptive_rounds(store, plan.budget))
-    outbox = upload_unsent(tracker, study.name, settings.runs)
+    outbox = upload_unsent(tracker, study.name, settings.runs, wait=settings.tracking_wait, stream=stream)
     if not store.has_work(plan.budget):
         finish_parent(tracker, parent, failed=counts["failed"] > 0 or bool(outbox.left))
     return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, plan,
@@ -401,7 +402,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
                   runs: str = "runs", threads: int = 0, workers: int = 1, max_retries: int | None = None,
                   heartbeat: float | None = None, grace: float | None = None,
                   store_wait: float | None = None, keep_checkpoints: bool = False,
-                  check_disk: bool = True) -> RunSettings:
+                  check_disk: bool = True, tracking_wait: float | None = None) -> RunSettings:
     """Check the run options and build the :class:`RunSettings` (creates nothing).
 
     ``storage`` None: ``$ABLATE_STORAGE``, else ``<runs>/<study>/store.journal``; ``tracking_uri``
@@ -436,6 +437,8 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         problems.append(f"--heartbeat {heartbeat:g} / --grace {grace:g}: need 0 < heartbeat < grace")
     if not store_wait >= 0:
         problems.append(f"--store-wait {store_wait:g}: must be 0 or more seconds")
+    if tracking_wait is not None and not tracking_wait >= 0:
+        problems.append(f"--tracking-wait {tracking_wait:g}: must be 0 or more seconds")
     if problems:
         raise AblateError("; ".join(problems))
     return RunSettings(
@@ -443,6 +446,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         tracking_uri=resolve_tracking_uri(tracking_uri), runs=runs, threads=threads,
         heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
         keep_checkpoints=keep_checkpoints, check_disk=check_disk,
+        tracking_wait=DEFAULT_TRACKING_WAIT if tracking_wait is None else tracking_wait,
     )
 
 

@@ -63,6 +63,7 @@ import platform
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -355,6 +356,145 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
 
 
+#: How ablate asks MLflow's HTTP client to retry, unless the environment says otherwise: once, at once
+#: (MLflow's own defaults, 7 retries with backoff and a 120 s timeout, spend ~4 minutes on a server
+#: that is down, and ablate paid them once per trial). Nothing is lost by giving up early: what the server does not take waits in the
+#: trial's logger or the outbox, and the link (:class:`Link`) tells when the server answers again.
+HTTP_REQUEST_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0.5",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+#: Seconds between two probes of a tracking server that stopped answering.
+PROBE_SECONDS = 5.0
+
+
+class TrackingOffline(ConnectionError):
+    """A request not even tried: this process's link to the tracking server is down (:class:`Link`).
+    An ``OSError``, so every place that keeps data through an outage (:data:`TRACKING_ERRORS`) keeps it."""
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether a failed tracking request says the server cannot be reached (a network error after the
+    client's retries), rather than that the request was refused (an unknown run, a bad value)."""
+    if is_disk_full(exc):
+        return False
+    if isinstance(exc, OSError):
+        return True
+    return isinstance(exc, MlflowException) and "failed with exception" in str(exc)
+
+
+class Link:
+    """Whether this process reaches an ``http(s)://`` tracking server, as it last found out.
+
+    **An outage is detected once, not per request.** The first request that fails for want of the
+    server (:func:`is_unreachable`, after the client's short retries: :data:`HTTP_REQUEST_DEFAULTS`)
+    takes the link down; from then on a request through :class:`LinkedClient` raises
+    :class:`TrackingOffline` at once, without touching the network, so trials log to their buffers and
+    finish into the outbox without waiting. A background thread asks the server's ``/health`` every
+    ``probe_seconds`` (one request, 5 s timeout, no retries) and brings the link up when it answers.
+    A local store (SQLite, a folder) has no link to lose: its link never goes down.
+    """
+
+    def __init__(self, uri: str, probe_seconds: float = PROBE_SECONDS) -> None:
+        self.uri = uri
+        self.probe_seconds = probe_seconds
+        self.why: str | None = None  # None: up
+        self.downs = 0  # times the link went down (for tests and the progress display)
+        self._remote = uri.startswith(("http://", "https://"))
+        self._mutex = threading.Lock()
+        self._prober: threading.Thread | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.why is None
+
+    def check(self) -> None:
+        """Raise :class:`TrackingOffline` when the link is down."""
+        why = self.why
+        if why is not None:
+            raise TrackingOffline(f"MLflow {self.uri} did not answer ({why}); not asked again until it does")
+
+    def down(self, why: str) -> None:
+        """Take the link down (a request found the server unreachable) and start probing it."""
+        if not self._remote:
+            return
+        with self._mutex:
+            if self.why is not None:
+                return
+            self.why = why
+            self.downs += 1
+            if self._prober is None or not self._prober.is_alive():
+                self._prober = threading.Thread(target=self._probe_until_up, name="mlflow-probe", daemon=True)
+                self._prober.start()
+
+    def answers(self, timeout: float = 5.0) -> bool:
+        """Ask the server's ``/health`` once; bring the link up when it answers. True for a local store."""
+        if not self._remote:
+            return True
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=timeout):
+                pass
+        except urllib.error.HTTPError:
+            pass  # it answers (a proxy, or a server without /health)
+        except (OSError, ValueError) as exc:
+            if self.why is None:
+                self.down(str(getattr(exc, "reason", exc)))
+            return False
+        with self._mutex:
+            self.why = None
+        return True
+
+    def _probe_until_up(self) -> None:
+        while self.why is not None:
+            time.sleep(self.probe_seconds)
+            if self.answers():
+                return
+
+
+_LINKS: dict[str, Link] = {}
+_LINKS_MUTEX = threading.Lock()
+
+
+def link_for(uri: str) -> Link:
+    """This process's :class:`Link` to the tracking store ``uri`` (one per URI, shared by its Trackers)."""
+    with _LINKS_MUTEX:
+        if uri not in _LINKS:
+            _LINKS[uri] = Link(uri)
+        return _LINKS[uri]
+
+
+class LinkedClient:
+    """An ``MlflowClient`` whose requests go through a :class:`Link`: refused at once while the link is
+    down, and taking it down when one finds the server unreachable. Everything else is the client's."""
+
+    def __init__(self, client: MlflowClient, link: Link) -> None:
+        self._client = client
+        self.link = link
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.link.check()
+            try:
+                return attr(*args, **kwargs)
+            except TRACKING_ERRORS as exc:
+                if is_unreachable(exc):
+                    self.link.down(first_line(exc))
+                raise
+
+        return call
+
+
 class TrialLogger:
     """The trainer's ``log(metrics, step)``: buffers metrics and sends them with ``log_batch``.
 
@@ -535,8 +675,12 @@ class Tracker:
         """
         self.uri = resolve_tracking_uri(uri)
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars in ablate's output
+        if self.uri.startswith(("http://", "https://")):
+            for name, value in HTTP_REQUEST_DEFAULTS.items():
+                os.environ.setdefault(name, value)
+        self.link = link_for(self.uri)
         with _sqlite_open_lock(self.uri):
-            self.client = MlflowClient(tracking_uri=self.uri)
+            self.client: Any = LinkedClient(MlflowClient(tracking_uri=self.uri), self.link)
             if self.uri.startswith("sqlite:"):
                 self.client.search_experiments(max_results=1)
 

@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 Event = dict[str, Any]
 EventFn = Callable[[Event], None]
 
+#: Seconds the end of a run waits for an MLflow server that stopped answering, to upload what it kept.
+DEFAULT_TRACKING_WAIT = 60.0
 #: Seconds an idle worker waits before looking for work again.
 POLL_SECONDS = 2.0
 #: What :func:`run_attempt` returns: the attempt completed, failed, or was lost (failed as stale by
@@ -93,6 +95,8 @@ class RunSettings:
         poll_seconds: how long an idle worker waits before looking again.
         keep_checkpoints: keep a finished trial's checkpoint; by default it is deleted once the trial's
             result is recorded in the store and in MLflow or the outbox (:func:`drop_checkpoint`).
+        tracking_wait: seconds the end of a run waits for an MLflow server that does not answer, to upload
+            the trials kept in the outbox meanwhile (``--tracking-wait``).
         check_disk: refuse to start when a disk the study writes to has less free space than its
             estimated peak use (:func:`ablate.runner.check_disk_space`; ``--ignore-disk-space``).
     """
@@ -112,6 +116,7 @@ class RunSettings:
     poll_seconds: float = POLL_SECONDS
     keep_checkpoints: bool = False
     check_disk: bool = True
+    tracking_wait: float = DEFAULT_TRACKING_WAIT
 
     def open_store(self, study: Study) -> StudyStore:
         """The study store these settings name, for ``study``."""
@@ -214,7 +219,8 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
         if attempt is None:
             if not store.has_work(budget):
                 if settings.parent_run_id is None:  # `ablate worker`: its own outbox, and the parent's state
-                    stats.unsent = upload_unsent(tracker, study.name, settings.runs).left
+                    stats.unsent = upload_unsent(tracker, study.name, settings.runs, wait=settings.tracking_wait,
+                                                 stream=sys.stderr).left
                     finish_parent(tracker, parent, failed=store.counts(budget)["failed"] > 0 or bool(stats.unsent))
                 return stats
             if study.seed_range is not None:  # a round of `ablate run` may have added seeds
@@ -516,6 +522,7 @@ def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: s
 
 
 __all__ = [
+    "DEFAULT_TRACKING_WAIT",
     "OUTCOMES",
     "POLL_SECONDS",
     "RunSettings",

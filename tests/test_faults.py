@@ -223,7 +223,7 @@ def test_a_study_survives_a_tracking_outage_and_uploads_every_trial_exactly_once
     env = {**sub_env(tmp_path), "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
     with servers.mlflow_server(tmp_path / "mlflow") as server:
         cmd = [sys.executable, "-m", "ablate", "run", str(study), "--tracking-uri", server.uri, "--threads", "1",
-               "--no-progress"]
+               "--no-progress", "--tracking-wait", "2"]
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         journal = tmp_path / "runs" / "outage" / "store.journal"
         deadline = time.monotonic() + 240
@@ -237,6 +237,7 @@ def test_a_study_survives_a_tracking_outage_and_uploads_every_trial_exactly_once
         assert "Traceback" not in err, err
         kept = unsent_files("outage", tmp_path / "runs")
         assert kept and "could not reach MLflow" in err and "run the same command again" in err
+        assert f"waiting up to 2 s to upload {len(kept)} trial(s) kept meanwhile" in err, err
         assert all(len(line) < 400 for line in err.splitlines()), err  # no pages of MLflow's text
         status = subprocess.run([sys.executable, "-m", "ablate", "status", str(study), "--json"], cwd=tmp_path, env=env,
                                 capture_output=True, text=True, timeout=120)
@@ -370,3 +371,83 @@ def test_a_full_disk_is_recognised_through_its_causes_and_said_in_one_line(tmp_p
     assert disk_full_error(err) is err
     assert disk_full_error(None, folder=tmp_path / "not" / "yet").folder == str(tmp_path)
     assert [human_bytes(n) for n in (512, 9_700_000, 1.3e9, None)] == ["512 B", "9.7 MB", "1.3 GB", "unknown"]
+
+
+@pytest.mark.slow
+def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_time(tmp_path):
+    """Two studies of the same shape against one server, in one test: one with the server up, one with it
+    stopped as soon as its parent run exists. MLflow's client defaults are ablate's (no fail-fast
+    environment here); the end of the run does not wait for the server (--tracking-wait 0: by default
+    it waits up to 60 s, to upload what a short outage left). The outage is found once per process and costs each later request nothing: the
+    second study's wall time is at most 1.1x the first's, every trial that could not reach the server is
+    kept in the outbox, and the same command once the server is back uploads each exactly once."""
+    base = {**TINY, "train.steps": 6}
+    steady = write_study(tmp_path, "steady", seeds=3, base=base)
+    dark = write_study(tmp_path, "dark", seeds=3, base=base)
+    env = {k: v for k, v in sub_env(tmp_path).items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
+    with servers.mlflow_server(tmp_path / "mlflow") as server:
+        def command(study: Path) -> list[str]:
+            return [sys.executable, "-m", "ablate", "run", str(study), "--tracking-uri", server.uri, "--threads", "1",
+                    "--no-progress", "--tracking-wait", "0"]  # the end waits for no server: the trials' cost alone
+
+        t0 = time.monotonic()
+        first = subprocess.run(command(steady), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        steady_s = time.monotonic() - t0
+        assert first.returncode == 0, first.stderr
+
+        client = MlflowClient(server.uri)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(command(dark), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        while proc.poll() is None and time.monotonic() - t0 < 120:
+            exp = client.get_experiment_by_name("dark")
+            if exp is not None and client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'"):
+                break
+            time.sleep(0.05)
+        server.stop()
+        out, err = proc.communicate(timeout=300)
+        dark_s = time.monotonic() - t0
+        assert proc.returncode == 1 and "Traceback" not in err, err
+        kept = unsent_files("dark", tmp_path / "runs")
+        assert len(kept) >= 5, err  # all 6 trials, but one whose run was opened before the server stopped
+        assert dark_s <= 1.1 * steady_s, (dark_s, steady_s)
+
+        server.start()
+        again = subprocess.run(command(dark), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stderr
+    store = StudyStore(str(tmp_path / "runs" / "dark" / "store.journal"), "dark", create=False)
+    attempts = collections.Counter(a.key for a in store.attempts("default"))
+    assert len(attempts) == 6 and set(attempts.values()) == {1}  # nothing trained twice
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'server.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("dark").experiment_id], "tags.`ablate.role` = 'trial'")
+    assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(attempts)
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        assert set(metric_rows(client, r.info.run_id).values()) == {1}
+    assert not unsent_files("dark", tmp_path / "runs")
+
+
+@pytest.mark.slow
+def test_the_link_goes_down_once_refuses_at_once_and_comes_back_with_the_server(tmp_path, monkeypatch):
+    from ablate.tracking import TRACKING_ERRORS, TrackingOffline, link_for
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES")  # ablate's defaults, not this file's fail-fast ones
+    with servers.mlflow_server(tmp_path / "mlflow") as server:
+        tracker = Tracker(server.uri)
+        assert tracker.link is link_for(tracker.uri) and tracker.link.up
+        tracker.link.probe_seconds = 0.2
+        exp = tracker.client.create_experiment("x")
+        server.stop()
+        with pytest.raises(TRACKING_ERRORS):  # the first request finds the server gone (after one quick retry)
+            tracker.client.get_experiment(exp)
+        assert not tracker.link.up and tracker.link.downs == 1
+        t0 = time.monotonic()
+        for _ in range(20):  # later requests are not tried: no network, no retries
+            with pytest.raises(TrackingOffline, match=f"MLflow {server.uri} did not answer"):
+                Tracker(server.uri).client.get_experiment(exp)  # a new Tracker shares the process's link
+        assert time.monotonic() - t0 < 1.0
+        server.start()
+        deadline = time.monotonic() + 10
+        while not tracker.link.up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tracker.link.up and tracker.client.get_experiment(exp).name == "x" and tracker.link.downs == 1

@@ -66,6 +66,9 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each finished trial's checkpoint (DIR/<study>/trials/<key>/trainer.pt); by default it "
                              "is deleted once the trial's result is recorded in the store and in MLflow (or the outbox)")
+    parser.add_argument("--tracking-wait", type=float, metavar="S",
+                        help="seconds the end of a run waits for an MLflow server that stopped answering, to upload the "
+                             "trials kept on disk meanwhile (default 60; 0: do not wait, the next run uploads them)")
     parser.add_argument("--ignore-disk-space", action="store_true",
                         help="start even when a disk the study writes to has less free space than its estimated peak "
                              "use (`ablate show` prints the estimate); a full disk then stops the run with one message")
@@ -105,7 +108,8 @@ def settings_from_args(args: argparse.Namespace, study: Study) -> RunSettings:
     return make_settings(study, args.budget, storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs,
                          threads=args.threads, workers=getattr(args, "workers", 1), max_retries=args.max_retries,
                          heartbeat=args.heartbeat, grace=args.grace, store_wait=args.store_wait,
-                         keep_checkpoints=args.keep_checkpoints, check_disk=not args.ignore_disk_space)
+                         keep_checkpoints=args.keep_checkpoints, check_disk=not args.ignore_disk_space,
+                         tracking_wait=args.tracking_wait)
 
 
 def run(args: argparse.Namespace) -> int:
