@@ -495,8 +495,9 @@ def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | No
     from ablate.paths import REPORTS_DIR
     from ablate.train.footprint import estimate_disk
 
-    specs = list(current_plan(study, settings, store).specs) if study.tune is None else list(
-        Plan.of(study, settings.budget).specs)
+    # the plan as the run will start it (a store's adaptive seeds); a new store or a tuned study: the file's
+    plan = current_plan(study, settings, store) if store is not None and study.tune is None else None
+    specs = list((plan or Plan.of(study, settings.budget)).specs)
     done = store.counts(settings.budget)["done"] if store is not None else 0
     est = estimate_disk(specs, workers=workers, to_run=len(specs) - done, tracking_uri=settings.tracking_uri,
                         keep_checkpoints=settings.keep_checkpoints)
