@@ -4,24 +4,28 @@ model per factorial study, one family of claims with Holm's correction, and seed
 The unit of replication is the **seed**: every arm runs the same seeds, so the data are one number
 per trial (arm x seed) and every comparison is paired by seed. What is computed, and why:
 
-- **Paired comparisons** (a study with one factor, or a one-at-a-time design): level - baseline,
-  seed by seed; the 95% interval is the paired t-interval on the per-seed differences,
-  ``mean(d) +- t_{n-1, 0.975} sd(d) / sqrt(n)`` (exact under normal differences; the percentile
-  bootstrap collapses onto ``[min, max]`` at 2-4 seeds and covers 52-87%).
-- **Factorial studies** (full with or without excluded cells, fractional, random): one ordinary
-  least-squares model per study, fitted with ``statsmodels``: seed as a block, every main effect,
-  and (full designs) every two-factor interaction. Its analysis of variance uses **Type II** sums of
-  squares computed by model comparison (each term against the model of every term that does not
-  contain it), with degrees of freedom from matrix ranks, so it stays right with empty cells,
-  excluded combinations and aliasing (``statsmodels``' own ``anova_lm(typ=2)`` assumes a full-rank
-  design: on an earlier 12-arm reward_granularity table with excluded cells it reported the reward
-  factor with F = 868, where the model comparison gives 49.1).
-  Every level-vs-baseline contrast of a factorial study is a linear combination of the fitted model
-  (``fit.t_test``): the mean over the *matched cells* (combinations of the other factors at which
-  both levels ran) of the predicted difference, i.e. an estimated marginal mean difference, with the
-  model's residual degrees of freedom. Fractional and random designs have no matched cells: their
-  contrasts average over the full grid of the other factors under the main-effects model, and the
-  two-factor interactions are assumed negligible (the report lists their aliases).
+- **Every contrast is paired by seed** (the default, ``contrasts="paired"``): level - baseline,
+  seed by seed, each seed's difference averaged over the *matched cells* (the combinations of the other
+  factors at which both levels ran; a one-factor or one-at-a-time study has one). The 95% interval is
+  the paired t-interval on the n per-seed differences, ``mean(d) +- t_{n-1, 0.975} sd(d) / sqrt(n)``,
+  with n - 1 degrees of freedom. It estimates the spread of *this* contrast from its own differences,
+  so it stays right when the arms' variances differ (the percentile bootstrap collapses onto
+  ``[min, max]`` at 2-4 seeds and covers 52-87%). Fractional and random designs have no matched
+  cells: a seed's difference is then the mean over the arms with the level minus the mean over the
+  arms with the baseline level, and the two-factor interactions are assumed negligible (the report
+  lists their aliases).
+- **The linear model** of a factorial study (full with or without excluded cells, fractional,
+  random), fitted with ``statsmodels``: seed as a block, every main effect, and (full designs) every
+  two-factor interaction. It gives the interactions' F-tests. Its analysis of variance uses
+  **Type II** sums of squares computed by model comparison (each term against the model of every term
+  that does not contain it), with degrees of freedom from matrix ranks, so it stays right with empty
+  cells, excluded combinations and aliasing (``statsmodels``' own ``anova_lm(typ=2)`` assumes a
+  full-rank design: on an earlier 12-arm reward_granularity table with excluded cells it reported the
+  reward factor with F = 868, where the model comparison gives 49.1). With ``contrasts="model"`` the
+  contrasts come from it too (the estimated marginal mean difference over the matched cells,
+  ``fit.t_test``, with the residual df): more df, but one pooled residual variance for every arm, so
+  its intervals against a baseline noisier than the other arms are too narrow (88-89% coverage at the
+  SDs reward_granularity showed; benchmarks/RESULTS.md). It was the default before issue 26.
 - **Below 3 seeds no interval** is given: the per-seed values are shown and the claim is "not
   resolved at n seeds".
 - **One family of claims per report**: every contrast of the objective and every testable
@@ -755,9 +759,15 @@ def is_primary(factor: str, level: str, primary: Sequence[str]) -> bool:
 
 
 def uses_model(design: str, n_factors: int) -> bool:
-    """A study's contrasts come from the linear model when it crosses factors (full with several
-    factors, fractional, random); from paired t-tests otherwise (one factor, one-at-a-time)."""
+    """A study that crosses factors (full with several factors, fractional, random) fits the linear
+    model, for its interaction F-tests (and for its contrasts under ``contrasts="model"``); one factor
+    and one-at-a-time designs fit none."""
     return n_factors > 1 and design != "one_at_a_time"
+
+
+#: How :func:`infer` estimates contrasts: ``paired`` (the default) per seed over matched cells, robust to
+#: unequal arm variances; ``model``: from the pooled linear model (one residual variance for every arm).
+CONTRAST_METHODS = ("paired", "model")
 
 
 @dataclass(frozen=True)
@@ -773,7 +783,8 @@ class StudyInference:
 
 def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],
           baseline: Mapping[str, str], *, design: str = "full", mode: str = "max", min_effect: float | None = None,
-          primary: Sequence[str] = (), alpha: float = ALPHA, value: str = "objective") -> StudyInference:
+          primary: Sequence[str] = (), alpha: float = ALPHA, value: str = "objective",
+          contrasts: str = "paired") -> StudyInference:
     """Every level-vs-baseline contrast of a study and its family of claims.
 
     Args:
@@ -782,25 +793,33 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         design: the study's design name (``full``, ``one_at_a_time``, ``fractional``, ``random`` ...).
         mode: ``max`` or ``min``; min_effect: the study's minimum effect of interest (objective units).
         primary: the study's ``primary:`` entries.
+        contrasts: ``paired`` (default): each contrast is a paired t-test on its own per-seed differences,
+            averaged over the matched cells (:func:`paired_values`), with n - 1 df: it assumes nothing
+            about the arms' variances. ``model``: from the pooled linear model, whose one residual
+            variance for every arm makes its intervals too narrow for an arm noisier than the rest
+            (docs/statistics.md). Interactions are the model's F-tests either way.
     """
+    if contrasts not in CONTRAST_METHODS:
+        raise ValueError(f"contrasts={contrasts!r}: one of {', '.join(CONTRAST_METHODS)}")
     data = per_trial[np.isfinite(per_trial[value].astype(float))].copy()
     for c in factors.values():
         data[c] = data[c].astype(str)
     cols = list(factors.values())
     model: LinearModel | None = None
-    method = MODEL if uses_model(design, len(factors)) else PAIRED
-    if method == MODEL and len(data) > 1:
+    if uses_model(design, len(factors)) and len(data) > 1:
         model = fit_model(data, factors, value=value, interactions=design == "full")
+    method = MODEL if contrasts == "model" and model is not None else PAIRED
     out: list[Contrast] = []
     for f, lv in contrast_keys(levels, baseline):
         base = str(baseline[f])
-        if model is not None:
+        if method == MODEL:
+            assert model is not None
             c = model_contrast(model, data, f, lv, base, mode=mode, min_effect=min_effect, value=value)
         else:
             frame, cells = paired_values(data, factors[f], lv, base, cols, value=value)
             c = None if frame.empty else paired_contrast(frame["x"], frame["y"], frame["seed"], factor=f, level=lv,
                                                          baseline=base, mode=mode, min_effect=min_effect,
-                                                         cells=max(cells, 1))
+                                                         cells=cells)
         if c is not None:
             out.append(replace(c, primary=is_primary(f, lv, primary)))
     terms = [t for t in (model.anova if model is not None else ()) if t.kind == "interaction"]

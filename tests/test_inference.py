@@ -448,8 +448,36 @@ def test_infer_paired_and_model_paths():
     assert res.family.claims[0].name == "r: c vs a" and res.family.size == 2
     two = _balanced(rng, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, 2)  # 2 seeds: nothing is tested
     res = inf.infer(two, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"})
-    assert res.method == inf.MODEL and res.family.size == 0
+    assert res.method == inf.PAIRED and res.model is not None and res.family.size == 0  # the model: for interactions
     assert all(c.verdict == inf.NOT_RESOLVED for c in res.family.claims) and len(res.family.claims) == 3
+    old = inf.infer(two, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"},
+                    contrasts="model")
+    assert old.method == inf.MODEL and {c.method for c in old.contrasts} == {inf.MODEL}
+    with pytest.raises(ValueError, match="contrasts='pooled': one of paired, model"):
+        inf.infer(two, {"a": "a"}, {"a": ["a0", "a1"]}, {"a": "a0"}, contrasts="pooled")
+
+
+def test_a_factorial_contrast_is_a_paired_t_on_per_seed_differences_over_matched_cells():
+    """2 x 2, 5 seeds, the baseline arm 3x noisier than the others: each seed's a1 - a0 difference is the
+    mean of its two matched cells' differences, d_s = ((y[a1,b0] - y[a0,b0]) + (y[a1,b1] - y[a0,b1])) / 2;
+    the interval is mean(d) +- t(0.975, 4) sd(d) / sqrt(5), by hand; the pooled model's differs."""
+    rng = np.random.default_rng(3)
+    n = 5
+    df = _balanced(rng, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, n)
+    noisy = (df["a"] == "a0") & (df["b"] == "b0")
+    df.loc[noisy, "objective"] += rng.normal(0, 0.15, int(noisy.sum()))
+    y = df.pivot_table(index="seed", columns=["a", "b"], values="objective")
+    d = (((y["a1", "b0"] - y["a0", "b0"]) + (y["a1", "b1"] - y["a0", "b1"])) / 2).to_numpy()
+    half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n)
+    res = inf.infer(df, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"})
+    c = {x.factor: x for x in res.contrasts}["a"]
+    assert (c.method, c.df, c.cells, c.n_seeds) == (inf.PAIRED, n - 1, 2, n)
+    assert c.estimate == pytest.approx(d.mean(), abs=1e-12) and c.se == pytest.approx(d.std(ddof=1) / math.sqrt(n))
+    assert (c.ci_low, c.ci_high) == (pytest.approx(d.mean() - half, abs=1e-12), pytest.approx(d.mean() + half, abs=1e-12))
+    assert c.p == pytest.approx(2 * stats.t.sf(abs(d.mean()) / (d.std(ddof=1) / math.sqrt(n)), n - 1))
+    pooled = {x.factor: x for x in inf.infer(df, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]},
+                                              {"a": "a0", "b": "b0"}, contrasts="model").contrasts}["a"]
+    assert pooled.estimate == pytest.approx(c.estimate, abs=1e-12) and pooled.df == 3 * (n - 1) and pooled.se != c.se
 
 
 # ------------------------------------------------------------------------------------- calibration

@@ -60,7 +60,7 @@ def test_fractional_design_contrasts_come_from_the_main_effects_model(tmp_path):
     study = load_study(path)
     assert study.aliasing is not None and len(study.arms) == 8
     run = _infer(study, _per_trial(study, lambda lv: 0.1 * (lv["a"] == "0.28"), np.random.default_rng(0)))
-    assert run.method == inf.MODEL and not run.model.interactions
+    assert run.method == inf.PAIRED and not run.model.interactions  # the model: its main-effects ANOVA
     # 32 trials - (intercept + 3 seed + 4 main effects) = 24 residual df
     assert run.model.df_resid == 24 and [t.term for t in run.model.anova if t.kind == "main"] == list("abcd")
     by = {c.factor: c for c in run.contrasts}

@@ -176,7 +176,7 @@ def test_pilot_inference_is_the_reports(tmp_path):
     results = Results("cross", "default", ["a", "b"], columns, pd.DataFrame(rows), pd.DataFrame(trials))
     ours = planning.pilot_inference(study, results)
     theirs = compute_statistics(study, results, fit_boot=0).inference
-    assert ours.method == theirs.method == inference.MODEL
+    assert ours.method == theirs.method == inference.PAIRED
     assert ours.contrasts == theirs.contrasts and ours.family.size == theirs.family.size
     assert [c.primary for c in ours.contrasts] == [True, False]
 

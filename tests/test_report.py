@@ -149,7 +149,7 @@ def test_report_finds_the_planted_effect_and_leaves_the_null_one_unresolved(stud
     res = synthetic(study, np.random.default_rng(draw), effect=0.1)
     stats = compute_statistics(study, res, seed=draw, **FAST)
     fam = stats.inference.family
-    assert stats.inference.method == inf.MODEL and fam.size == 3  # two contrasts and one interaction
+    assert stats.inference.method == inf.PAIRED and fam.size == 3  # two contrasts and one interaction
     by = {c.name: c for c in fam.claims}
     planted, null = by[f"loss_norm: {TOKEN} vs sequence"], by["clip_high: 0.28 vs 0.2"]
     assert planted.verdict == inf.DETECTED and planted.contrast.ci_low > 0
@@ -158,8 +158,8 @@ def test_report_finds_the_planted_effect_and_leaves_the_null_one_unresolved(stud
     items = [s for sec in findings.sections for s in sec.items]
     c = planted.contrast
     assert f"loss_norm: {TOKEN} vs sequence: detected: +{c.estimate * 100:.3g} points " \
-           f"[{c.ci_low * 100:.3g}, {c.ci_high * 100:.3g}] (95% t-interval from the study's linear model (15 residual " \
-           "df; 6 seeds, 2 matched cells); " in " ".join(items)
+           f"[{c.ci_low * 100:.3g}, {c.ci_high * 100:.3g}] (95% paired t-interval over 6 seeds (5 df, each seed's " \
+           "difference averaged over 2 matched cells); " in " ".join(items)
     assert any(s.startswith("clip_high: 0.28 vs 0.2: not resolved at 6 seeds: ") for s in items)
     assert any(s.startswith("interaction loss_norm × clip_high: not resolved: F(1, 15) = ") for s in items)
     assert sum("asymptote A = " in s for s in items) == 4

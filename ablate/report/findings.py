@@ -61,7 +61,10 @@ def interval_kind(c: inference.Contrast) -> str:
     if c.method == inference.MODEL:
         return (f"95% t-interval from the study's linear model ({int(c.df)} residual df; {seeds_text(c.n_seeds)}, "
                 f"{c.cells or 'all'} matched cell{'s' if c.cells != 1 else ''})")
-    return f"95% paired t-interval over {seeds_text(c.n_seeds)} ({int(c.df)} df)"
+    cells = (f", each seed's difference averaged over {c.cells} matched cells" if c.cells > 1 else
+             ", each seed's difference between the means of the arms at each level (no matched cells)"
+             if c.cells == 0 else "")
+    return f"95% paired t-interval over {seeds_text(c.n_seeds)} ({int(c.df)} df{cells})"
 
 
 # --------------------------------------------------------------------------------------- sentences
