@@ -78,3 +78,34 @@ def test_plan_on_the_committed_results_says_what_the_primary_contrasts_resolve(r
         r"the others can resolve \(power 0\.8, alpha 0\.05 / \d+\) true differences of .+: [0-9.]+ points at \d+ seeds",
         line) or re.search(r"; below 3 seeds no claim is tested, so .+ resolve no difference at the pilot's seeds", line) \
         or re.search(r"had the same difference in every pilot seed \(zero spread\): no test applies", line), line
+
+
+REANALYSED = ("reward_granularity", "granularity_cross", "adv_scope_x_aggregation")
+
+
+def reanalysis_table() -> str:
+    """The re-analysis table of docs/statistics.md: every contrast of the committed crossed studies,
+    from their results.csv, with the paired default."""
+    from ablate.planning import read_report_pilot
+
+    rows = ["| report | contrast | n seeds | estimate [95% interval], points | df | p | Holm p (family) | verdict |",
+            "|---|---|---:|---|---:|---:|---:|---|"]
+    for name in REANALYSED:
+        fam = read_report_pilot(load_study(ROOT / "studies" / f"{name}.yaml"), ROOT / "reports" / name).inference.family
+        for claim in fam.claims:
+            c = claim.contrast
+            if c is None:
+                continue
+            pts = lambda v, sign="": f"{100 * v:{sign}.1f}".replace("-", "−")  # noqa: E731
+            rows.append(f"| {name} | {claim.name}{' (primary)' if claim.primary else ''} | {c.n_seeds} | "
+                        f"{pts(c.estimate, '+')} [{pts(c.ci_low)}, {pts(c.ci_high)}] | {c.df:g} | "
+                        f"{c.p:.3f} | {claim.p_holm:.3f} ({fam.size}) | {claim.verdict} |")
+    return "\n".join(rows)
+
+
+def test_the_reanalysis_table_of_docs_statistics_is_what_the_code_computes():
+    text = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- reanalysis:begin -->\n(.*?)\n?<!-- reanalysis:end -->", text, re.S)
+    assert m, "docs/statistics.md lacks the reanalysis markers"
+    assert m.group(1).strip() == reanalysis_table(), "docs/statistics.md's re-analysis table is stale: regenerate it " \
+        "with tests.test_committed_reports.reanalysis_table()"
