@@ -342,11 +342,16 @@ def _trial_row(spec: TrialSpec, runs: list[Run] | None, columns: Mapping[str, st
     from ablate.tracking import TAG_ERROR
 
     row = {"key": spec.key, "arm": spec.arm, "seed": spec.seed,
-           **{columns[f]: spec.levels[f] for f in columns}, "state": PENDING, "run_id": "", "error": ""}
+           **{columns[f]: spec.levels[f] for f in columns}, "state": PENDING, "run_id": "", "error": "",
+           "cpu": "", "commit": ""}
     if not runs:
         return row
     run = _pick_run(runs)
     row["run_id"] = run.run_id
+    # the processor and the code of the trial's run: float rounding, so a result, can depend on either
+    row["cpu"] = run.tags.get(MACHINE_TAGS[0], "")
+    commit = run.tags.get("ablate.git_commit", "")
+    row["commit"] = commit + ("-dirty" if commit and run.tags.get("ablate.git_dirty") == "true" else "")
     row["state"] = _state(run.status)
     err = (run.tags.get(TAG_ERROR) or "").strip().splitlines()
     row["error"] = err[-1] if err else ""
@@ -390,7 +395,7 @@ def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str 
                          "file changed?) and are left out")
     files = RunFiles(tracker, cache_dir)
     rows = [_trial_row(spec, by_key.get(spec.key), columns, files, out) for spec in plan.specs]
-    trials = pd.DataFrame(rows, columns=["key", "arm", "seed", *columns.values(), "state", "run_id", "error"])
+    trials = pd.DataFrame(rows, columns=["key", "arm", "seed", *columns.values(), "state", "run_id", "error", "cpu", "commit"])
     try:
         table = build_table(study.name, budget, out.histories, trials, list(columns.values()))
     except ValueError as exc:

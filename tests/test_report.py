@@ -364,6 +364,9 @@ def test_report_metrics_are_compared_without_a_direction_and_the_command_is_show
     assert study.report_metrics == ("response/length_incorrect", "response/length_correct")
     res = synthetic(study, np.random.default_rng(3))
     res.parent["ablate.command"] = "ablate run studies/synth.yaml --workers 2"
+    done = res.trials["state"] == "done"  # the processor and commit of each trial's run (results.py)
+    res.trials["cpu"] = np.where(done & (res.trials["seed"] == 0), "AMD EPYC 7B13", "Intel Xeon @ 2.80GHz")
+    res.trials["commit"] = "abc123"
     stats = compute_statistics(study, res, **FAST)
     diag = {d.metric: {c.name: c.contrast for c in d.inference.family.claims if c.contrast} for d in stats.diagnostics}
     # planted: incorrect completions of the sequence level grow by one token a step (to ~40 tokens at the
@@ -377,6 +380,11 @@ def test_report_metrics_are_compared_without_a_direction_and_the_command_is_show
     readme = (index.parent / "README.md").read_text()
     head = readme.split("### ")[0]  # the provenance follows the answer, before the details
     assert "produced by: `ablate run studies/synth.yaml --workers 2` · at commit: `abc123`" in head
+    n0, n = int((done & (res.trials["seed"] == 0)).sum()), int(done.sum())
+    assert (f"trials: `ran on AMD EPYC 7B13 ({n0} trials); Intel Xeon @ 2.80GHz ({n - n0} trials), at commit abc123 "
+            f"({n} trials)`") in head
+    written = pd.read_csv(index.parent / "results.csv")
+    assert set(written["commit"]) == {"abc123"} and "AMD EPYC 7B13" in set(written["cpu"])
     assert "Diagnostics against the baseline level" in readme and "Diagnostics against the baseline level" in \
         index.read_text()
     assert "better" not in readme.split("## Tables")[1].split("## Missing")[0].split("Diagnostics against")[1]

@@ -188,6 +188,11 @@ def test_results_note_finished_trials_from_two_processor_models(store):
     [note] = [n for n in res.notes if "processor models" in n]
     assert "ran on 2 processor models" in note and "Another CPU / " in note and ": 2 trials" in note
     assert f"{here} / " in note and ": 3 trials" in note
+    by_key = res.trials.set_index("key")  # each trial's processor and commit, as results.csv carries them
+    assert by_key.loc[specs[0].key, "cpu"] == "Another CPU" and by_key.loc[specs[3].key, "cpu"] == here
+    sha = client.get_run(store["runs"][specs[3].key]).data.tags.get("ablate.git_commit", "")
+    assert by_key.loc[specs[3].key, "commit"].removesuffix("-dirty") == sha
+    assert by_key.loc[specs[7].key, "cpu"] == "" == by_key.loc[specs[7].key, "commit"]  # never ran
 
 
 def test_cached_histories_survive_a_lost_artifact_store(store):

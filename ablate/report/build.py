@@ -117,7 +117,27 @@ def provenance(study: Study, results: Results) -> dict[str, str]:
         out["at commit"] = commit_text(tags)
     if tags.get("ablate.rendered_by"):
         out["analysed by"] = tags["ablate.rendered_by"]
+    trials = trials_provenance(results.trials)
+    if trials:
+        out["trials"] = trials
     return out
+
+
+def trials_provenance(trials: pd.DataFrame) -> str:
+    """The processors and code commits the finished trials ran on, with their counts (``results.csv``'s
+    ``cpu`` and ``commit`` columns); ``""`` when the trials do not say (logged before those columns)."""
+    from collections import Counter
+
+    if "cpu" not in trials or "commit" not in trials:
+        return ""
+    done = trials[trials["state"] == "done"]
+    parts = []
+    for column, what in (("cpu", "ran on"), ("commit", "at commit")):
+        counts = Counter(str(v) for v in done[column] if isinstance(v, str) and v)
+        if counts:
+            parts.append(f"{what} " + "; ".join(f"{k} ({n} trial{'s' if n != 1 else ''})"
+                                                for k, n in sorted(counts.items())))
+    return ", ".join(parts)
 
 
 def trial_summary(results: Results, per_trial: pd.DataFrame) -> pd.DataFrame:

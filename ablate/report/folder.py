@@ -72,7 +72,7 @@ def load_report_folder(study: Study, folder: str | Path) -> Results:
                               f"{study.name} ({study.path})")
         trials[c] = trials[c].astype(str)
     trials["error"] = ""
-    keep = ["key", "arm", "seed", *columns.values(), "state", "run_id", "error"]
+    keep = ["key", "arm", "seed", *columns.values(), "state", "run_id", "error", "cpu", "commit"]
     trials = trials[[c for c in keep if c in trials]]
     table = pd.read_csv(path / "tidy.csv.gz", dtype={"key": str, "arm": str})
     for c in columns.values():

@@ -76,10 +76,11 @@ def render_markdown(data: ReportPage) -> str:
     if data.acknowledged:
         out += [md(data.acknowledged[0].upper() + data.acknowledged[1:]) + ".", ""]
     if data.provenance:
-        lines = [(k, v) for k, v in data.provenance.items() if k != "analysed by"]
+        lines = [(k, v) for k, v in data.provenance.items() if k not in ("analysed by", "trials")]
         out += [" · ".join(f"{md(k)}: {code(v)}" for k, v in lines), ""]
-        if "analysed by" in data.provenance:
-            out += [f"analysed by: {code(data.provenance['analysed by'])}", ""]
+        for own in ("analysed by", "trials"):  # each on its own line
+            if own in data.provenance:
+                out += [f"{own}: {code(data.provenance[own])}", ""]
     out += [
         f"Budget **{md(data.budget)}** · objective: {md(data.objective)} · trials: {c.get('done', 0)} done, "
         f"{c.get('failed', 0)} failed, {c.get('running', 0)} running, {c.get('not started', 0)} not started · "
