@@ -91,14 +91,6 @@ def free_bytes(path: str | os.PathLike[str]) -> int | None:
         return None
 
 
-def same_filesystem(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
-    """Whether ``a`` and ``b`` (or their nearest existing parents) are on one filesystem."""
-    try:
-        return os.stat(nearest_existing(a)).st_dev == os.stat(nearest_existing(b)).st_dev
-    except OSError:
-        return False
-
-
 def local_tracking_folder(uri: str) -> str | None:
     """The folder of a local MLflow store (a ``sqlite:///`` file's, or a folder URI), None for a server."""
     if uri.startswith("sqlite:///"):
@@ -150,5 +142,4 @@ __all__ = [
     "is_disk_full",
     "local_tracking_folder",
     "nearest_existing",
-    "same_filesystem",
 ]

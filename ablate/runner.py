@@ -510,12 +510,7 @@ def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | No
     for parts in disks.values():
         folder = folders[parts[0]]
         assert folder is not None
-        # the report is written once the checkpoints are deleted: on one disk they count as the larger
-        if "runs" in parts and "report" in parts:
-            need = est.journal + max(est.checkpoints, est.kept + est.report)
-        else:
-            need = est.runs if "runs" in parts else est.report if "report" in parts else 0
-        need += est.tracking if "tracking" in parts else 0
+        need = est.on_disk(parts)
         free = free_bytes(folder)
         if free is not None and free < need:
             raise DiskSpaceError(

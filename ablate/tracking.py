@@ -160,6 +160,24 @@ def missing_local_store(uri: str) -> str | None:
     return None if path.exists() else str(path)
 
 
+def health_error(uri: str, timeout: float) -> str | None:
+    """Ask an ``http(s)://`` tracking server's ``/health`` once, with ``timeout`` and no retries: why it
+    does not answer, or None when it answers (any HTTP reply counts: a proxy, or an older server without
+    ``/health``; MLflow's client takes it from there) or the store is local."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (OSError, ValueError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
 def check_tracking_server(uri: str, timeout: float = 10.0) -> None:
     """For an ``http(s)://`` tracking URI: whether the server answers its ``/health`` check, asked
     once with ``timeout`` (MLflow's own client would retry for minutes before it says anything).
@@ -167,22 +185,12 @@ def check_tracking_server(uri: str, timeout: float = 10.0) -> None:
     Raises:
         OutageError: it does not answer; the message names the server and the fix.
     """
-    if not uri.startswith(("http://", "https://")):
-        return
-    import urllib.error
-    import urllib.request
+    why = health_error(uri, timeout)
+    if why is not None:
+        from ablate.errors import OutageError
 
-    from ablate.errors import OutageError
-
-    try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout):
-            return
-    except urllib.error.HTTPError:
-        return  # it answers (a proxy or an older server without /health): MLflow's client takes it from here
-    except (OSError, ValueError) as exc:
-        why = getattr(exc, "reason", exc)
         raise OutageError(f"the MLflow tracking server {uri} does not answer ({why}); start it (mlflow server ...) "
-                          "or pass another --tracking-uri; nothing was run") from None
+                          "or pass another --tracking-uri; nothing was run")
 
 
 def tracking_location(uri: str, experiment_id: str | None = None) -> str:
@@ -432,19 +440,10 @@ class Link:
 
     def answers(self, timeout: float = 5.0) -> bool:
         """Ask the server's ``/health`` once; bring the link up when it answers. True for a local store."""
-        if not self._remote:
-            return True
-        import urllib.error
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(self.uri.rstrip("/") + "/health", timeout=timeout):
-                pass
-        except urllib.error.HTTPError:
-            pass  # it answers (a proxy, or a server without /health)
-        except (OSError, ValueError) as exc:
+        why = health_error(self.uri, timeout)
+        if why is not None:
             if self.why is None:
-                self.down(str(getattr(exc, "reason", exc)))
+                self.down(why)
             return False
         with self._mutex:
             self.why = None
@@ -521,7 +520,8 @@ class TrialLogger:
 
     def __init__(self, client: MlflowClient | None, run_id: str | None, *, skip_through: int = -1,
                  flush_every: int = 10, flush_seconds: float = 30.0, hold_logged_step: bool = False,
-                 retry_seconds: float = RETRY_SECONDS, fence: Callable[[], bool] | None = None) -> None:
+                 retry_seconds: float = RETRY_SECONDS, fence: Callable[[], bool] | None = None,
+                 folder: str | None = None) -> None:
         self.client = client
         self.hold_logged_step = hold_logged_step
         self.run_id = run_id
@@ -530,7 +530,7 @@ class TrialLogger:
         self.flush_seconds = flush_seconds
         self.retry_seconds = retry_seconds
         self.fence = fence
-        self.folder: str | None = None  # where a local tracking store keeps its files (named when its disk is full)
+        self.folder = folder  # where a local tracking store keeps its files (named when its disk is full)
         self.requests = 0
         self.last_step: int | None = None
         self.unsent: str | None = None
@@ -857,10 +857,8 @@ class Tracker:
                 self.client.delete_tag(run_id, TAG_ERROR)
         if not has_params:
             self._log_params(run_id, trial_params(flat_config, levels))
-        logger = TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every,
-                             hold_logged_step=resuming, fence=fence)
-        logger.folder = self.folder
-        return logger
+        return TrialLogger(self.client, run_id, skip_through=skip, flush_every=flush_every,
+                           hold_logged_step=resuming, fence=fence, folder=self.folder)
 
     def send_history(self, run_id: str, history: Sequence[tuple[int, Mapping[str, float]]]) -> int:
         """Send the metrics of ``history`` that run ``run_id`` does not hold yet, so that it holds each

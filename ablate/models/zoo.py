@@ -87,12 +87,17 @@ class ZooEntry:
         if self.known_params is not None:
             return self.known_params
         assert self.make_config is not None
-        config = self.make_config(build_tokenizer())
-        with torch.device("meta"):
-            from transformers import AutoModelForCausalLM
+        return meta_parameter_count(self.make_config(build_tokenizer()))
 
-            model = AutoModelForCausalLM.from_config(config)
-        return sum(p.numel() for p in model.parameters())
+
+def meta_parameter_count(config: PretrainedConfig) -> int:
+    """The distinct parameters of a causal LM built from ``config`` on the ``meta`` device (no memory,
+    no initialisation; tied embeddings counted once)."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in model.parameters())
 
 
 #: Every zoo model, by name.
@@ -331,5 +336,6 @@ __all__ = [
     "gpt2_config",
     "llama_config",
     "load_policy",
+    "meta_parameter_count",
     "qwen2_config",
 ]

@@ -21,6 +21,7 @@ The estimate is an upper bound of each part:
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,13 +68,11 @@ def parameter_count(model: str) -> int | None:
     if not (path / "config.json").is_file():
         return None
     try:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig
 
-        config = AutoConfig.from_pretrained(path, local_files_only=True)
-        with torch.device("meta"):
-            net = AutoModelForCausalLM.from_config(config)
-        return sum(p.numel() for p in net.parameters())
+        from ablate.models.zoo import meta_parameter_count
+
+        return meta_parameter_count(AutoConfig.from_pretrained(path, local_files_only=True))
     except Exception:  # noqa: BLE001 - an estimate only: an unreadable config is found when the trial runs
         return None
 
@@ -109,6 +108,10 @@ def tracking_bytes(config: TrialConfig) -> int:
             + config.eval.n_problems * CSV_BYTES_PER_PROBLEM)
 
 
+#: Where a study's bytes land: ``--runs`` (checkpoints and the store), a local MLflow store, the report.
+PARTS = ("runs", "tracking", "report")
+
+
 @dataclass(frozen=True)
 class DiskEstimate:
     """A study's peak disk use, by where it lands (bytes; upper bounds).
@@ -142,9 +145,19 @@ class DiskEstimate:
 
     @property
     def total(self) -> int:
-        """The peak on one disk: the report is written once the last trial's checkpoint is deleted, so it
-        counts against the checkpoints' peak, not on top of it."""
-        return self.journal + self.tracking + max(self.checkpoints, self.kept + self.report)
+        """The peak with every part on one disk (:meth:`on_disk`)."""
+        return self.on_disk(PARTS)
+
+    def on_disk(self, parts: Collection[str]) -> int:
+        """The peak on a disk that holds ``parts`` (of :data:`PARTS`: ``runs`` = the checkpoints and the
+        store, ``tracking``, ``report``). The report is written once the last trial's checkpoint is
+        deleted, so on one disk it counts against the checkpoints' peak, not on top of it."""
+        runs, report = "runs" in parts, "report" in parts
+        if runs and report:
+            need = self.journal + max(self.checkpoints, self.kept + self.report)
+        else:
+            need = self.runs if runs else self.report if report else 0
+        return need + (self.tracking if "tracking" in parts else 0)
 
     def text(self) -> str:
         """One line for people."""
@@ -192,6 +205,7 @@ def estimate_disk(specs: list[TrialSpec], *, workers: int = 1, to_run: int | Non
 
 __all__ = [
     "CHECKPOINT_BYTES_PER_PARAMETER",
+    "PARTS",
     "DiskEstimate",
     "checkpoint_bytes",
     "checkpoint_copies",
