@@ -16,7 +16,8 @@ per trial (arm x seed) and every comparison is paired by seed. What is computed,
   lists their aliases).
 - **The linear model** of a factorial study (full with or without excluded cells, fractional,
   random), fitted with ``statsmodels``: seed as a block, every main effect, and (full designs) every
-  two-factor interaction. It gives the interactions' F-tests. Its analysis of variance uses
+  two-factor interaction. It gives the interactions' F-tests under ``contrasts="model"``, and the
+  analysis of variance table the report prints either way. Its analysis of variance uses
   **Type II** sums of squares computed by model comparison (each term against the model of every term
   that does not contain it), with degrees of freedom from matrix ranks, so it stays right with empty
   cells, excluded combinations and aliasing (``statsmodels``' own ``anova_lm(typ=2)`` assumes a
@@ -26,6 +27,13 @@ per trial (arm x seed) and every comparison is paired by seed. What is computed,
   ``fit.t_test``, with the residual df): more df, but one pooled residual variance for every arm, so
   its intervals against a baseline noisier than the other arms are too narrow (88-89% coverage at the
   SDs reward_granularity showed; benchmarks/RESULTS.md). It was the default before issue 26.
+- **Every interaction is tested paired by seed** too (the default): per seed, the interaction
+  contrasts ``(y[i, j] - y[i, b0]) - (y[a0, j] - y[a0, b0])`` over matched cells, and Hotelling's T²
+  that their means are all 0 (an F(m, n - m) test, the paired t-test at m = 1;
+  :func:`paired_interaction`). Like the contrasts, it estimates its own covariance instead of one
+  pooled residual variance, so an arm noisier than the rest does not inflate its false detections
+  (the pooled F-test reached 6.3% family-wise at nominal 5% in benchmarks/RESULTS.md). It needs
+  m + 1 seeds for m = (levels of a - 1)(levels of b - 1) degrees of freedom.
 - **Below 3 seeds no interval** is given: the per-seed values are shown and the claim is "not
   resolved at n seeds".
 - **One family of claims per report**: every contrast of the objective and every testable
@@ -436,6 +444,8 @@ class TermTest:
         df: numerator degrees of freedom (rank gained by the term); df_resid: the full model's.
         sum_sq: Type II sum of squares (objective units squared); F, p: against the full model's
             residual mean square. note: why a term could not be tested.
+        method: :data:`MODEL` (the pooled model's F-test) or :data:`PAIRED` (:func:`paired_interaction`:
+            Hotelling's T² on the per-seed interaction contrasts, as F; sum_sq is NaN then).
     """
 
     term: str
@@ -446,6 +456,7 @@ class TermTest:
     F: float
     p: float
     note: str = ""
+    method: str = MODEL
 
 
 @dataclass(frozen=True)
@@ -473,7 +484,8 @@ class LinearModel:
 
     def anova_frame(self) -> pd.DataFrame:
         """The Type II table as a DataFrame (``term, kind, df, df_resid, sum_sq, F, p, note``)."""
-        return pd.DataFrame([t.__dict__ for t in self.anova])
+        cols = ["term", "kind", "df", "df_resid", "sum_sq", "F", "p", "note"]
+        return pd.DataFrame([{c: getattr(t, c) for c in cols} for t in self.anova], columns=cols)
 
 
 def _ols(formula: str, data: pd.DataFrame) -> object:
@@ -642,6 +654,83 @@ def model_contrast(model: LinearModel, per_trial: pd.DataFrame, factor: str, lev
     )
 
 
+def interaction_contrasts(per_trial: pd.DataFrame, a: str, b: str, levels_a: Sequence[str], levels_b: Sequence[str],
+                          base_a: str, base_b: str, level_columns: Sequence[str], *,
+                          value: str = "objective") -> pd.DataFrame:
+    """Per seed, the interaction contrasts of factors ``a`` and ``b`` (columns), matched cell by cell.
+
+    For every level i of ``a`` and j of ``b`` other than the baselines, a seed's contrast is
+    ``(y[i, j] - y[i, b0]) - (y[a0, j] - y[a0, b0])`` at each combination of the other factors where
+    all four arms ran, averaged over those combinations (objective units). An (i, j) without any
+    complete quartet is left out.
+
+    Returns:
+        One row per seed with every contrast finite (index ``seed``), one column ``"i × j"`` per
+        estimable contrast: an n x m matrix, m <= (levels of a - 1)(levels of b - 1).
+    """
+    others = [c for c in level_columns if c not in (a, b)]
+    keys = [*others, "seed"]
+    frame = per_trial[np.isfinite(per_trial[value].astype(float))]
+
+    def cell(la: str, lb: str) -> pd.DataFrame:
+        g = frame[(frame[a] == la) & (frame[b] == lb)]
+        return g.groupby(keys)[value].mean()
+
+    columns = {}
+    for i in (str(v) for v in levels_a if str(v) != str(base_a)):
+        for j in (str(v) for v in levels_b if str(v) != str(base_b)):
+            q = pd.concat([cell(i, j), cell(i, base_b), cell(base_a, j), cell(base_a, base_b)], axis=1,
+                          join="inner", keys=["ij", "i0", "0j", "00"])
+            if q.empty:
+                continue
+            d = (q["ij"] - q["i0"]) - (q["0j"] - q["00"])
+            columns[f"{i} × {j}"] = d.groupby(level="seed").mean()
+    if not columns:
+        return pd.DataFrame(index=pd.Index([], name="seed"))
+    return pd.concat(columns, axis=1, join="inner").dropna()
+
+
+def paired_interaction(contrasts: pd.DataFrame, term: str) -> TermTest:
+    """The robust test of one two-factor interaction: Hotelling's T² on the per-seed interaction
+    contrasts (:func:`interaction_contrasts`, an n x m matrix D), as an F statistic.
+
+    ``T² = n mean(D) S⁻¹ mean(D)ᵀ`` with S the sample covariance of D's rows (n - 1 denominator);
+    ``F = (n - m) T² / (m (n - 1))`` ~ F(m, n - m) under no interaction (multivariate normal per-seed
+    contrasts, any covariance: nothing pooled across arms, so unequal arm variances do not bias it;
+    Hotelling 1931; ``statsmodels.stats.multivariate.test_mvmean``). At m = 1 it is the paired t-test
+    of the one contrast: F = t², df (1, n - 1).
+    The test is the same for any full-rank choice of contrasts, so the baseline levels do not matter.
+
+    Returns:
+        A :class:`TermTest` with ``method`` :data:`PAIRED`, ``df`` m, ``df_resid`` n - m and ``sum_sq``
+        NaN; F and p NaN with a ``note`` when fewer than m + 1 seeds, or the contrasts have zero spread
+        (identical per-seed contrasts: said in words, not tested).
+    """
+    d = contrasts.to_numpy(dtype=float)
+    n, m = d.shape if d.ndim == 2 else (0, 0)
+    if m == 0:
+        return TermTest(term, "interaction", 0, 0, math.nan, math.nan, math.nan,
+                        "not estimable: no seed ran all four arms of any pair of levels", PAIRED)
+    if n <= m:
+        return TermTest(term, "interaction", m, n - m, math.nan, math.nan, math.nan,
+                        f"{n} seeds: the paired test of a {m}-df interaction needs at least {m + 1}", PAIRED)
+    cov = np.atleast_2d(np.cov(d, rowvar=False, ddof=1))
+    if np.linalg.matrix_rank(cov) < m:
+        same = np.allclose(d, d[0])
+        return TermTest(term, "interaction", m, n - m, math.nan, math.nan, math.nan,
+                        "identical interaction contrasts in every seed: no test applies" if same else
+                        "the per-seed interaction contrasts have no spread in some direction: no test applies",
+                        PAIRED)
+    if m == 1:  # the paired t-test (statsmodels' test_mvmean needs m >= 2)
+        res = stats.ttest_1samp(d[:, 0], 0.0)
+        return TermTest(term, "interaction", 1, n - 1, math.nan, float(res.statistic) ** 2, float(res.pvalue), "",
+                        PAIRED)
+    from statsmodels.stats.multivariate import test_mvmean
+
+    res = test_mvmean(d, np.zeros(m))
+    return TermTest(term, "interaction", m, n - m, math.nan, float(res.statistic), float(res.pvalue), "", PAIRED)
+
+
 # ------------------------------------------------------------------------------------------ claims
 
 
@@ -737,7 +826,7 @@ def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *
     for j, t in enumerate(terms):
         ph = float(p_holm[len(contrasts) + j])
         verdict = DETECTED if ph < alpha else NOT_RESOLVED
-        reason = "" if verdict == DETECTED else (t.note or "the F-test does not reject no interaction")
+        reason = "" if verdict == DETECTED else (t.note or "the test does not reject no interaction")
         claims.append(Claim(f"interaction {t.term.replace(':', ' × ')}", None, t, ph, math.nan, verdict, reason,
                             math.nan, False))
     claims.sort(key=lambda c: not c.primary)
@@ -797,7 +886,8 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
             averaged over the matched cells (:func:`paired_values`), with n - 1 df: it assumes nothing
             about the arms' variances. ``model``: from the pooled linear model, whose one residual
             variance for every arm makes its intervals too narrow for an arm noisier than the rest
-            (docs/statistics.md). Interactions are the model's F-tests either way.
+            (docs/statistics.md). Interactions follow: ``paired`` tests each with Hotelling's T² on its
+            per-seed interaction contrasts (:func:`paired_interaction`), ``model`` with the pooled F-test.
     """
     if contrasts not in CONTRAST_METHODS:
         raise ValueError(f"contrasts={contrasts!r}: one of {', '.join(CONTRAST_METHODS)}")
@@ -823,6 +913,10 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         if c is not None:
             out.append(replace(c, primary=is_primary(f, lv, primary)))
     terms = [t for t in (model.anova if model is not None else ()) if t.kind == "interaction"]
+    if method == PAIRED:  # the robust test of each interaction, on its own per-seed contrasts
+        terms = [paired_interaction(interaction_contrasts(
+            data, factors[fa], factors[fb], levels[fa], levels[fb], str(baseline[fa]), str(baseline[fb]), cols,
+            value=value), t.term) for t in terms for fa, fb in [t.term.split(":")]]
     n_min = min((c.n_seeds for c in out), default=0)
     if n_min < MIN_SEEDS:
         terms = [replace(t, p=math.nan, note=f"{n_min} seeds: not tested below {MIN_SEEDS}") for t in terms]

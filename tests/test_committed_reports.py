@@ -6,6 +6,7 @@ test says to run the study again. Each report names the command and the commit t
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from pathlib import Path
@@ -88,13 +89,19 @@ def reanalysis_table() -> str:
     from their results.csv, with the paired default."""
     from ablate.planning import read_report_pilot
 
-    rows = ["| report | contrast | n seeds | estimate [95% interval], points | df | p | Holm p (family) | verdict |",
+    rows = ["| report | claim | n seeds | estimate [95% interval], points | df | p | Holm p (family) | verdict |",
             "|---|---|---:|---|---:|---:|---:|---|"]
     for name in REANALYSED:
         fam = read_report_pilot(load_study(ROOT / "studies" / f"{name}.yaml"), ROOT / "reports" / name).inference.family
         for claim in fam.claims:
             c = claim.contrast
-            if c is None:
+            if c is None:  # an interaction: its paired test (Hotelling's T², or t² at 1 df) as F
+                t = claim.term
+                tested = math.isfinite(t.p)
+                rows.append(f"| {name} | {claim.name} | {fam.n_seeds} | "
+                            + (f"F({t.df}, {t.df_resid}) = {t.F:.2f} | {t.df_resid} | {t.p:.3f} | "
+                               f"{claim.p_holm:.3f} ({fam.size}) | {claim.verdict} |" if tested else
+                               f"not tested: {t.note} | – | – | – | {claim.verdict} |"))
                 continue
             pts = lambda v, sign="": f"{100 * v:{sign}.1f}".replace("-", "−")  # noqa: E731
             rows.append(f"| {name} | {claim.name}{' (primary)' if claim.primary else ''} | {c.n_seeds} | "

@@ -161,7 +161,8 @@ def test_report_finds_the_planted_effect_and_leaves_the_null_one_unresolved(stud
            f"[{c.ci_low * 100:.3g}, {c.ci_high * 100:.3g}] (95% paired t-interval over 6 seeds (5 df, each seed's " \
            "difference averaged over 2 matched cells); " in " ".join(items)
     assert any(s.startswith("clip_high: 0.28 vs 0.2: not resolved at 6 seeds: ") for s in items)
-    assert any(s.startswith("interaction loss_norm × clip_high: not resolved: F(1, 15) = ") for s in items)
+    assert any(s.startswith("interaction loss_norm × clip_high: not resolved: paired t-test of the per-seed interaction "
+                            "contrast (F = t²): F(1, 5) = ") for s in items)
     assert sum("asymptote A = " in s for s in items) == 4
 
 
@@ -170,9 +171,10 @@ def test_report_finds_a_planted_interaction(study, draw):
     res = synthetic(study, np.random.default_rng(10 + draw), effect=0.0, interaction=0.08)
     stats = compute_statistics(study, res, seed=draw, **FAST)
     (term,) = [c for c in stats.inference.family.claims if c.term is not None]
-    assert term.verdict == inf.DETECTED and term.term.df == 1 and term.term.df_resid == 15
+    assert term.verdict == inf.DETECTED and term.term.df == 1 and term.term.df_resid == 5
     sentence = claim_sentence(term, stats.inference.family, stats.scale, "max")
-    assert sentence.startswith("interaction loss_norm × clip_high: detected: F(1, 15) = ")
+    assert sentence.startswith("interaction loss_norm × clip_high: detected: paired t-test of the per-seed interaction "
+                               "contrast (F = t²): F(1, 5) = ")
     assert "the effect of one factor depends on the level of the other" in sentence
 
 

@@ -195,7 +195,7 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
         lambda: figs.learning_curves(table, metric, factors, levels=levels, unit=unit))
     add("interactions", "Interactions", "Cell means of each pair of factors (over seeds"
         + (" and the other factors" if len(factors) > 2 else "") + "), 95% t-intervals from 3 seeds on; lines "
-        "that are not parallel suggest an interaction (the F-tests are in the claims).",
+        "that are not parallel suggest an interaction (its test is in the claims).",
         lambda: figs.interaction_plots(stats.per_trial, factors, metric=metric, levels=levels, unit=unit))
     add("arm_heatmap", "Arm means", "Mean objective of every arm over its seeds (no interval: see the table).",
         lambda: figs.arm_heatmap(stats.arms, factors, metric=metric, unit=unit))

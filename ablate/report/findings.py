@@ -67,6 +67,18 @@ def interval_kind(c: inference.Contrast) -> str:
     return f"95% paired t-interval over {seeds_text(c.n_seeds)} ({int(c.df)} df{cells})"
 
 
+def term_test_name(t: inference.TermTest) -> str:
+    """How an interaction was tested, in words."""
+    if t.method == inference.PAIRED:
+        return ("paired t-test of the per-seed interaction contrast (F = t²)" if t.df == 1 else
+                f"Hotelling's T² on the {t.df} per-seed interaction contrasts")
+    return "the linear model's Type II F-test"
+
+
+#: The claims frame's ``interval`` of an interaction (a term, not a contrast).
+TERM_INTERVALS = ("F-test", "Hotelling T²")
+
+
 # --------------------------------------------------------------------------------------- sentences
 
 
@@ -76,7 +88,8 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
     fam = f"Holm over a family of {family.size}"
     if claim.term is not None:
         t = claim.term
-        fstat = f"F({t.df}, {t.df_resid}) = {num(t.F)}" if math.isfinite(t.F) else "no F-test"
+        fstat = (f"{term_test_name(t)}: F({t.df}, {t.df_resid}) = {num(t.F)}" if math.isfinite(t.F) else
+                 "no F-test")
         if claim.verdict == inference.DETECTED:
             return (f"{claim.name}: detected: {fstat}, {p_text(claim.p_holm)} ({fam}); the effect of one factor "
                     "depends on the level of the other (read the interaction plot).")
@@ -182,7 +195,19 @@ def method_sentence(stats: ReportStatistics) -> str:
     """How the claims were computed: the model (or paired t), the family, the verdict rules."""
     run = stats.inference
     fam = run.family
-    if run.model is not None:
+    if run.model is not None and fam.method == inference.PAIRED:
+        how = ("paired comparisons: each level minus the baseline level, seed by seed, each seed's difference "
+               "averaged over the matched cells (the combinations of the other factors at which both levels ran), "
+               "with the paired t-interval on the per-seed differences (n - 1 df)"
+               + ("; each two-factor interaction tested on its own per-seed interaction contrasts (Hotelling's T², "
+                  "the paired t-test for one contrast)" if run.model.interactions else "")
+               + ". Nothing is pooled across arms, so arms with unequal variances keep their intervals right. The "
+               "linear model (statsmodels OLS: seed as a block, every main effect"
+               + (", every two-factor interaction" if run.model.interactions else "; two-factor interactions assumed "
+                  "negligible (see the alias structure)")
+               + f"; {run.model.n} trials, {run.model.df_resid} residual df) gives the analysis of variance table, "
+               "with Type II sums of squares, for reference")
+    elif run.model is not None:
         how = ("one linear model of the objective per trial (statsmodels OLS: seed as a block, every main effect"
                + (", every two-factor interaction" if run.model.interactions else "; two-factor interactions assumed "
                   "negligible (see the alias structure)")
@@ -320,7 +345,8 @@ def claims_frame(family: inference.Family) -> pd.DataFrame:
             "claim": cl.name, "role": "primary" if cl.primary else "exploratory", "verdict": cl.verdict,
             "seeds": c.n_seeds if c else math.nan, "estimate": c.estimate if c else math.nan,
             "ci_low": c.ci_low if c else math.nan, "ci_high": c.ci_high if c else math.nan,
-            "interval": ("model t" if c.method == inference.MODEL else "paired t") if c else "F-test",
+            "interval": (("model t" if c.method == inference.MODEL else "paired t") if c else
+                         TERM_INTERVALS[t is not None and t.method == inference.PAIRED]),
             "df": c.df if c else (t.df_resid if t else math.nan), "p": c.p if c else (t.p if t else math.nan),
             "p_holm": cl.p_holm, "p_tost_holm": cl.p_tost_holm, "d_z": c.d_z if c else math.nan,
             "improved": f"{c.improved.k}/{c.improved.n}" if c and c.improved.n else "–",
@@ -371,8 +397,10 @@ def _sections(stats: ReportStatistics) -> list[Section]:
                                     "Each level against the baseline level; members of the same family."))
         terms = [claim_sentence(c, fam, scale, stats.mode) for c in fam.exploratory if c.term is not None]
         if terms:
-            sections.append(Section("Interactions", tuple(terms),
-                                    "Type II F-tests of the two-factor interactions, members of the same family."))
+            sections.append(Section("Interactions", tuple(terms), (
+                "Each two-factor interaction tested on its per-seed interaction contrasts (Hotelling's T², the "
+                "paired t-test for one contrast), members of the same family." if fam.method == inference.PAIRED
+                else "Type II F-tests of the two-factor interactions, members of the same family.")))
     if not stats.fits.empty:
         sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
                                 "Descriptive fits per arm, not claims of the family."))
@@ -417,8 +445,10 @@ def _claim_tables(stats: ReportStatistics) -> list[Table]:
                                       "sum_sq": "sum of squares", "F": "F", "p": "p", "note": "note"},
             digits={"p": 2}),
             f"Model: {run.model.formula} ({run.model.n} trials). Type II sums of squares by model comparison, in "
-            "the objective's own units squared; p-values uncorrected here (the interactions' Holm-adjusted values "
-            "are in the claims).", "anova"))
+            "the objective's own units squared; p-values uncorrected here, from one residual variance pooled over "
+            "every arm" + (" (the claims test the interactions paired by seed instead, robust to unequal arm "
+                           "variances)." if fam.method == inference.PAIRED else
+                           " (the interactions' Holm-adjusted values are in the claims)."), "anova"))
     return tables
 
 
@@ -432,7 +462,7 @@ def _descriptive_tables(stats: ReportStatistics) -> list[Table]:
             f = claims_frame(d.inference.family)
             if f.empty:
                 continue
-            f = f[f["interval"] != "F-test"]
+            f = f[~f["interval"].isin(TERM_INTERVALS)]
             sc = Scale.of(d.metric).factor
             frames.append(f.assign(metric=d.metric, estimate=f["estimate"] * sc, ci_low=f["ci_low"] * sc,
                                    ci_high=f["ci_high"] * sc))
