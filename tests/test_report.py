@@ -26,6 +26,7 @@ from ablate.report.findings import claim_sentence, phrase
 from ablate.report.html import render_html
 from ablate.report.markdown import md
 from ablate.report.page import ReportPage, Section
+from ablate.report.shared import computation_key, seed_ranges, shared_trials
 from ablate.report.statistics import Scale, compute_statistics, metric_unit
 from ablate.results import Results, build_table, level_column
 from ablate.study import load_study
@@ -526,3 +527,54 @@ def test_the_answer_and_the_claims_figure_sit_above_the_fold_in_chromium(tmp_pat
     assert fold["answers"] == 2
     assert 0 < fold["answer"] < fold["figure"] <= 900, fold  # the last answer, then the whole figure, on screen
     assert fold["figure"] < fold["inference"], fold  # the method comes after the answer and the figure
+
+
+# ------------------------------------------------------------------------------------ shared trials
+
+
+def test_a_report_lists_the_trials_it_shares_with_a_committed_report_beside_it(study, tmp_path):
+    """A report written into reports/<study>/ finds a committed report in reports/ that ran the same
+    trials (its README's provenance names the study file, its results.csv the keys) and lists them,
+    with how many shared seeds hold the same objective; its curves.csv holds the objective's history."""
+    res = synthetic(study, np.random.default_rng(3))
+    plan = Plan.of(study, res.budget)
+    reports = tmp_path / "reports"
+    first = write_report(plan, res, reports / study.name, **FAST).parent
+    curves = pd.read_csv(first / "curves.csv")
+    assert list(curves.columns) == ["key", "arm", "seed", "step", "value"]
+    assert len(curves) == len(res.table[res.table["metric"] == "eval/accuracy"])
+    assert "Trials shared" not in (first / "README.md").read_text()  # nothing beside it yet
+    other = reports / "earlier_run"
+    other.mkdir()
+    results = pd.read_csv(first / "results.csv", dtype={"key": str})
+    results.loc[results["seed"] == 0, "objective"] += 0.01  # as if run on another processor model
+    results.to_csv(other / "results.csv", index=False)
+    (other / "README.md").write_text(f"# earlier\n\nproduced by: `ablate run {study.path}` · at commit: `{'a' * 40}`\n")
+    text = (write_report(plan, res, reports / study.name, **FAST).parent / "README.md").read_text()
+    assert "Trials shared with other committed reports" in text and "Shared trials: " in text
+    shared = shared_trials(plan, pd.read_csv(first / "results.csv", dtype={"key": str}), reports)
+    n_seeds, arms = len(study.seeds), {s.arm for s in plan.specs}
+    assert set(shared["other_arm"]) == arms and (shared["arm"] == shared["other_arm"]).all()
+    assert set(shared["report"]) == {"earlier_run"} and set(shared["how"]) == {"same trial key"}
+    assert set(shared["seeds"]) == {f"0-{n_seeds - 1}"} and set(shared["n"]) == {n_seeds}
+    assert set(shared["same_objective"]) == {n_seeds - 1}  # seed 0 differs in every arm
+    assert text.count("same trial key") >= len(arms)
+
+
+def test_computation_key_resolves_what_a_setting_computes_on_the_device():
+    """model.dtype auto is float32 on a CPU and bfloat16 autocast on CUDA; rollout.dtype null follows the
+    trainer. A trial key keeps auto and float32 apart (another computation on a GPU); the computation key
+    on a CPU does not. Setting an option to its default value gives the key of leaving it out."""
+    from ablate.config import TrialConfig, field_paths
+
+    base = TrialConfig.from_overrides({"model.name": "tiny-llama"})
+    f32 = base.with_overrides({"model.dtype": "float32"})
+    assert base.trial_key() != f32.trial_key()
+    assert computation_key(base) == computation_key(f32) != computation_key(base, "cuda")
+    assert computation_key(base, "cuda") == computation_key(base.with_overrides({"model.dtype": "bfloat16"}), "cuda")
+    assert computation_key(base.with_overrides({"rollout.dtype": "float32"})) == computation_key(base)
+    assert computation_key(base.with_overrides({"rollout.dtype": "bfloat16"})) != computation_key(base)
+    flat = TrialConfig.from_overrides({}).to_flat_dict()
+    for path in field_paths():  # every option set explicitly to its default
+        assert TrialConfig.from_overrides({path: flat[path]}).trial_key() == TrialConfig.from_overrides({}).trial_key(), path
+    assert seed_ranges(pd.Series([5, 0, 1, 2, 3, 7, 8])) == "0-3, 5, 7-8"

@@ -14,10 +14,12 @@ HELP = "write a study's report: findings with CIs, seaborn figures, index.html a
 DESCRIPTION = """\
 Read a study's trials from MLflow and write its report into reports/<study>/ (or --out DIR):
 index.html (one self-contained page that opens offline), README.md (the same findings in Markdown),
-results.csv (one row per trial), tidy.csv.gz (every trial x step x metric) and every figure as PNG
-(--svg adds SVG copies). The report is also logged as artifacts (report/) of the study's parent MLflow
-run. A committed report (reports/ in git) keeps only index.html, README.md, results.csv and the PNGs
-(.gitignore): the rest lives in MLflow.
+results.csv (one row per trial), curves.csv (the objective metric's history per trial), tidy.csv.gz
+(every trial x step x metric) and every figure as PNG (--svg adds SVG copies). The report is also logged
+as artifacts (report/) of the study's parent MLflow run. A committed report (reports/ in git) keeps only
+index.html, README.md, results.csv, curves.csv and the PNGs (.gitignore): the rest lives in MLflow. The
+report lists the trials it shares with the other reports in its folder's parent (reports/): the same
+trial key, or the same computation on a CPU.
 
 The study is a study file, or a study's name: studies/NAME.yaml, else the study file stored with the
 study's parent run in MLflow. A study that is still running or partly failed gives a report of what has

@@ -11,6 +11,8 @@ writes into ``out_dir``:
     index.html                 one self-contained page (figures embedded as PNG data URIs)
     README.md                  the same findings in Markdown (figures as the PNG files beside it)
     results.csv                one row per trial: arm, seed, levels, state, objective, final metrics
+    curves.csv                 the objective metric's history per trial (key, arm, seed, step, value): small,
+                               committed with the report, so that another summary of it can be re-analysed
     tidy.csv.gz                the full tidy table (trial x step x metric), gzip-compressed
     problems.csv.gz            per-problem evaluation records, when the trials logged them
     samples.json               the sample completions shown, per trial key
@@ -25,6 +27,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +41,7 @@ from ablate.report.folder import TUNED_FILE
 from ablate.report.html import render_html
 from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table
+from ablate.report.shared import shared_trials
 from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
 from ablate.results import Results
 
@@ -260,6 +264,40 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
     )
 
 
+#: The objective metric's history per trial, committed with a report.
+CURVES_FILE = "curves.csv"
+
+
+def objective_curves(table: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``key, arm, seed, step, value`` of ``metric`` in the tidy results ``table``, by trial then step."""
+    cols = ["key", "arm", "seed", "step", "value"]
+    rows = table[table["metric"] == metric] if not table.empty else pd.DataFrame(columns=cols)
+    return rows[cols].sort_values(["arm", "seed", "step"], kind="stable").reset_index(drop=True)
+
+
+def shared_note(shared: pd.DataFrame) -> str:
+    """One sentence naming the committed reports this one shares trials with (see the table)."""
+    return ("Shared trials: " + "; ".join(
+        f"{r.arm} at seeds {r.seeds} = {r.report}'s {r.other_arm} ({r.how}; the same objective in {r.same_objective} "
+        f"of {r.n})" for r in shared.itertuples()) + ". Shared trials are one piece of evidence, not several; an "
+        "objective that differs between two reports comes from another processor model or code version (RL "
+        "amplifies float rounding).")
+
+
+def shared_table(shared: pd.DataFrame) -> Table:
+    """The shared trials as a report table."""
+    frame = shared.assign(same_objective=[f"{r.same_objective} of {r.n}" for r in shared.itertuples()]).drop(
+        columns=["n"]).rename(columns={"arm": "arm", "seeds": "seeds", "report": "also in report",
+                                       "other_arm": "as its arm", "how": "found by",
+                                       "same_objective": "same objective"})
+    return Table("Trials shared with other committed reports", frame,
+                 "Trials of this report that another report under the same folder also ran: the same trial key, or "
+                 "keys that differ only in a setting that resolves to the same computation on a CPU (model.dtype "
+                 "auto is float32 there); found by ablate.report.shared from each report's results.csv and study "
+                 "file. 'same objective' counts the shared seeds whose objective is equal in both reports.",
+                 "shared")
+
+
 def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot: int = 200,
                  formats: Sequence[str] = ("png",), seed: int = 0) -> Path:
     """Compute the statistics, phrase the findings, draw the figures and write the report files
@@ -288,9 +326,11 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
         if old.is_file() and old.suffix in (".png", ".svg"):
             old.unlink()
     figures, figure_notes = draw_figures(stats, results, out, formats)
-    trial_summary(results, stats.per_trial).to_csv(out / "results.csv", index=False)
+    summary = trial_summary(results, stats.per_trial)
+    summary.to_csv(out / "results.csv", index=False)
+    objective_curves(results.table, study.objective.metric).to_csv(out / CURVES_FILE, index=False)
     results.table.to_csv(out / "tidy.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
-    files = ["results.csv", "tidy.csv.gz"]
+    files = ["results.csv", CURVES_FILE, "tidy.csv.gz"]
     tuned_notes: list[str] = []
     if ran.tuned:
         (out / TUNED_FILE).write_text(json.dumps(ran.tuned, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -308,6 +348,10 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
         files.append("samples.json")
     files += [p.name for f in figures for p in f.files.values()]
     page = build_page(study, results, stats, findings, figures, [*tuned_notes, *figure_notes], files)
+    shared = shared_trials(ran, summary, out.resolve().parent, labels=stats.labels)
+    if not shared.empty:
+        page = replace(page, notes=(*page.notes, shared_note(shared)),
+                       tables=(*page.tables, shared_table(shared)))
     (out / "README.md").write_text(render_markdown(page), encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_html(page), encoding="utf-8")
