@@ -11,6 +11,7 @@ import re
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -137,3 +138,84 @@ def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports
     for report in ("behaviour_logp", "cpu_bf16"):
         assert (fp32.loc[report, "n"], fp32.loc[report, "same_objective"]) == (4, 0), report
     assert "AMD EPYC" in (ROOT / "reports" / "cpu_bf16" / "README.md").read_text(encoding="utf-8")
+
+
+#: The summaries of a trial's evaluation curve compared on aa_objective's A/A design: name -> (summary,
+#: last_n, first step used as a fraction of the last, evaluations it needs after step 0).
+NOISE_SUMMARIES = {
+    "the last evaluation (every study's objective)": ("last", 1, 0.0, 1),
+    "the mean of the last 3 evaluations": ("last", 3, 0.0, 3),
+    "the mean of the last 5 evaluations": ("last", 5, 0.0, 5),
+    "the area under the last third of the curve": ("auc", 1, 2 / 3, 3),
+}
+
+
+def objective_noise_table() -> str:
+    """docs/statistics.md's A/A noise table: for each rollout shape of reports/aa_objective, the SD of one
+    seed's stream=1 - stream=0 difference under each summary of the eval curve (curves.csv, evaluations
+    every 10 steps), with its 95% chi-square interval, and the Pitman-Morgan test of equal variance
+    against the last evaluation on the same seeds; then the two shapes' last evaluations (F-test)."""
+    from scipy import stats
+
+    from ablate.objective import summarize
+
+    folder = ROOT / "reports" / "aa_objective"
+    curves = pd.read_csv(folder / "curves.csv", dtype={"key": str})
+    arms = pd.read_csv(folder / "results.csv", dtype={"key": str}).set_index("key")[["stream", "shape"]]
+    curves = curves.join(arms, on="key")
+    rows = ["| completions per step | summary of eval/accuracy | evaluations after step 0 | SD of one seed's A/A "
+            "difference, points [95% χ² interval] | n seeds | variance / the last evaluation's (Pitman-Morgan p) |",
+            "|---|---|---:|---|---:|---|"]
+    last = {}
+    for shape, label in (("g8", "4 prompts × 8"), ("g16", "2 prompts × 16")):
+        diffs = {}
+        for name, (summary, last_n, start, _) in NOISE_SUMMARIES.items():
+            per = {}
+            for (stream, seed), g in curves[curves["shape"] == shape].groupby(["stream", "seed"]):
+                g = g[g["step"] >= start * g["step"].max()]
+                per[(int(stream), int(seed))] = summarize(g["step"].to_numpy(), g["value"].to_numpy(), summary, last_n)
+            seeds = sorted({s for _, s in per})
+            diffs[name] = np.array([per[(1, s)] - per[(0, s)] for s in seeds])
+        base = diffs[next(iter(NOISE_SUMMARIES))]
+        last[shape] = base
+        for name, d in diffs.items():
+            n = d.size
+            sd = d.std(ddof=1)
+            lo, hi = (sd * math.sqrt((n - 1) / stats.chi2.ppf(q, n - 1)) for q in (0.975, 0.025))
+            vs = ("–" if d is base else
+                  f"{d.var(ddof=1) / base.var(ddof=1):.2f} (p = {stats.pearsonr(d + base, d - base).pvalue:.2f})")
+            rows.append(f"| {label} | {name} | {NOISE_SUMMARIES[name][3]} | {100 * sd:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] "
+                        f"| {n} | {vs} |")
+    a, b = last["g16"], last["g8"]
+    ratio = a.var(ddof=1) / b.var(ddof=1)
+    p = 2 * min(stats.f.cdf(ratio, a.size - 1, b.size - 1), stats.f.sf(ratio, a.size - 1, b.size - 1))
+    rows.append("")
+    rows.append(f"2 prompts × 16 against 4 prompts × 8, the last evaluation: variance ratio {ratio:.2f}, "
+                f"F({a.size - 1}, {b.size - 1}) two-sided p = {p:.2f}.")
+    return "\n".join(rows)
+
+
+def test_the_objective_noise_table_of_docs_statistics_is_what_the_committed_curves_give():
+    text = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
+    m = re.search(r"<!-- objective-noise:begin -->\n(.*?)\n?<!-- objective-noise:end -->", text, re.S)
+    assert m, "docs/statistics.md lacks the objective-noise markers"
+    assert m.group(1).strip() == objective_noise_table(), "docs/statistics.md's objective-noise table is stale: " \
+        "regenerate it with tests.test_committed_reports.objective_noise_table()"
+
+
+def test_aa_objective_reproduces_aa_control_on_the_same_processor_model_at_a_later_commit():
+    """aa_objective's 4 x 8 arms are aa_control's trials evaluated every 10 steps instead of 20 (the
+    evaluation draws nothing from the training streams): run today on the processor model its report
+    names, at a commit 85 commits after aa_control's, every one of the 16 trials reached aa_control's
+    last accuracy exactly. behaviour_logp's and cpu_bf16's runs of the same computation (another
+    processor: cpu_bf16's report names an AMD EPYC) differ in every seed (the shared-trials test)."""
+    new = pd.read_csv(ROOT / "reports" / "aa_objective" / "results.csv")
+    old = pd.read_csv(ROOT / "reports" / "aa_control" / "results.csv")
+    new = new[new["shape"] == "g8"].set_index(["stream", "seed"])["objective"]
+    old = old.set_index(["stream", "seed"])["objective"]
+    assert len(old) == 16 and (new.loc[old.index] == old).all()
+    _, commit_old, _ = provenance(ROOT / "reports" / "aa_control")
+    _, commit_new, _ = provenance(ROOT / "reports" / "aa_objective")
+    assert commit_old != commit_new
+    assert set(pd.read_csv(ROOT / "reports" / "aa_objective" / "results.csv")["cpu"]) == {
+        "Intel(R) Xeon(R) Processor @ 2.80GHz"}
