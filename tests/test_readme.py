@@ -88,3 +88,35 @@ def test_every_number_of_an_answer_is_in_its_report(report, answer):
 def test_the_number_check_can_fail():
     assert _printed_as(Decimal("2.75"), Decimal("2.7")) and _printed_as(Decimal("2.75"), Decimal("2.8"))
     assert not _printed_as(Decimal("2.76"), Decimal("2.7")) and not _printed_as(Decimal("-7.35"), Decimal("7.3"))
+
+
+FINDINGS = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+
+
+def findings_rows() -> list[tuple[str, str]]:
+    """(report, the row) of docs/findings.md's table, one per row that links a report first."""
+    rows = []
+    for row in FINDINGS.splitlines():
+        m = re.match(r"\| \[[^\]]+\]\(\.\./(reports/[^)]+/README\.md)\)", row)
+        if m:
+            rows.append((m.group(1), row))
+    return rows
+
+
+def test_the_findings_table_links_a_report_in_each_row():
+    assert len(findings_rows()) >= 12
+
+
+@pytest.mark.parametrize(("report", "measured"), findings_rows(), ids=[r.split("/")[1] for r, _ in findings_rows()])
+def test_every_number_of_a_finding_is_in_its_report(report, measured):
+    """Each decimal and percentage docs/findings.md quotes as measured (the row's last cell) occurs,
+    rounded as quoted, in a committed report the row links to, or in docs/statistics.md's re-analysis
+    and noise tables, which tests recompute from the committed results."""
+    statistics = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
+    linked = {report, *re.findall(r"\(\.\./(reports/[^)]+/README\.md)\)", measured)}
+    have = [x for r in sorted(linked) for x in _numbers((ROOT / r).read_text(encoding="utf-8"))] + _numbers(statistics)
+    text = measured.split("|")[-2].replace("−", "-")
+    shown = [Decimal(x) for x in re.findall(r"[-+]?\d+\.\d+|\d+(?=%)", text)]
+    have = [abs(h) for h in have]  # a sentence may turn a difference's sign into words ("shorter by")
+    missing = [str(x) for x in shown if not any(_printed_as(h, abs(x)) or _printed_as(100 * h, abs(x)) for h in have)]
+    assert not missing, f"docs/findings.md's row for {report} quotes numbers its report does not hold: {missing}"

@@ -128,8 +128,7 @@ class ModelConfig(Section):
         AMD EPYC, median of 10 interleaved steps: 0.90 tiny-llama, 0.76 small-llama, 1.10 micro-llama
         (bfloat16 with sdpa: 1.07, 0.87, 1.55; benchmarks/bench_precision.py). bfloat16 changes the
         arithmetic; studies/cpu_bf16.yaml found bfloat16 with eager equivalent to float32 within 5 points
-        (16 seeds, tiny-llama) with whole trials 1.09x faster (95% t-interval over the 16 seeds
-        [1.07, 1.11])."""),
+        (16 seeds, tiny-llama)."""),
     )
 
 
@@ -247,10 +246,9 @@ class RolloutConfig(Section):
         attention kernel differs from the training forward's), so the first minibatch's ratios are 1 up to
         that rounding. Unused when the update is on-policy (one epoch, one minibatch, no KL, no precision
         mismatch): the update's own log-probs are used then. With rollout.dtype set, the sampler's values
-        are in the rollout's precision, like the recomputed ones. Speed (studies/behaviour_logp.yaml, 8 seeds,
-        AMD EPYC, mean ratio with its 95% t-interval over seeds): the rollout phase 1.33x [1.17, 1.50] faster,
-        a step 1.10x [0.97, 1.23], a whole trial 1.07x [1.01, 1.14]; the same samples and accuracies as
-        recompute in every seed."""),
+        are in the rollout's precision, like the recomputed ones. It saves one forward per rollout;
+        studies/behaviour_logp.yaml found the same samples and accuracies as recompute in every one of its
+        8 seeds."""),
     )
 
 
