@@ -428,6 +428,35 @@ def paired_contrast(x: Sequence[float], y: Sequence[float], seeds: Sequence[int]
     )
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """A paired ratio ``y / x`` over seeds (e.g. baseline time / level time: how many times faster).
+
+    Attributes:
+        ratio: the geometric mean of the per-seed ratios; ci_low, ci_high: its 95% interval, the
+            exponentiated t-interval of the per-seed log ratios (n - 1 df; NaN below :data:`MIN_SEEDS`).
+        n_seeds: seeds with both values positive.
+    """
+
+    ratio: float
+    ci_low: float
+    ci_high: float
+    n_seeds: int
+
+
+def paired_ratio(x: Sequence[float], y: Sequence[float], confidence: float = CONFIDENCE) -> Ratio:
+    """The paired ratio ``y / x`` of per-seed positive values (seconds, tokens ...): the geometric mean of
+    the ratios with the exponentiated paired t-interval of ``log y - log x``; pairs with a non-positive or
+    non-finite value are left out."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y) & (x > 0) & (y > 0)
+    d = np.log(y[keep]) - np.log(x[keep])
+    if d.size == 0:
+        return Ratio(math.nan, math.nan, math.nan, 0)
+    lo, hi = t_interval(d, confidence)
+    return Ratio(float(np.exp(d.mean())), float(np.exp(lo)), float(np.exp(hi)), int(d.size))
+
+
 # ---------------------------------------------------------------------------------- linear model
 
 

@@ -578,3 +578,35 @@ def test_computation_key_resolves_what_a_setting_computes_on_the_device():
     for path in field_paths():  # every option set explicitly to its default
         assert TrialConfig.from_overrides({path: flat[path]}).trial_key() == TrialConfig.from_overrides({}).trial_key(), path
     assert seed_ranges(pd.Series([5, 0, 1, 2, 3, 7, 8])) == "0-3, 5, 7-8"
+
+
+def test_a_timing_metric_gets_a_speed_ratio_by_seed(tmp_path):
+    """perf/rollout_s planted per trial: 0.5 s at the sequence level and 0.25 (1 + 0.1 seed) s at the token
+    level, whatever clip_high, with a 0 logged at every other step (a step that skipped the timed part).
+    Per seed the ratio baseline / level is 2 / (1 + 0.1 seed); the report gives their geometric mean and the
+    exponentiated t-interval of their logs, computed here by hand."""
+    from scipy import stats as st
+
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "report: {metrics: [perf/rollout_s]}\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(4))
+    rows = res.table[res.table["metric"] == "policy/entropy"].copy()
+    token = rows[level_column("loss_norm")] == TOKEN
+    rows["value"] = np.where(token, 0.25 * (1 + 0.1 * rows["seed"]), 0.5)
+    rows.loc[rows["step"] % 2 == 0, "value"] = 0.0
+    res.table = pd.concat([res.table, rows.assign(metric="perf/rollout_s")], ignore_index=True)
+    stats = compute_statistics(study, res, **FAST)
+    (speed,) = [r for r in stats.speed if r.factor == "loss_norm"]
+    logs = np.log(2 / (1 + 0.1 * np.array(study.seeds)))
+    n = logs.size
+    half = st.t.ppf(0.975, n - 1) * logs.std(ddof=1) / math.sqrt(n)
+    assert (speed.level, speed.baseline, speed.ratio.n_seeds) == (TOKEN, "sequence", n)
+    assert speed.ratio.ratio == pytest.approx(math.exp(logs.mean()))
+    assert (speed.ratio.ci_low, speed.ratio.ci_high) == (pytest.approx(math.exp(logs.mean() - half)),
+                                                          pytest.approx(math.exp(logs.mean() + half)))
+    (clip,) = [r for r in stats.speed if r.factor == "clip_high"]
+    assert clip.ratio.ratio == pytest.approx(1.0) and clip.ratio.ci_low == pytest.approx(1.0)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
+    assert "Speed against the baseline level" in (index.parent / "README.md").read_text()
+    assert inf.paired_ratio([1.0, 2.0], [2.0, 0.0]).n_seeds == 1  # a non-positive time is left out

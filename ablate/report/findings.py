@@ -475,6 +475,19 @@ def _descriptive_tables(stats: ReportStatistics) -> list[Table]:
             "The study's report.metrics, each summarised per trial as the mean of its last 10% of logged values, "
             "compared level by level with the same method as the objective (fractions in percentage points). "
             "Descriptive: they have no preferred direction and are not claims of the family.", "diagnostics"))
+    if stats.speed:
+        frame = pd.DataFrame([{"metric": r.metric, "contrast": f"{r.factor}: {r.level} vs {r.baseline}",
+                               "seeds": r.ratio.n_seeds, "ratio": r.ratio.ratio, "ci_low": r.ratio.ci_low,
+                               "ci_high": r.ratio.ci_high} for r in stats.speed])
+        tables.append(Table("Speed against the baseline level", _fmt_frame(
+            frame, {"metric": "metric", "contrast": "contrast", "seeds": "seeds",
+                    "ratio": "baseline / level time", "ci_low": "CI low", "ci_high": "CI high"},
+            digits={"ratio": 3, "ci_low": 3, "ci_high": 3}),
+            "Each timing metric of report.metrics as a speed ratio: above 1 the level is faster. Per trial the "
+            "median of the metric's positive logged values (seconds); per seed the mean over the matched cells; the "
+            "geometric mean over seeds with the 95% t-interval of the per-seed log ratios (none below 3 seeds). "
+            "Times depend on the processor and on what else ran beside the trial: descriptive, not claims.",
+            "speed"))
     if not stats.fits.empty:
         fv = stats.fits.assign(arm=stats.fits["arm"].map(lambda a: stats.labels.get(a, a)))
         fv["status"] = [("fitted" + (f" ({reason})" if reason else "") if ok else f"failed: {reason}")

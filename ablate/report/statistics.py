@@ -77,6 +77,44 @@ class Diagnostic:
 
 
 @dataclass(frozen=True)
+class SpeedRatio:
+    """A timing metric's level-vs-baseline speed ratio (baseline time / level time: > 1 is faster),
+    paired by seed over matched cells (:func:`ablate.inference.paired_ratio`). Descriptive."""
+
+    metric: str
+    factor: str
+    level: str
+    baseline: str
+    ratio: inference.Ratio
+
+
+def is_timing(metric: str) -> bool:
+    """A per-step time in seconds (``perf/*_s``), whose level-vs-baseline ratio the report gives."""
+    return metric.startswith("perf/") and metric.endswith("_s")
+
+
+def speed_ratios(table: pd.DataFrame, metric: str, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],
+                 baseline: Mapping[str, str]) -> list[SpeedRatio]:
+    """Per level-vs-baseline contrast, ``metric``'s speed ratio: per trial the median of its positive
+    logged values (seconds; steps that skip the timed part log 0), per seed the mean over matched
+    cells, and the geometric mean over seeds of baseline / level with its 95% t-interval on the logs."""
+    cols = list(factors.values())
+    rows = table[(table["metric"] == metric) & (table["value"].astype(float) > 0)]
+    if rows.empty:
+        return []
+    per = rows.groupby([*analysis.ID_COLUMNS, *cols], sort=False, dropna=False)["value"].median().reset_index()
+    per["seed"] = per["seed"].astype(int)
+    for c in cols:
+        per[c] = per[c].astype(str)
+    out = []
+    for f, lv in inference.contrast_keys(levels, baseline):
+        frame, _ = inference.paired_values(per, factors[f], lv, str(baseline[f]), cols, value="value")
+        if not frame.empty:
+            out.append(SpeedRatio(metric, f, lv, str(baseline[f]), inference.paired_ratio(frame["x"], frame["y"])))
+    return out
+
+
+@dataclass(frozen=True)
 class ReportStatistics:
     """Every number a report shows, before any of it is phrased.
 
@@ -127,6 +165,7 @@ class ReportStatistics:
     warm_start: str
     seed_rule: str = ""
     eval_sd: dict[str, float] = field(default_factory=dict)
+    speed: tuple[SpeedRatio, ...] = ()
 
     @property
     def legend_title(self) -> str:
@@ -219,6 +258,7 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
     order = {a.name: i for i, a in enumerate(study.arms)}
     arms = _in_order(inference.arm_table(per_trial, list(factors.values())), order)
     diagnostics = []
+    speed: list[SpeedRatio] = []
     for metric in study.report_metrics:
         if table.empty:
             break
@@ -227,6 +267,8 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
             continue
         diagnostics.append(Diagnostic(metric, inference.infer(values, factors, levels, baseline,
                                                               design=study.design_name, value="value")))
+        if is_timing(metric):
+            speed.extend(speed_ratios(table, metric, factors, levels, baseline))
     value_range = (0.0, 1.0) if unit == "fraction" else None
     points = analysis.compute_points(table, obj.metric) if not table.empty else pd.DataFrame()
     fits = _in_order(analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed, value_range=value_range), order) \
@@ -245,4 +287,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
+        speed=tuple(speed),
     )
