@@ -501,8 +501,10 @@ def test_options_added_later_keep_existing_trial_keys():
     assert len(set(scoped)) == 4 and KEY_BEFORE_ISSUE_13 not in scoped
     # grpo with adv_std=none computes what dr_grpo computes, but it is another configuration
     assert build("algo.adv_std=none").trial_key() != build("algo.advantage=dr_grpo").trial_key()
-    for path, neutral in KEY_OMITTED_AT_DEFAULT.items():
-        assert TrialConfig().to_flat_dict()[path] == neutral, path
+    from ablate.config.schema import KEY_OMITTED_WHEN_INERT
+
+    for path, neutral in KEY_OMITTED_AT_DEFAULT.items():  # the neutral default, or a correction inert by default
+        assert TrialConfig().to_flat_dict()[path] == neutral or KEY_OMITTED_WHEN_INERT[path](TrialConfig()), path
 
 
 def test_trial_key_ignores_excluded_fields_and_how_the_config_was_built(tmp_path):
@@ -692,8 +694,10 @@ def test_new_options_at_their_neutral_defaults_keep_every_trial_key():
 
     assert TrialConfig().trial_key() == _KEY_BEFORE_PRECISION_OPTIONS
     flat = TrialConfig().to_flat_dict()
-    for path, neutral in KEY_OMITTED_AT_DEFAULT.items():
-        assert flat[path] == neutral, path  # the default is the neutral value
+    from ablate.config.schema import KEY_OMITTED_WHEN_INERT
+
+    for path, neutral in KEY_OMITTED_AT_DEFAULT.items():  # the neutral value, or a correction inert by default
+        assert flat[path] == neutral or KEY_OMITTED_WHEN_INERT[path](TrialConfig()), path
     base = TrialConfig().trial_key()
     for override in ["model.lm_head_dtype=float32", "rollout.dtype=bfloat16", "rollout.dtype=float32",
                      "loss.rollout_correction=tis", "loss.rollout_correction_cap=3.0",

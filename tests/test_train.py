@@ -498,3 +498,85 @@ def test_optim_implementation_picks_torchs_adamw_and_changes_only_rounding(ws_ca
     assert all(torch.equal(a, b) for a, b in zip(updates["auto"], updates["for-loop"]))  # auto = the loop on CPU
     for impl in ("foreach", "fused"):
         assert all(torch.allclose(a, b, rtol=0, atol=1e-7) for a, b in zip(updates["auto"], updates[impl])), impl
+
+
+# ------------------------------------------------ overlong filter x zero-variance filters (issue 30)
+
+
+def _hand_batch():
+    """2 groups of 4 completions, reward 1 or 0 at the last token: group 0 [1, 1, 1, 0] whose 0 is a
+    truncated completion, group 1 [1, 0, 0, 0] with nothing truncated."""
+    from ablate.train.batch import StepBatch
+
+    rewards = torch.tensor([1.0, 1, 1, 0, 1, 0, 0, 0])
+    token_rewards = torch.zeros(8, 3)
+    token_rewards[:, -1] = rewards
+    return StepBatch(
+        prompt_ids=torch.ones(8, 2, dtype=torch.long), prompt_mask=torch.ones(8, 2, dtype=torch.long),
+        completion_ids=torch.ones(8, 3, dtype=torch.long), mask=torch.ones(8, 3), old_logp=None,
+        group_ids=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
+        truncated=torch.tensor([False, False, False, True, False, False, False, False]),
+        token_rewards=token_rewards, step_mask=torch.zeros(8, 3), parts={}, grades=[], texts=[""] * 8,
+        prompts=["p0", "p1"])
+
+
+def _advantages(cfg, batch):
+    from types import SimpleNamespace
+
+    from ablate.train.update import update_inputs
+
+    state = SimpleNamespace(config=cfg, critic=None, measures_mismatch=False)
+    x = update_inputs(state, batch, step=1)
+    return x.advantages, x.loss_mask
+
+
+@pytest.mark.parametrize("flag", ["algo.zero_variance_filter=true", "algo.dynamic_sampling=true"])
+def test_the_zero_variance_filters_keep_only_groups_whose_used_advantages_are_not_all_zero(flag):
+    """Under reward.overlong_filter the truncated row leaves group 0's statistics, so [1, 1, 1] is
+    constant and every advantage of group 0 is 0. The filters judge the same rows (algo.filter_on: used):
+    group 0 is dropped. Judged on every row's raw reward (filter_on: all, the code before issue 30), it was
+    kept with no non-zero advantage: this test's first assertion failed there."""
+    from ablate.train.batch import filter_rows, groups_with_variance
+
+    batch = _hand_batch()
+    cfg = TrialConfig.from_overrides(["reward.overlong_filter=true", flag])
+    keep = groups_with_variance(batch, filter_rows(cfg, batch))
+    adv, loss_mask = _advantages(cfg, batch)
+    for g in keep:  # every kept group carries gradient
+        rows = batch.group_ids == g
+        assert bool((adv[rows] * loss_mask[rows]).abs().sum() > 0), f"group {g} kept with every advantage 0"
+    assert keep == [1]
+    legacy = cfg.with_overrides(["algo.filter_on=all"])
+    assert groups_with_variance(batch, filter_rows(legacy, batch)) == [0, 1]  # the old decision
+    assert cfg.trial_key() != legacy.trial_key()
+
+
+def test_dapos_semantics_keep_a_truncated_reward_in_its_groups_baseline():
+    """reward.overlong_baseline include (DAPO, TRL's mask_truncated_completions): group 0's mean and
+    unbiased std are those of [1, 1, 1, 0]: 0.75 and 0.5, so each correct row's advantage is
+    (1 - 0.75) / (0.5 + 1e-6); the truncated row's loss is masked (advantage 0 on it). exclude: 0 for all."""
+    batch = _hand_batch()
+    include = TrialConfig.from_overrides(["reward.overlong_filter=true", "reward.overlong_baseline=include"])
+    adv, loss_mask = _advantages(include, batch)
+    assert torch.allclose(adv[:3], torch.full((3, 3), 0.25 / (0.5 + 1e-6)))
+    assert bool((adv[3] == 0).all()) and bool((loss_mask[3] == 0).all())
+    exclude = TrialConfig.from_overrides(["reward.overlong_filter=true"])
+    adv_ex, _ = _advantages(exclude, batch)
+    assert bool((adv_ex[:4] == 0).all()) and torch.equal(adv_ex[4:], adv[4:])  # group 1 is the same either way
+    from ablate.train.batch import filter_rows, groups_with_variance
+
+    with_filter = include.with_overrides(["algo.zero_variance_filter=true"])
+    assert groups_with_variance(batch, filter_rows(with_filter, batch)) == [0, 1]  # group 0 has gradient now
+
+
+def test_options_that_cannot_change_a_trial_stay_out_of_its_key():
+    """algo.filter_on matters only with reward.overlong_filter and a zero-variance filter;
+    reward.overlong_baseline only with reward.overlong_filter. Elsewhere neither changes the key."""
+    base = TrialConfig()
+    assert TrialConfig.from_overrides(["algo.filter_on=all"]).trial_key() == base.trial_key()
+    assert TrialConfig.from_overrides(["reward.overlong_baseline=include"]).trial_key() == base.trial_key()
+    on = TrialConfig.from_overrides(["reward.overlong_filter=true"])
+    assert on.with_overrides(["reward.overlong_baseline=include"]).trial_key() != on.trial_key()
+    assert on.with_overrides(["algo.filter_on=all"]).trial_key() == on.trial_key()  # no filter: inert
+    both = on.with_overrides(["algo.dynamic_sampling=true"])
+    assert both.with_overrides(["algo.filter_on=all"]).trial_key() != both.trial_key()

@@ -15,7 +15,7 @@ import json
 import sys
 import typing
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ from ablate.config.sections import (
 from ablate.config.validators import check_device
 from ablate.yamlio import FileProblem, LineDict, YamlError, plain, read_yaml
 
-__all__ = ["KEY_EXCLUDED_PATHS", "KEY_OMITTED_AT_DEFAULT", "TrialConfig", "caller_stacklevel", "describe_path", "field_paths", "nearest_path"]
+__all__ = ["KEY_EXCLUDED_PATHS", "KEY_OMITTED_AT_DEFAULT", "KEY_OMITTED_WHEN_INERT", "TrialConfig", "caller_stacklevel", "describe_path", "field_paths", "nearest_path"]
 
 #: Paths that do not change what a trial computes, left out of :meth:`TrialConfig.trial_key`: where
 #: and how fast it runs (device, threads, grad_accum), and bookkeeping (logging, checkpoints, cache).
@@ -78,6 +78,16 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "optim.implementation": "auto",
     "rollout.behaviour_logp": "recompute",
     "model.attention": "sdpa",
+    "algo.filter_on": "all",
+    "reward.overlong_baseline": "exclude",
+}
+
+#: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
+#: with the test of that (on the configuration); elsewhere they are part of the key like any path.
+KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
+    "algo.filter_on": lambda c: not (c.reward.overlong_filter
+                                     and (c.algo.dynamic_sampling or c.algo.zero_variance_filter)),
+    "reward.overlong_baseline": lambda c: not c.reward.overlong_filter,
 }
 
 
@@ -322,14 +332,16 @@ class TrialConfig(Section):
         """The trial's identity: 12 hex digits of SHA-256 of the canonical JSON of the configuration.
 
         Every field counts (the seed included) except :data:`KEY_EXCLUDED_PATHS`, which do not change
-        what the trial computes, and the options of :data:`KEY_OMITTED_AT_DEFAULT` while they hold the
-        value that computes what trials computed before those options existed. The canonical form (sorted dotted keys, no whitespace, ASCII, floats
+        what the trial computes, the options of :data:`KEY_OMITTED_AT_DEFAULT` while they hold the
+        value that computes what trials computed before those options existed, and those of
+        :data:`KEY_OMITTED_WHEN_INERT` where the rest of the configuration makes them change nothing. The canonical form (sorted dotted keys, no whitespace, ASCII, floats
         in Python's shortest round-trip form) is the same in every process and Python version. Any
         other change to the schema (a new field outside that table, a new default) changes every key:
         a key names exactly what ran.
         """
         flat = {k: v for k, v in self.to_flat_dict().items()
-                if k not in KEY_EXCLUDED_PATHS and not (k in KEY_OMITTED_AT_DEFAULT and v == KEY_OMITTED_AT_DEFAULT[k])}
+                if k not in KEY_EXCLUDED_PATHS and not (k in KEY_OMITTED_AT_DEFAULT and v == KEY_OMITTED_AT_DEFAULT[k])
+                and not (k in KEY_OMITTED_WHEN_INERT and KEY_OMITTED_WHEN_INERT[k](self))}
         payload = json.dumps(flat, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
         return hashlib.sha256(payload.encode("ascii")).hexdigest()[:12]
 

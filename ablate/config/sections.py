@@ -393,6 +393,15 @@ class RewardConfig(Section):
         description=one_line("""DAPO's overlong filtering: truncated completions (no EOS) are masked out of the loss,
         so that a correct reasoning cut off by the length limit is not punished as wrong."""),
     )
+    overlong_baseline: Literal["exclude", "include"] = Field(
+        "exclude",
+        description=one_line("""With overlong_filter: whether a truncated completion's reward still counts in its
+        group's baseline (the group mean and std of the advantage). exclude: it leaves the statistics as well
+        as the loss, so [correct, correct, correct, truncated] gives the correct ones advantage 0; include:
+        DAPO's and TRL's semantics (mask_truncated_completions): it stays in the mean and std and only its
+        loss is masked, so the correct ones get a positive advantage. The filters of algo.dynamic_sampling
+        and algo.zero_variance_filter decide on the same rows (algo.filter_on)."""),
+    )
 
     @field_validator("components", mode="before")
     @classmethod
@@ -467,6 +476,16 @@ class AlgoConfig(Section):
         are all equal (zero advantage, no gradient) from the step's batch without sampling more, unlike
         dynamic_sampling; the loss is then normalized over the groups kept. A step in which every group has
         zero variance trains on them as they are (all advantages 0)."""),
+    )
+    filter_on: Literal["used", "all"] = Field(
+        "used",
+        description=one_line("""Which rows' rewards dynamic_sampling and zero_variance_filter judge a group's
+        variance by. used: the rows whose rewards enter the advantages (under reward.overlong_filter with
+        overlong_baseline exclude, the completions that were not truncated), so a kept group always has a
+        non-zero advantage; all: every row's raw reward, as before issue 30, when a group such as
+        [correct, correct, correct, truncated] was kept with every advantage 0 yet stayed in the loss's
+        normalizer (kept to reproduce the committed dapo_ladder report). Matters only with overlong_filter
+        and one of the two filters on; elsewhere it is left out of the trial key."""),
     )
     drop_solved_at: float | None = Field(
         None,

@@ -4,6 +4,7 @@ dynamic sampling, which keeps sampling until enough groups have reward variance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -13,6 +14,9 @@ from ablate.tasks import Grade, Problem
 from ablate.train.scoring import score_rollout
 from ablate.train.seeds import seeded_generator, trial_stream
 from ablate.train.setup import TrialState, autocast, rollout_autocast
+
+if TYPE_CHECKING:
+    from ablate.config import TrialConfig
 
 
 @dataclass(frozen=True)
@@ -225,12 +229,25 @@ def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> S
     )
 
 
-def groups_with_variance(batch: StepBatch) -> list[int]:
-    """The groups of ``batch`` whose sequence rewards are not all equal (more than 1e-8 apart)."""
+def filter_rows(config: TrialConfig, batch: StepBatch) -> torch.Tensor:
+    """[B] bool: the rows whose rewards the zero-variance filters judge (``algo.filter_on``): under
+    ``used`` the rows whose rewards enter the advantages (not the truncated ones under
+    ``reward.overlong_filter`` with ``overlong_baseline: exclude``), under ``all`` every row."""
+    rows = torch.ones(batch.group_ids.shape[0], dtype=torch.bool, device=batch.group_ids.device)
+    if (config.algo.filter_on == "used" and config.reward.overlong_filter
+            and config.reward.overlong_baseline == "exclude"):
+        rows = rows & ~batch.truncated.to(rows.device)
+    return rows
+
+
+def groups_with_variance(batch: StepBatch, rows: torch.Tensor | None = None) -> list[int]:
+    """The groups of ``batch`` whose sequence rewards are not all equal (more than 1e-8 apart), over
+    the ``rows`` [B] bool given (default every row): a group that is constant on them gets advantage 0."""
     seq_reward = batch.token_rewards.sum(dim=1)  # (B,)
     keep = []
     for g in range(len(batch.prompts)):
-        vals = seq_reward[batch.group_ids == g]
+        member = batch.group_ids == g
+        vals = seq_reward[member if rows is None else member & rows.to(member.device)]
         if vals.numel() > 1 and float(vals.max() - vals.min()) > 1e-8:
             keep.append(g)
     return keep
@@ -253,7 +270,7 @@ def collect_batch(state: TrialState, step: int) -> tuple[StepBatch, CollectStats
     batch = sample_round(state, step, 0, want)
     tokens, samples = float(batch.mask.sum()), float(batch.mask.shape[0])
     if c.algo.zero_variance_filter:  # ScaleRL: drop, never refill
-        keep = groups_with_variance(batch)
+        keep = groups_with_variance(batch, filter_rows(c, batch))
         if keep and len(keep) < want:
             batch = batch.select_groups(keep)
         return batch, CollectStats(tokens, samples, len(keep) / want, 1.0)
@@ -263,7 +280,7 @@ def collect_batch(state: TrialState, step: int) -> tuple[StepBatch, CollectStats
     have, rounds, sampled_groups = 0, 1, want
     current, timing = batch, batch.timing
     while True:
-        keep = groups_with_variance(current)[: want - have]
+        keep = groups_with_variance(current, filter_rows(c, current))[: want - have]
         if keep:
             kept.append(current.select_groups(keep))
             have += len(keep)

@@ -101,11 +101,16 @@ def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInput
     if state.critic is not None:
         with torch.no_grad(), autocast(state):
             old_values = state.critic(input_ids, attn, p).float()  # (B, T)
+    # reward.overlong_baseline include (DAPO, TRL): truncated rows stay in the group statistics, out of the loss
+    stats_mask = batch.mask if c.reward.overlong_filter and c.reward.overlong_baseline == "include" else loss_mask
     adv, returns = compute_advantages(
-        batch.token_rewards, loss_mask, batch.group_ids,
+        batch.token_rewards, stats_mask, batch.group_ids,
         estimator=c.algo.advantage, values=old_values, gamma=c.algo.gamma, lam=c.algo.lam,
         step_mask=batch.step_mask, whiten=c.algo.whiten, mean_scope=c.algo.adv_mean, std_scope=c.algo.adv_std,
     )  # (B, T), (B, T) or None
+    if stats_mask is not loss_mask:
+        adv = adv * loss_mask
+        returns = returns * loss_mask if returns is not None else None
     check_finite(adv, "advantages", step)
     x = UpdateInputs(input_ids, attn, p, loss_mask, adv, returns, old_values)
     if state.measures_mismatch:
