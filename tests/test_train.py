@@ -85,9 +85,11 @@ def test_every_combination_trains(ws_cache, granularity, agg, ratio):
          "reward.components=[final_answer, partial, missing_eos, soft_overlong]", "reward.soft_overlong.buffer=4"],
         ["loss.surrogate=sapo", "loss.dual_clip=null", "algo.ppo_epochs=2", "reward.prm.source=noisy",
          "reward.components=[final_answer, prm]"],
+        ["loss.aggregation=balanced-mean", "reward.overlong_filter=true", "reward.overlong_baseline=include",
+         "algo.zero_variance_filter=true", "algo.minibatches=2"],
     ],
     ids=["gae-critic-kl-reward", "grpo_process", "rloo-kl-loss-entropy", "dr_grpo-dynamic", "cispo-prompt-mean",
-         "sapo-noisy-prm"],
+         "sapo-noisy-prm", "balanced-mean-dapo-overlong"],
 )
 def test_algorithm_variants_train(ws_cache, extra):
     cfg = tiny(ws_cache, *extra)
@@ -103,16 +105,19 @@ def test_algorithm_variants_train(ws_cache, extra):
         assert metrics["loss/value"] > 0
 
 
-def test_accumulation_matches_full_batch(ws_cache):
+@pytest.mark.parametrize("aggregation", ["token-mean", "balanced-mean"])
+def test_accumulation_matches_full_batch(ws_cache, aggregation):
     """grad_accum splits each minibatch; the update must not change (up to float rounding)."""
     results = []
     for accum in (1, 4):
-        state = setup_trial(tiny(ws_cache, f"algo.grad_accum={accum}", "loss.aggregation=token-mean"))
+        state = setup_trial(tiny(ws_cache, f"algo.grad_accum={accum}", f"loss.aggregation={aggregation}"))
         metrics, _ = train_step(state, 1)
         results.append((params_of(state.model), metrics))
     (p1, m1), (p4, m4) = results
+    # float32 rounding; Adam's first step is ~lr * sign(g), so a near-zero gradient entry may move by a few
+    # 1e-6 (the aggregations' exact accumulation in float64 is tests/rl/test_losses.py's)
     for a, b in zip(p1, p4):
-        assert torch.allclose(a, b, atol=2e-6, rtol=0), (a - b).abs().max()
+        assert torch.allclose(a, b, atol=5e-6, rtol=0), (a - b).abs().max()
     assert m1["loss/policy"] == pytest.approx(m4["loss/policy"], abs=1e-6)
     assert m1["optim/grad_norm"] == pytest.approx(m4["optim/grad_norm"], rel=1e-4)
 

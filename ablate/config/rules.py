@@ -35,7 +35,7 @@ SCOPED_ESTIMATORS: frozenset[str] = frozenset({"grpo"})
 #: per-token loss is one value repeated over the sequence's tokens, which these sum (over the step, the
 #: sequence, or the prompt's group) instead of averaging per sequence (huggingface/trl#3823).
 LENGTH_WEIGHTED_AGGREGATIONS: frozenset[str] = frozenset(
-    {"token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean"})
+    {"token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean", "balanced-mean"})
 #: Clip ranges at or above this are "PPO-sized" for the GSPO warning.
 _PPO_SIZED_CLIP = 0.01
 

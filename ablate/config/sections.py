@@ -570,7 +570,9 @@ class LossConfig(Section):
         2602.05261, TRL loss_type=luspo: GSPO with each sequence's loss scaled by its length);
         seq-mean-token-sum-norm: token sum / max_len, mean over sequences
         (Dr. GRPO, no length bias); prompt-mean: token mean per prompt group, then over groups (DAPO,
-        ScaleRL)."""),
+        ScaleRL); balanced-mean: Balanced Aggregation (Zeng et al. 2026, arXiv 2605.04077, as its abstract
+        defines it): in each group the token mean of the positive-advantage completions and that of the
+        negative ones, weighted by their counts, then the mean over groups with a non-zero advantage."""),
     )
     max_len: int | None = Field(
         None,

@@ -29,9 +29,11 @@ from ablate.rl.losses import (
     SURROGATES,
     StepTotals,
     aggregate_loss,
+    balanced_row_weights,
     effective_normalizer,
     policy_loss,
     policy_loss_from_config,
+    row_signs,
     step_totals,
     value_loss,
 )
@@ -48,6 +50,7 @@ __all__ = [
     "StepTotals",
     "aggregate_loss",
     "compute_advantages",
+    "balanced_row_weights",
     "effective_normalizer",
     "kl_penalty",
     "masked_mean",
@@ -56,6 +59,7 @@ __all__ = [
     "policy_loss",
     "policy_loss_from_config",
     "rollout_correction_weights",
+    "row_signs",
     "step_totals",
     "value_loss",
 ]

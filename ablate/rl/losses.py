@@ -57,9 +57,11 @@ __all__ = [
     "StepTotals",
     "SurrogateParams",
     "aggregate_loss",
+    "balanced_row_weights",
     "effective_normalizer",
     "policy_loss",
     "policy_loss_from_config",
+    "row_signs",
     "step_totals",
     "value_loss",
 ]
@@ -463,6 +465,10 @@ class AggregationContext:
         num_groups: groups with at least one active token in the step (``"prompt-mean"``).
         group_num_tokens: [B], for each row the active tokens of its whole group in the step
             (``"prompt-mean"``).
+        signs: [B] the sign (+1, -1 or 0) of each row's advantage (``"balanced-mean"``).
+        balanced_weights: [B] each row's per-token weight before the division by the balanced groups,
+            over the whole step; balanced_groups: groups with a positive or negative row in the step
+            (``"balanced-mean"``, see :func:`balanced_row_weights`).
     """
 
     group_ids: torch.Tensor | None = None
@@ -471,6 +477,9 @@ class AggregationContext:
     max_len: int | None = None
     num_groups: float | torch.Tensor | None = None
     group_num_tokens: torch.Tensor | None = None
+    signs: torch.Tensor | None = None
+    balanced_weights: torch.Tensor | None = None
+    balanced_groups: float | torch.Tensor | None = None
 
 
 #: ``fn(per_token, mask, ctx) -> scalar``; ``per_token`` [B, T] is already 0 on padding, ``mask``
@@ -579,6 +588,76 @@ def prompt_mean(per_token: torch.Tensor, mask: torch.Tensor, ctx: AggregationCon
     return (per_token.sum(dim=-1) / row_tokens).sum() / _total(num_groups, torch.tensor(0), per_token)
 
 
+def row_signs(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B] the sign (+1, -1, 0) of each row's advantage: of the sum of ``advantages`` [B, T] over its
+    active tokens (``mask`` [B, T]); outcome estimators give every token of a row the same advantage."""
+    return torch.sign((advantages * as_bool_mask(mask).to(advantages.dtype)).sum(dim=-1))
+
+
+def balanced_row_weights(mask: torch.Tensor, group_ids: torch.Tensor,
+                         signs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Balanced Aggregation's weights (Zeng et al. 2026, arXiv 2605.04077, as its abstract defines it).
+
+    In group g, with n+ rows of positive and n- of negative advantage (rows with an active token) and
+    T+, T- their active tokens, a positive row's tokens weigh ``(n+ / (n+ + n-)) / T+`` and a negative
+    row's ``(n- / (n+ + n-)) / T-``: the token mean within each subset, combined with sequence-count
+    weights. A row of zero advantage belongs to neither subset (weight 0).
+
+    Returns:
+        ``([B] weights, the number of groups with n+ + n- > 0)``; the step loss is
+        ``sum_i w_i sum_t L_it / that number``.
+    """
+    m = as_bool_mask(mask)
+    if tuple(group_ids.shape) != (m.shape[0],) or tuple(signs.shape) != (m.shape[0],):
+        raise ValueError(f"group_ids and signs must be [B] = [{m.shape[0]}], got {list(group_ids.shape)} and "
+                         f"{list(signs.shape)}")
+    _, inverse = torch.unique(group_ids.to(m.device), return_inverse=True)  # (B,)
+    g = int(inverse.max()) + 1 if inverse.numel() else 0
+    active = m.any(dim=-1)  # (B,)
+    row_len = m.sum(dim=-1).to(torch.float64)  # (B,)
+    weights = torch.zeros(m.shape[0], dtype=torch.float64, device=m.device)
+    counts = {}
+    for side in (1, -1):
+        member = (signs.to(m.device) == side) & active  # (B,)
+        n = torch.zeros(g, dtype=torch.float64, device=m.device).index_add_(0, inverse, member.to(torch.float64))
+        tokens = torch.zeros(g, dtype=torch.float64, device=m.device).index_add_(0, inverse, row_len * member)
+        counts[side] = (n, tokens)
+    both = counts[1][0] + counts[-1][0]  # (G,)
+    for side in (1, -1):
+        n, tokens = counts[side]
+        per_group = torch.where(tokens > 0, (n / both.clamp(min=1)) / tokens.clamp(min=1), torch.zeros_like(n))
+        member = (signs.to(m.device) == side) & active
+        weights = torch.where(member, per_group[inverse], weights)
+    return weights, (both > 0).sum()
+
+
+@AGGREGATIONS.register("balanced-mean")
+def balanced_mean(per_token: torch.Tensor, mask: torch.Tensor, ctx: AggregationContext) -> torch.Tensor:
+    """Balanced Aggregation (Zeng et al. 2026, arXiv 2605.04077, the abstract's definition; the full text
+    was not available): per group, the token mean of the positive-advantage completions and that of the
+    negative ones, weighted by their sequence counts, ``L_g = n+/(n+ + n-) mean+ + n-/(n+ + n-) mean-``;
+    the step loss is the mean of ``L_g`` over the groups with ``n+ + n- > 0``. Completions with zero
+    advantage are in neither subset. Needs ``group_ids`` and ``signs`` (:func:`row_signs`); for
+    accumulation pass the step's ``balanced_weights`` and ``balanced_groups`` (:func:`step_totals` with
+    ``signs``), else both are computed from this batch."""
+    if (ctx.balanced_weights is None) != (ctx.balanced_groups is None):
+        raise ValueError("balanced-mean: pass both balanced_weights and balanced_groups (step totals, see "
+                         "step_totals with signs) or neither")
+    if ctx.balanced_weights is None:
+        if ctx.group_ids is None or ctx.signs is None:
+            raise ConfigError(
+                "loss aggregation 'balanced-mean' needs group_ids and signs (the sign of each completion's "
+                "advantage, row_signs(advantages, mask)); pass group_ids=<[B] tensor>, signs=<[B] tensor>"
+            )
+        weights, groups = balanced_row_weights(mask, ctx.group_ids, ctx.signs)
+    else:
+        weights, groups = ctx.balanced_weights, ctx.balanced_groups
+        if tuple(weights.shape) != (per_token.shape[0],):
+            raise ValueError(f"balanced_weights must be [B] = [{per_token.shape[0]}], got {list(weights.shape)}")
+    w = weights.to(device=per_token.device, dtype=per_token.dtype)
+    return (per_token.sum(dim=-1) * w).sum() / _total(groups, torch.tensor(0), per_token)
+
+
 def _group_token_counts(mask: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """([B] active tokens of each row's group, number of groups with an active token)."""
     if tuple(group_ids.shape) != (mask.shape[0],):
@@ -602,6 +681,9 @@ def aggregate_loss(
     max_len: int | None = None,
     num_groups: float | torch.Tensor | None = None,
     group_num_tokens: torch.Tensor | None = None,
+    signs: torch.Tensor | None = None,
+    balanced_weights: torch.Tensor | None = None,
+    balanced_groups: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce a per-token loss [B, T] to the scalar to backpropagate.
 
@@ -616,6 +698,9 @@ def aggregate_loss(
     ``"seq-mean-token-sum-norm"``  ``sum_it L_it / (max_len * num_seqs)`` (Dr. GRPO)
     ``"prompt-mean"``              ``sum_g (sum_{i in g, t} L_it / n_g) / num_groups``, ``n_g`` the
                                    group's active tokens (DAPO / ScaleRL per-prompt token mean)
+    ``"balanced-mean"``            ``sum_g (n+/(n+ + n-) mean+_g + n-/(n+ + n-) mean-_g) / G``, the
+                                   token means of g's positive and negative rows (Balanced
+                                   Aggregation; :func:`balanced_row_weights`)
     =============================  ===========================================================
 
     ``len_i`` is the sequence's own active length. ``num_tokens``, ``num_seqs``, ``num_groups``
@@ -636,6 +721,8 @@ def aggregate_loss(
         max_len: the configured maximum completion length; required by ``"seq-mean-token-sum-norm"``.
         num_groups: step total of groups with at least one active token (``"prompt-mean"``).
         group_num_tokens: [B], per row, its group's active tokens over the step (``"prompt-mean"``).
+        signs: [B] the sign of each row's advantage (``"balanced-mean"``, :func:`row_signs`).
+        balanced_weights, balanced_groups: the step's :func:`balanced_row_weights` (``"balanced-mean"``).
 
     Returns:
         A 0-dim tensor.
@@ -648,7 +735,8 @@ def aggregate_loss(
     fn = AGGREGATIONS.get(mode)
     check_same_shape(per_token=per_token, mask=mask)
     m = as_bool_mask(mask)
-    ctx = AggregationContext(group_ids, num_tokens, num_seqs, max_len, num_groups, group_num_tokens)
+    ctx = AggregationContext(group_ids, num_tokens, num_seqs, max_len, num_groups, group_num_tokens, signs,
+                             balanced_weights, balanced_groups)
     return fn(zero_padding(per_token, m), m, ctx)
 
 
@@ -662,12 +750,16 @@ class StepTotals:
         num_groups: groups with at least one active token (None without group ids).
         group_num_tokens: [B] for each row of the step, the active tokens of its group (None
             without group ids); sliced per micro-batch by :meth:`for_rows`.
+        balanced_weights, balanced_groups: :func:`balanced_row_weights` of the step (None without
+            signs); the weights are sliced per micro-batch.
     """
 
     num_tokens: int
     num_seqs: int
     num_groups: int | None
     group_num_tokens: torch.Tensor | None
+    balanced_weights: torch.Tensor | None = None
+    balanced_groups: int | None = None
 
     def for_rows(self, rows: slice | torch.Tensor | list[int] | None = None) -> dict[str, Any]:
         """Keyword arguments of :func:`aggregate_loss` for the micro-batch made of ``rows`` of the
@@ -676,11 +768,16 @@ class StepTotals:
         if self.group_num_tokens is not None:
             g = self.group_num_tokens if rows is None else self.group_num_tokens[rows]
             kwargs.update(num_groups=self.num_groups, group_num_tokens=g)
+        if self.balanced_weights is not None:
+            w = self.balanced_weights if rows is None else self.balanced_weights[rows]
+            kwargs.update(balanced_weights=w, balanced_groups=self.balanced_groups)
         return kwargs
 
 
-def step_totals(mask: torch.Tensor, group_ids: torch.Tensor | None = None) -> StepTotals:
-    """Totals of the whole optimizer step from its full ``mask`` [B, T] and ``group_ids`` [B].
+def step_totals(mask: torch.Tensor, group_ids: torch.Tensor | None = None,
+                signs: torch.Tensor | None = None) -> StepTotals:
+    """Totals of the whole optimizer step from its full ``mask`` [B, T], ``group_ids`` [B] and (for
+    ``"balanced-mean"``) ``signs`` [B], the sign of each row's advantage.
 
     Call once per optimizer step, before splitting into micro-batches; pass
     ``**totals.for_rows(rows)`` to each micro-batch's :func:`aggregate_loss`.
@@ -691,7 +788,10 @@ def step_totals(mask: torch.Tensor, group_ids: torch.Tensor | None = None) -> St
     if group_ids is None:
         return StepTotals(num_tokens, num_seqs, None, None)
     row_tokens, groups = _group_token_counts(m, group_ids)
-    return StepTotals(num_tokens, num_seqs, int(groups), row_tokens)
+    if signs is None:
+        return StepTotals(num_tokens, num_seqs, int(groups), row_tokens)
+    weights, balanced = balanced_row_weights(m, group_ids, signs)
+    return StepTotals(num_tokens, num_seqs, int(groups), row_tokens, weights, int(balanced))
 
 
 #: What each built-in aggregation divides by, as :func:`effective_normalizer` reports it.
@@ -701,6 +801,7 @@ NORMALIZERS: dict[str, str] = {
     "seq-mean-token-sum": "num_seqs",
     "seq-mean-token-sum-norm": "max_len * num_seqs",
     "prompt-mean": "num_groups",
+    "balanced-mean": "balanced_groups",
 }
 
 
@@ -708,8 +809,8 @@ def effective_normalizer(mode: str, totals: StepTotals, max_len: int | None = No
     """The outer denominator of one optimizer step's loss under aggregation ``mode`` (logged as
     ``loss/normalizer``), so that a reader sees the normalization at work: ``token-mean`` the step's
     active tokens, ``seq-mean-*`` its sequences (times ``max_len`` for Dr. GRPO's constant), ``prompt-mean``
-    its groups. Inside it, ``seq-mean-token-mean`` also divides each sequence by its own length and
-    ``prompt-mean`` each group by its own tokens. NaN for a plugin aggregation (unknown denominator).
+    its groups, ``balanced-mean`` its groups with a non-zero advantage. Inside it, ``seq-mean-token-mean``
+    also divides each sequence by its own length and ``prompt-mean`` each group by its own tokens. NaN for a plugin aggregation (unknown denominator).
     Units: tokens, sequences or groups; at least 1 (as :func:`aggregate_loss` clamps it).
     """
     what = NORMALIZERS.get(mode)
@@ -719,6 +820,8 @@ def effective_normalizer(mode: str, totals: StepTotals, max_len: int | None = No
         return float(max(totals.num_tokens, 1))
     if what == "num_groups":
         return float(max(totals.num_groups or 0, 1))
+    if what == "balanced_groups":
+        return float(max(totals.balanced_groups or 0, 1))
     seqs = float(max(totals.num_seqs, 1))
     if what == "max_len * num_seqs":
         if max_len is None:

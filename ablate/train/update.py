@@ -25,6 +25,7 @@ from ablate.rl import (
     mismatch_metrics,
     policy_loss_from_config,
     rollout_correction_weights,
+    row_signs,
     step_totals,
     value_loss,
 )
@@ -203,7 +204,8 @@ def minibatch_step(
     """One optimizer step on the minibatch ``rows``: accumulate the gradients of its
     ``algo.grad_accum`` micro-batches, clip the gradient norm, step optimizer and scheduler."""
     c = state.config
-    totals = step_totals(x.loss_mask[rows], batch.group_ids[rows])
+    signs = row_signs(x.advantages[rows], x.loss_mask[rows]) if c.loss.aggregation == "balanced-mean" else None
+    totals = step_totals(x.loss_mask[rows], batch.group_ids[rows], signs)  # (balanced-mean: the step's weights)
     state.optimizer.zero_grad(set_to_none=True)
     sums = dict.fromkeys(LOSS_PARTS, 0.0)
     positions = torch.arange(rows.numel())

@@ -12,6 +12,7 @@ from ablate.rl import (
     aggregate_loss,
     effective_normalizer,
     policy_loss,
+    row_signs,
     step_totals,
     value_loss,
 )
@@ -65,6 +66,7 @@ def test_registry_kinds_and_names():
         "seq-mean-token-sum",
         "seq-mean-token-sum-norm",
         "prompt-mean",
+        "balanced-mean",
     ]
 
 
@@ -304,7 +306,8 @@ def test_empty_mask_gives_zero_loss_and_nan_metrics():
     assert torch.count_nonzero(per_token) == 0
     assert all(math.isnan(v) for v in metrics.values())
     for mode in AGGREGATIONS.names():
-        loss = aggregate_loss(per_token, torch.zeros(2, 3), mode, group_ids=torch.tensor([0, 0]), max_len=4)
+        loss = aggregate_loss(per_token, torch.zeros(2, 3), mode, group_ids=torch.tensor([0, 0]), max_len=4,
+                              signs=torch.tensor([1.0, -1.0]))
         assert loss.item() == 0.0
 
 
@@ -319,7 +322,10 @@ AGG_EXPECTED = {
     "seq-mean-token-sum": (6 + 4 + 11) / 3,
     "seq-mean-token-sum-norm": 21 / 5 / 3,  # max_len = 5, not the padded width 4
     "prompt-mean": ((6 + 4) / 4 + 11 / 2) / 2,  # groups [0, 0, 1]: 2.5 and 5.5
+    # advantage signs [+, -, +]: group 0 = 1/2 (6 / 3) + 1/2 (4 / 1) = 3, group 1 = 1 (11 / 2) = 5.5
+    "balanced-mean": (3 + 5.5) / 2,
 }
+AGG_SIGNS = torch.tensor([1.0, -1.0, 1.0])
 
 
 def test_every_aggregation_has_a_hand_computed_value():
@@ -330,7 +336,7 @@ def test_every_aggregation_has_a_hand_computed_value():
 def test_aggregation_hand_computed(mode):
     mask = t(AGG_MASK)
     per_token = torch.where(mask.bool(), t(AGG_L), t(1e4))  # garbage on padding is ignored
-    loss = aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 0, 1]), max_len=5)
+    loss = aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 0, 1]), max_len=5, signs=AGG_SIGNS)
     assert loss.item() == pytest.approx(AGG_EXPECTED[mode], abs=1e-12)
 
 
@@ -343,13 +349,15 @@ def test_short_and_long_sequence_weights():
     for mode in AGGREGATIONS.names():
         x = torch.zeros(2, 4, dtype=F64, requires_grad=True)
         per_token, _ = policy_loss(x, x.detach(), adv, mask)
-        aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 1]), max_len=8).backward()
+        aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 1]), max_len=8,
+                       signs=torch.tensor([1.0, 1.0])).backward()
         grads[mode] = x.grad
     close(grads["token-mean"], [[-0.2, 0, 0, 0], [-0.2] * 4])  # 1/5 per token: long seq gets 4/5
     close(grads["seq-mean-token-mean"], [[-0.5, 0, 0, 0], [-0.125] * 4])  # 1/2 per sequence
     close(grads["seq-mean-token-sum"], [[-0.5, 0, 0, 0], [-0.5] * 4])
     close(grads["seq-mean-token-sum-norm"], [[-1 / 16, 0, 0, 0], [-1 / 16] * 4])
     close(grads["prompt-mean"], [[-0.5, 0, 0, 0], [-0.125] * 4])  # one sequence per prompt
+    close(grads["balanced-mean"], [[-0.5, 0, 0, 0], [-0.125] * 4])  # one positive sequence per prompt
     # per-sequence totals of the gradient: the token mean gives the long sequence 4x the weight
     tm, sm = grads["token-mean"].sum(-1), grads["seq-mean-token-mean"].sum(-1)
     assert tm[1] / tm[0] == pytest.approx(4.0) and sm[1] / sm[0] == pytest.approx(1.0)
@@ -385,10 +393,11 @@ def test_micro_batch_accumulation_equals_full_batch(mode, level):
     kw = {"ratio_level": level, "clip_high": 0.28}
     full_x = logp.clone().requires_grad_(True)
     per_token, _ = policy_loss(full_x, old, adv, mask, **kw)
-    full = aggregate_loss(per_token, mask, mode, group_ids=group_ids, max_len=12)
+    signs = torch.sign(adv[:, 0])
+    full = aggregate_loss(per_token, mask, mode, group_ids=group_ids, max_len=12, signs=signs)
     full.backward()
 
-    totals = step_totals(mask, group_ids)
+    totals = step_totals(mask, group_ids, signs)
     x = logp.clone().requires_grad_(True)
     accumulated = 0.0
     for rows in micro:
@@ -501,11 +510,12 @@ def test_only_seq_mean_token_mean_averages_a_sequence_level_loss_per_sequence(mo
 
     mask = torch.tensor([[1, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)  # lengths 1 and 4, one prompt
     per_token = torch.where(mask, torch.tensor([[1.0], [-1.0]]), torch.tensor(0.0))  # l = [1, -1]
-    loss = aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 0]), max_len=4)
+    loss = aggregate_loss(per_token, mask, mode, group_ids=torch.tensor([0, 0]), max_len=4,
+                          signs=torch.tensor([1.0, 1.0]))  # both advantages positive: one subset
     # length-weighted: token-mean and prompt-mean (1 - 4) / 5, seq-mean-token-sum (1 - 4) / 2,
     # seq-mean-token-sum-norm (1 - 4) / 4 / 2; the per-sequence mean is 0
     expected = {"seq-mean-token-mean": 0.0, "token-mean": -0.6, "prompt-mean": -0.6, "seq-mean-token-sum": -1.5,
-                "seq-mean-token-sum-norm": -0.375}
+                "seq-mean-token-sum-norm": -0.375, "balanced-mean": -0.6}
     assert loss.item() == pytest.approx(expected[mode])
     assert (mode in LENGTH_WEIGHTED_AGGREGATIONS) == (mode != "seq-mean-token-mean")
 
@@ -522,15 +532,30 @@ def test_effective_normalizer_values():
     assert effective_normalizer("seq-mean-token-sum-norm", totals, max_len=16) == 48.0
     assert math.isnan(effective_normalizer("seq-mean-token-sum-norm", totals))
     assert effective_normalizer("prompt-mean", totals) == 2.0
+    assert effective_normalizer("balanced-mean", totals) == 1.0  # no signs given: no balanced group, clamped
+    signed = step_totals(mask, torch.tensor([3, 3, 8, 3]), torch.tensor([1.0, 0.0, -1.0, 0.0]))
+    assert effective_normalizer("balanced-mean", signed) == 2.0
     assert math.isnan(effective_normalizer("a-plugin-mode", totals))
     assert set(NORMALIZERS) == set(AGGREGATIONS.names())  # every built-in mode says what it divides by
 
 
-def _declared_weights(mode, mask, group_ids, max_len):
+def _declared_weights(mode, mask, group_ids, max_len, signs):
     """d loss / d L_it of every token over a whole step, from each mode's definition (written out here,
     independently of the implementation): token-mean 1/N; seq-mean-token-mean 1/(len_i S);
-    seq-mean-token-sum 1/S; seq-mean-token-sum-norm 1/(max_len S); prompt-mean 1/(n_g G)."""
+    seq-mean-token-sum 1/S; seq-mean-token-sum-norm 1/(max_len S); prompt-mean 1/(n_g G);
+    balanced-mean (n_s / (n+ + n-)) / T_s / G_bal for a row of sign s in its group (0 for sign 0)."""
     m = mask.bool()
+    bal = {}
+    for g in group_ids.unique().tolist():
+        rows = [i for i in range(mask.shape[0]) if int(group_ids[i]) == g and bool(m[i].any())]
+        pos = [i for i in rows if signs[i] > 0]
+        neg = [i for i in rows if signs[i] < 0]
+        for side in (pos, neg):
+            tokens = sum(int(m[i].sum()) for i in side)
+            for i in side:
+                bal[i] = len(side) / (len(pos) + len(neg)) / tokens
+    n_bal = sum(1 for g in group_ids.unique().tolist()
+                if any(int(group_ids[i]) == g and bool(m[i].any()) and signs[i] != 0 for i in range(mask.shape[0])))
     lens = m.sum(1)
     n_tok, n_seq = int(m.sum()), int((lens > 0).sum())
     group_tok = {int(g): int(m[group_ids == g].sum()) for g in group_ids.unique()}
@@ -546,6 +571,7 @@ def _declared_weights(mode, mask, group_ids, max_len):
                 "seq-mean-token-sum": 1 / n_seq,
                 "seq-mean-token-sum-norm": 1 / (max_len * n_seq),
                 "prompt-mean": 1 / (group_tok[int(group_ids[i])] * n_groups),
+                "balanced-mean": bal.get(i, 0.0) / n_bal,
             }[mode]
     return w
 
@@ -555,9 +581,11 @@ def test_every_token_gets_its_declared_weight_however_the_step_is_split(mode):
     """The property behind exact accumulation: with the loss L_it = x_it, each active token's gradient
     is the weight its mode declares, for every random split of the step into micro-batches (rows in
     any order, groups cut across micro-batches), and 0 on padding."""
-    _, _, _, mask, group_ids, _ = _accumulation_batch()
-    declared = _declared_weights(mode, mask, group_ids, 12)
-    totals = step_totals(mask, group_ids)
+    _, _, adv, mask, group_ids, _ = _accumulation_batch()
+    signs = torch.sign(adv[:, 0])
+    signs[1] = 0.0  # a zero advantage: in neither subset
+    declared = _declared_weights(mode, mask, group_ids, 12, signs)
+    totals = step_totals(mask, group_ids, signs)
     g = torch.Generator().manual_seed(5)
     for _ in range(20):
         perm = torch.randperm(mask.shape[0], generator=g)
@@ -596,3 +624,21 @@ def test_luspo_is_a_sequence_ratio_with_seq_mean_token_sum():
     assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
     torch.testing.assert_close(y.grad, by_hand, rtol=0, atol=1e-12)
     assert float((s.detach() - 1).abs().max()) > hi  # some sequence is clipped: the test covers both branches
+
+
+def test_balanced_mean_by_hand_value_and_gradient():
+    """One group: rows of advantage sign +, +, -, 0 with lengths 2, 1, 3, 1 and per-token losses [1, 2],
+    [3], [1, 1, 1], [5]. n+ = 2, n- = 1: L = 2/3 mean(1, 2, 3) + 1/3 mean(1, 1, 1) = 4/3 + 1/3 = 5/3; a
+    second group whose rows all have advantage 0 is left out of the mean over groups. d L / d L_it:
+    2/3 / 3 = 2/9 on the positive rows' tokens, 1/3 / 3 = 1/9 on the negative row's, 0 on the zero row."""
+    mask = t([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 0, 0], [1, 1, 0]])
+    values = t([[1, 2, 0], [3, 0, 0], [1, 1, 1], [5, 0, 0], [7, 7, 0]]).requires_grad_(True)
+    signs = torch.tensor([1.0, 1.0, -1.0, 0.0, 0.0])
+    loss = aggregate_loss(values, mask, "balanced-mean", group_ids=torch.tensor([0, 0, 0, 0, 1]), signs=signs)
+    assert loss.item() == pytest.approx(5 / 3, abs=1e-12)
+    loss.backward()
+    close(values.grad, [[2 / 9, 2 / 9, 0], [2 / 9, 0, 0], [1 / 9, 1 / 9, 1 / 9], [0, 0, 0], [0, 0, 0]])
+    adv = t([[0.5, 0.5, 0], [0.2, 0, 0], [-1, -1, -1], [0, 0, 0], [0, 0, 0]])
+    assert torch.equal(row_signs(adv, mask), signs)
+    with pytest.raises(ConfigError, match="needs group_ids and signs"):
+        aggregate_loss(values, mask, "balanced-mean", group_ids=torch.tensor([0, 0, 0, 0, 1]))
