@@ -585,3 +585,14 @@ def test_options_that_cannot_change_a_trial_stay_out_of_its_key():
     assert on.with_overrides(["algo.filter_on=all"]).trial_key() == on.trial_key()  # no filter: inert
     both = on.with_overrides(["algo.dynamic_sampling=true"])
     assert both.with_overrides(["algo.filter_on=all"]).trial_key() != both.trial_key()
+
+
+def test_the_trainer_passes_constant_groups_to_the_advantages():
+    batch = _hand_batch()
+    batch.token_rewards[:, -1] = 0.1  # one group of 8 whose members all scored 0.1
+    batch.group_ids = torch.zeros(8, dtype=torch.long)
+    batch.prompts = ["p0"]
+    fmt = TrialConfig.from_overrides(["reward.components=[final_answer, format]"])
+    new, _ = _advantages(fmt, batch)
+    old, _ = _advantages(fmt.with_overrides(["algo.constant_groups=rounding"]), batch)
+    assert bool((new == 0).all()) and float(old.abs().max()) > 0

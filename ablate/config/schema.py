@@ -80,6 +80,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "model.attention": "sdpa",
     "algo.filter_on": "all",
     "reward.overlong_baseline": "exclude",
+    "algo.constant_groups": "rounding",
 }
 
 #: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
@@ -88,6 +89,10 @@ KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
     "algo.filter_on": lambda c: not (c.reward.overlong_filter
                                      and (c.algo.dynamic_sampling or c.algo.zero_variance_filter)),
     "reward.overlong_baseline": lambda c: not c.reward.overlong_filter,
+    # only grpo's division by a group std amplifies rounding; integer rewards have exact group means
+    "algo.constant_groups": lambda c: (c.algo.advantage != "grpo" or c.algo.adv_std != "group"
+                                       or (tuple(c.reward.components) == ("final_answer",)
+                                           and float(c.reward.final_answer.weight).is_integer())),
 }
 
 

@@ -477,6 +477,16 @@ class AlgoConfig(Section):
         dynamic_sampling; the loss is then normalized over the groups kept. A step in which every group has
         zero variance trains on them as they are (all advantages 0)."""),
     )
+    constant_groups: Literal["zero", "rounding"] = Field(
+        "zero",
+        description=one_line("""grpo with a group std (adv_std group): a group whose completions all scored the same.
+        zero: advantage exactly 0 (no gradient), as the group estimators promise; rounding: the arithmetic
+        before issue 30, where the group mean's rounding divided by an std of the same size plus 1e-6 gave
+        such a group a small non-zero advantage when its score is not exact in binary (all 0.1: -0.0074
+        was observed); kept to reproduce the committed reports with non-binary rewards, which pin it. Left
+        out of the trial key where it cannot matter (another estimator or scope, or a final-answer reward
+        alone with an integer weight)."""),
+    )
     filter_on: Literal["used", "all"] = Field(
         "used",
         description=one_line("""Which rows' rewards dynamic_sampling and zero_variance_filter judge a group's

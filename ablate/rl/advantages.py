@@ -146,14 +146,18 @@ def _scoped_normalization(
     estimator: str,
     mean_scope: str,
     std_scope: str,
+    exact_constant: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(A [B], r [B])``: ``A_i = (r_i - mean) / (std + 1e-6)`` with each statistic over its scope.
 
     Scopes (``MEAN_SCOPES`` x ``STD_SCOPES``, mean batch with std group excepted): ``group`` = the
     valid members of row i's group, ``batch`` = every valid row of the batch given, std ``none`` = no
     division. ``A_i = 0`` where the mean's scope has fewer than 2 members, where the std's scope has
-    fewer than 2 members, and (a ``batch`` scope) where the whole batch scored the same; never NaN. The
-    group/group arithmetic is exactly the original GRPO code, so default results do not move.
+    fewer than 2 members, and where the scope scored the same (exactly: the largest and the smallest
+    member agree; for a ``group`` std only with ``exact_constant``); never NaN. Without
+    ``exact_constant`` the group/group arithmetic is the original GRPO code: a group whose members all
+    scored e.g. 0.1 then gets a small non-zero advantage, its mean's rounding (~1e-17 in float64, ~1e-8
+    in float32) divided by an std of the same size plus 1e-6 (-0.0074 was observed).
     """
     if mean_scope not in MEAN_SCOPES or std_scope not in STD_SCOPES:
         raise ConfigError(
@@ -178,6 +182,13 @@ def _scoped_normalization(
     if std_scope == "group":  # mean_scope is group here
         sq = _group_sum(((score - mean) ** 2) * valid.to(score.dtype), inverse, g)[inverse]
         std = torch.sqrt(sq / (count - 1).clamp(min=1))
+        if exact_constant:  # a group whose valid members all scored the same gets exactly 0
+            big = torch.finfo(score.dtype).max
+            hi = torch.full((g,), -big, dtype=score.dtype, device=score.device).scatter_reduce(
+                0, inverse, torch.where(valid, score, torch.full_like(score, -big)), reduce="amax")
+            lo = torch.full((g,), big, dtype=score.dtype, device=score.device).scatter_reduce(
+                0, inverse, torch.where(valid, score, torch.full_like(score, big)), reduce="amin")
+            ok = ok & (hi != lo)[inverse]
         return torch.where(ok, centred / (std + GROUP_STD_EPS), zero), score
     _, b_std, n, constant = _batch_stats(score, valid)
     ok = ok & (n > 1) & ~constant
@@ -196,6 +207,7 @@ def grpo_advantages(
     step_mask: torch.Tensor | None,
     mean_scope: str = "group",
     std_scope: str = "group",
+    exact_constant: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome supervision (Shao et al. 2024, DeepSeekMath §4.1.2), [B, T].
 
@@ -216,9 +228,14 @@ def grpo_advantages(
       batch z-score; with ``none``: REINFORCE with a batch-mean baseline); a group of one member then
       gets a non-zero advantage. ``mean_scope="batch"`` with ``std_scope="group"`` raises.
 
+    ``exact_constant`` (default): a group whose members all scored the same gets advantage exactly 0;
+    False keeps the original arithmetic, where rounding in the group mean gives such a group a small
+    non-zero advantage when its score is not exact in binary (``algo.constant_groups: rounding``).
+
     The batch is the ``[B]`` rows given: call it on the step's whole rollout batch, never a micro-batch.
     """
-    adv, score = _scoped_normalization(token_rewards, mask, group_ids, "grpo", mean_scope, std_scope)
+    adv, score = _scoped_normalization(token_rewards, mask, group_ids, "grpo", mean_scope, std_scope,
+                                       exact_constant)
     return _broadcast(adv, mask), _broadcast(score, mask)
 
 
@@ -381,6 +398,7 @@ def compute_advantages(
     whiten: bool = False,
     mean_scope: str = "group",
     std_scope: str = "group",
+    exact_constant: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token advantages and returns from per-token rewards.
 
@@ -408,6 +426,8 @@ def compute_advantages(
         std_scope: ``grpo``'s divisor: ``"group"``, ``"batch"`` (the unbiased std of the sequence
             scores of every row given) or ``"none"``. Estimators outside :data:`SCOPED_ESTIMATORS`
             accept only the defaults (group, group).
+        exact_constant: ``grpo``: a group whose members all scored the same gets advantage exactly 0
+            (default); False: the original arithmetic (see :func:`grpo_advantages`). Ignored elsewhere.
 
     Returns:
         ``(advantages, returns)``, both [B, T], exactly 0 where ``mask`` is 0, without gradient.
@@ -424,7 +444,7 @@ def compute_advantages(
     fn = ADVANTAGE_ESTIMATORS.get(estimator)
     scopes: dict[str, str] = {}
     if estimator in SCOPED_ESTIMATORS:
-        scopes = {"mean_scope": mean_scope, "std_scope": std_scope}
+        scopes = {"mean_scope": mean_scope, "std_scope": std_scope, "exact_constant": exact_constant}
     elif (mean_scope, std_scope) != ("group", "group"):
         raise ConfigError(
             f"advantage estimator {estimator!r} ignores mean_scope / std_scope (got {mean_scope!r}, "

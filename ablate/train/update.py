@@ -108,6 +108,7 @@ def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInput
         batch.token_rewards, stats_mask, batch.group_ids,
         estimator=c.algo.advantage, values=old_values, gamma=c.algo.gamma, lam=c.algo.lam,
         step_mask=batch.step_mask, whiten=c.algo.whiten, mean_scope=c.algo.adv_mean, std_scope=c.algo.adv_std,
+        exact_constant=c.algo.constant_groups == "zero",
     )  # (B, T), (B, T) or None
     if stats_mask is not loss_mask:
         adv = adv * loss_mask

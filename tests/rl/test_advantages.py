@@ -406,3 +406,30 @@ def test_the_config_knows_which_estimators_read_the_scopes():
     from ablate.rl.advantages import SCOPED_ESTIMATORS
 
     assert CONFIG_SCOPED == SCOPED_ESTIMATORS
+
+
+def test_a_group_of_equal_non_binary_scores_gets_exactly_zero_under_grpo():
+    """Eight completions that all scored 0.1 (float32): the group mean 0.8 / 8 rounds away from 0.1, and
+    the original arithmetic divides that rounding by an std of the same size plus 1e-6, giving each a
+    non-zero advantage (0.0074, the value issue 30 reports); exact_constant (algo.constant_groups: zero,
+    the default) gives exactly 0. A group with variance is the same either way."""
+    rewards = torch.zeros(11, 2)
+    rewards[:, -1] = torch.tensor([0.1] * 8 + [1.0, 0.0, 0.5])
+    mask = torch.ones(11, 2)
+    groups = torch.tensor([0] * 8 + [1, 1, 1])
+    old, _ = compute_advantages(rewards, mask, groups, estimator="grpo", exact_constant=False)
+    new, _ = compute_advantages(rewards, mask, groups, estimator="grpo")
+    assert float(old[:8].abs().max()) == pytest.approx(0.0074, abs=1e-4)  # the rounding, amplified
+    assert bool((new[:8] == 0).all())
+    assert torch.equal(new[8:], old[8:])
+
+
+def test_constant_groups_is_in_the_key_only_where_it_can_matter():
+    from ablate.config import TrialConfig
+
+    base = TrialConfig()  # grpo, final answer alone with weight 1: integer scores, exact means
+    assert base.with_overrides(["algo.constant_groups=rounding"]).trial_key() == base.trial_key()
+    fmt = TrialConfig.from_overrides(["reward.components=[final_answer, format]"])
+    assert fmt.with_overrides(["algo.constant_groups=rounding"]).trial_key() != fmt.trial_key()
+    rloo = fmt.with_overrides(["algo.advantage=rloo"])
+    assert rloo.with_overrides(["algo.constant_groups=rounding"]).trial_key() == rloo.trial_key()
