@@ -48,9 +48,10 @@ BUILTIN_NAMES: dict[str, tuple[str, ...]] = {
     "ratio level": ("token", "sequence", "sequence_token"),
     "policy loss surrogate": ("ppo", "cispo", "sapo"),
     "loss aggregation": (
-        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean"
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "prompt-mean",
+        "balanced-mean",
     ),
-    "task": ("addition", "chain", "countdown", "jsonl"),
+    "task": ("addition", "chain", "countdown", "jsonl", "reasoning_gym"),
     "model": ("micro-llama", "tiny-llama", "small-llama", "base-llama", "tiny-gpt2", "tiny-qwen2", "smollm2-135m"),
     "reward component": ("final_answer", "prm", "kl", "format", "partial", "missing_eos", "soft_overlong"),
 }

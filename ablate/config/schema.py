@@ -81,7 +81,17 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "algo.filter_on": "all",
     "reward.overlong_baseline": "exclude",
     "algo.constant_groups": "rounding",
+    "task.dataset": None,
 }
+
+def task_options(task: Any) -> dict[str, Any]:
+    """The keyword options a task is built with from a ``task`` section: ``task.options``, plus
+    ``dataset`` from ``task.dataset`` when it is set."""
+    out = dict(task.options)
+    if task.dataset is not None:
+        out["dataset"] = task.dataset
+    return out
+
 
 #: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
 #: with the test of that (on the configuration); elsewhere they are part of the key like any path.

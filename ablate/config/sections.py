@@ -93,6 +93,13 @@ class TaskConfig(Section):
         description=one_line("""Task-specific settings passed to the task, e.g. {path: data.jsonl, extract: last_number}
         for jsonl; see `ablate tasks` for each task's options."""),
     )
+    dataset: str | None = Field(
+        None,
+        min_length=1,
+        description=one_line("""The dataset of a task that hosts many, passed to it as its dataset option: for
+        reasoning_gym the generator's name (e.g. basic_arithmetic; task.options then hold the generator's
+        configuration). null: the task has one."""),
+    )
 
 
 class ModelConfig(Section):

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ablate.cache import spec_dict, spec_key
+from ablate.config.schema import task_options
 from ablate.errors import AblateError
 from ablate.models.heads import BackboneHead
 from ablate.rewards.base import step_end_tokens
@@ -648,7 +649,7 @@ def learned_prm_for_trial(
         policy=f"warmstart:{ws_key}" if ws_key else policy_fingerprint(policy),
         task=config.task.name,
         difficulty=getattr(task, "difficulty", config.task.difficulty),
-        task_options=dict(config.task.options),
+        task_options=task_options(config.task),
         task_seed=int(getattr(task, "seed", config.task.data_seed)),
         samples=prm_cfg.learned_samples,
         max_new_tokens=config.rollout.max_new_tokens,

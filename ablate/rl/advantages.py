@@ -426,8 +426,7 @@ def compute_advantages(
         std_scope: ``grpo``'s divisor: ``"group"``, ``"batch"`` (the unbiased std of the sequence
             scores of every row given) or ``"none"``. Estimators outside :data:`SCOPED_ESTIMATORS`
             accept only the defaults (group, group).
-        exact_constant: ``grpo``: a group whose members all scored the same gets advantage exactly 0
-            (default); False: the original arithmetic (see :func:`grpo_advantages`). Ignored elsewhere.
+        exact_constant: ``grpo``: an all-equal group gets exactly 0 (see :func:`grpo_advantages`).
 
     Returns:
         ``(advantages, returns)``, both [B, T], exactly 0 where ``mask`` is 0, without gradient.

@@ -95,6 +95,8 @@ class Task(abc.ABC):
     name: ClassVar[str] = ""
     #: one line for ``ablate tasks``
     description: ClassVar[str] = ""
+    #: its problems have verifiable reasoning steps (what process rewards need)
+    has_steps: ClassVar[bool] = True
 
     @abc.abstractmethod
     def sample(self, split: str, n: int, *, seed: int) -> list[Problem]:

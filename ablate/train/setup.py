@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ablate.config import TrialConfig, autocast_dtype, resolve_device, rollout_autocast_dtype
+from ablate.config.schema import task_options
 from ablate.models import Policy, load_policy
 from ablate.models.checkpoint import ATTN_IMPLEMENTATION
 from ablate.models.heads import BackboneHead
@@ -110,7 +111,7 @@ def rollout_autocast(state: TrialState) -> AbstractContextManager[Any]:
 
 def build_task(config: TrialConfig) -> Task:
     """The task of ``config`` (``task.name`` with its difficulty, data seed and options)."""
-    kwargs: dict[str, Any] = dict(config.task.options)
+    kwargs: dict[str, Any] = task_options(config.task)
     if config.task.difficulty is not None:
         kwargs["difficulty"] = config.task.difficulty
     return TASKS.get(config.task.name)(seed=config.task.data_seed, **kwargs)
@@ -134,7 +135,7 @@ def build_policy(config: TrialConfig, device: torch.device, *, progress: bool = 
             task=config.task.name,
             model=config.model.name,
             difficulty=config.task.difficulty,
-            task_options=dict(config.task.options),
+            task_options=task_options(config.task),
             seed=ws.seed if ws.seed is not None else config.seed,
             target_min=ws.target_min,
             target_max=ws.target_max,

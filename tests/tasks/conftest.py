@@ -35,7 +35,7 @@ def jsonl_data(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def build(jsonl_data):
     """``build(name, **kw)``: a registered task with the options it needs (jsonl: a written file)."""
-    required = {"jsonl": {"path": str(jsonl_data)}}
+    required = {"jsonl": {"path": str(jsonl_data)}, "reasoning_gym": {"dataset": "basic_arithmetic"}}
 
     def make(name: str, **kw) -> Task:
         return TASKS.get(name)(**{**required.get(name, {}), **kw})
