@@ -111,12 +111,17 @@ def reanalysis_table() -> str:
     return "\n".join(rows)
 
 
-def test_the_reanalysis_table_of_docs_statistics_is_what_the_code_computes():
+def generated_block(marker: str) -> str:
+    """The text of docs/statistics.md between ``<!-- marker:begin -->`` and ``<!-- marker:end -->``."""
     text = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
-    m = re.search(r"<!-- reanalysis:begin -->\n(.*?)\n?<!-- reanalysis:end -->", text, re.S)
-    assert m, "docs/statistics.md lacks the reanalysis markers"
-    assert m.group(1).strip() == reanalysis_table(), "docs/statistics.md's re-analysis table is stale: regenerate it " \
-        "with tests.test_committed_reports.reanalysis_table()"
+    m = re.search(rf"<!-- {marker}:begin -->\n(.*?)\n?<!-- {marker}:end -->", text, re.S)
+    assert m, f"docs/statistics.md lacks the {marker} markers"
+    return m.group(1).strip()
+
+
+def test_the_reanalysis_table_of_docs_statistics_is_what_the_code_computes():
+    assert generated_block("reanalysis") == reanalysis_table(), "docs/statistics.md's re-analysis table is stale: " \
+        "regenerate it with tests.test_committed_reports.reanalysis_table()"
 
 
 def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports():
@@ -196,11 +201,8 @@ def objective_noise_table() -> str:
 
 
 def test_the_objective_noise_table_of_docs_statistics_is_what_the_committed_curves_give():
-    text = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
-    m = re.search(r"<!-- objective-noise:begin -->\n(.*?)\n?<!-- objective-noise:end -->", text, re.S)
-    assert m, "docs/statistics.md lacks the objective-noise markers"
-    assert m.group(1).strip() == objective_noise_table(), "docs/statistics.md's objective-noise table is stale: " \
-        "regenerate it with tests.test_committed_reports.objective_noise_table()"
+    assert generated_block("objective-noise") == objective_noise_table(), "docs/statistics.md's objective-noise " \
+        "table is stale: regenerate it with tests.test_committed_reports.objective_noise_table()"
 
 
 def test_aa_objective_reproduces_aa_control_on_the_same_processor_model_at_a_later_commit():

@@ -457,16 +457,20 @@ def test_infer_paired_and_model_paths():
         inf.infer(two, {"a": "a"}, {"a": ["a0", "a1"]}, {"a": "a0"}, contrasts="pooled")
 
 
+def _two_by_two_noisy_baseline(rng: np.random.Generator, n: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A 2 x 2 at ``n`` seeds whose baseline arm (a0, b0) is 3x noisier; and its seed x (a, b) pivot."""
+    df = _balanced(rng, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, n)
+    noisy = (df["a"] == "a0") & (df["b"] == "b0")
+    df.loc[noisy, "objective"] += rng.normal(0, 0.15, int(noisy.sum()))
+    return df, df.pivot_table(index="seed", columns=["a", "b"], values="objective")
+
+
 def test_a_factorial_contrast_is_a_paired_t_on_per_seed_differences_over_matched_cells():
     """2 x 2, 5 seeds, the baseline arm 3x noisier than the others: each seed's a1 - a0 difference is the
     mean of its two matched cells' differences, d_s = ((y[a1,b0] - y[a0,b0]) + (y[a1,b1] - y[a0,b1])) / 2;
     the interval is mean(d) +- t(0.975, 4) sd(d) / sqrt(5), by hand; the pooled model's differs."""
-    rng = np.random.default_rng(3)
     n = 5
-    df = _balanced(rng, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, n)
-    noisy = (df["a"] == "a0") & (df["b"] == "b0")
-    df.loc[noisy, "objective"] += rng.normal(0, 0.15, int(noisy.sum()))
-    y = df.pivot_table(index="seed", columns=["a", "b"], values="objective")
+    df, y = _two_by_two_noisy_baseline(np.random.default_rng(3), n)
     d = (((y["a1", "b0"] - y["a0", "b0"]) + (y["a1", "b1"] - y["a0", "b1"])) / 2).to_numpy()
     half = stats.t.ppf(0.975, n - 1) * d.std(ddof=1) / math.sqrt(n)
     res = inf.infer(df, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"})
@@ -483,12 +487,8 @@ def test_a_factorial_contrast_is_a_paired_t_on_per_seed_differences_over_matched
 def test_a_2x2_interaction_is_the_paired_t_on_per_seed_interaction_contrasts():
     """2 x 2, 6 seeds, the baseline arm 3x noisier: d_s = y[a1,b1] - y[a1,b0] - y[a0,b1] + y[a0,b0];
     the term's F is t² of the paired t on d, df (1, 5), and its p the two-sided t p-value, by hand."""
-    rng = np.random.default_rng(5)
     n = 6
-    df = _balanced(rng, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, n)
-    noisy = (df["a"] == "a0") & (df["b"] == "b0")
-    df.loc[noisy, "objective"] += rng.normal(0, 0.15, int(noisy.sum()))
-    y = df.pivot_table(index="seed", columns=["a", "b"], values="objective")
+    df, y = _two_by_two_noisy_baseline(np.random.default_rng(5), n)
     d = (y["a1", "b1"] - y["a1", "b0"] - y["a0", "b1"] + y["a0", "b0"]).to_numpy()
     t = d.mean() / (d.std(ddof=1) / math.sqrt(n))
     res = inf.infer(df, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"})
