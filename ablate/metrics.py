@@ -45,7 +45,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "mismatch/corrected_frac": ("fraction of active tokens whose mismatch weight loss.rollout_correction truncated "
                                 "(tis) or masked (mis)", "fraction"),
     "loss/policy": ("aggregated policy loss, mean over the step's optimizer steps", "loss"),
-    "loss/normalizer": ("what the policy loss was divided by, mean over the step's optimizer steps: active tokens (token-mean), sequences (seq-mean-*), max_len x sequences (Dr. GRPO's constant) or groups (prompt-mean); NaN for a plugin aggregation", "tokens / sequences / groups"),
+    "loss/normalizer": ("what the policy loss was divided by, mean over the step's optimizer steps: active tokens (token-mean), sequences (seq-mean-*), max_len x sequences (Dr. GRPO's constant), groups (prompt-mean) or groups with a non-zero advantage (balanced-mean); NaN for a plugin aggregation", "tokens / sequences / groups"),
     "loss/entropy": ("aggregated entropy term (before entropy_coef)", "nats"),
     "loss/kl": ("aggregated KL-in-the-loss term (before beta); 0 unless kl.placement=loss", "nats"),
     "loss/value": ("aggregated value loss (critic only)", "loss"),
