@@ -18,8 +18,8 @@ The generator (one draw = one study, every arm run on the same seeds):
   with the arm's true accuracy ``m_a`` around 0.5.
 
 Studies: (a) one factor with 3 levels (baseline and two others; Holm over 2 contrasts), (b) a 2 x 2
-full factorial (Holm over 2 contrasts + the interaction's F-test from one linear model with seed
-blocks) and, in the robustness scenarios, (c) a 3 x 2 full factorial. Every contrast is a paired
+full factorial (Holm over 2 contrasts + the interaction's paired test on its per-seed interaction
+contrasts: Hotelling's T², the paired t at 1 df) and, in the robustness scenarios, (c) a 3 x 2 full factorial. Every contrast is a paired
 t-interval on its per-seed differences (averaged over matched cells); the robustness scenarios also
 analyse the same draws with the pooled model's contrasts, the default before issue 26. Scenarios: the global null (every arm at 0.5) at 3, 5 and 10
 seeds, and a planted effect of exactly ``min_effect`` on one contrast (the others null) at the seeds
@@ -122,7 +122,8 @@ class Study:
 
     @property
     def method(self) -> str:
-        return inference.MODEL if inference.uses_model("full", len(self.factors)) else inference.PAIRED
+        """How :func:`ablate.inference.infer` analyses it by default: paired t, every design (issue 26)."""
+        return inference.PAIRED
 
     def template(self, n: int) -> pd.DataFrame:
         """One row per trial (seed-major, arms inside), without the objective."""
@@ -389,7 +390,7 @@ def markdown(result: dict) -> str:
         "",
         "Each simulated study is analysed by `ablate.inference.infer` (the report's own code: every contrast a "
         "paired t-interval on its per-seed differences, averaged over matched cells in the 2 x 2, whose "
-        "interaction is the linear model's F-test; Holm over the family; min_effect "
+        "interaction is the paired test on its per-seed interaction contrasts; Holm over the family; min_effect "
         f"{me:g}). Generator, per trial: accuracy = Binomial(P = {noise.problems}, m_arm + u_seed + e_arm,seed) / P "
         f"with true accuracy m = {noise.p0} (+ the planted effect), a per-seed random effect shared by every arm "
         f"(SD {100 * noise.sd_seed:g} points) and an arm x seed RL-run noise (SD {100 * noise.sd_run:g} points). "
