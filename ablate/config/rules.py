@@ -66,8 +66,8 @@ RULES: tuple[str, ...] = (
     "KL placed in the reward; `kl.placement=loss` adds it to the loss instead).",
     "error: `kl.adaptive=true` with `kl.beta=0` (the controller multiplies beta, which would stay 0).",
     "error: `reward.components` empty or with a name listed twice.",
-    "error: `prm` in `reward.components` with `task.name=reasoning_gym` (its generators give no verifiable "
-    "steps, so there is no step reward to place).",
+    "error: `prm` in `reward.components` with a task whose problems have no verifiable steps (reasoning_gym: "
+    "its generators score the final answer only), so there is no step reward to place.",
     "error: group estimators, `algo.dynamic_sampling`, `algo.zero_variance_filter` and `algo.drop_solved_at` "
     "need `rollout.group_size >= 2`; `algo.dynamic_sampling` and `algo.zero_variance_filter` exclude each other.",
     "error: `algo.minibatches` must divide `rollout.prompts_per_step x rollout.group_size`, and "
@@ -134,11 +134,12 @@ def _reward_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[Confi
         errors.append(ConfigProblem("reward.components", f"lists {', '.join(dupes)} more than once; list each once"))
     if not comps:
         errors.append(ConfigProblem("reward.components", "is empty: list at least one component, e.g. [final_answer]"))
-    if c.task.name == "reasoning_gym" and "prm" in comps:
+    task_cls = _task_class(c.task.name) if "prm" in comps else None
+    if task_cls is not None and not getattr(task_cls, "has_steps", True):
         errors.append(ConfigProblem("reward.components", (
-            "prm needs verifiable reasoning steps, and reasoning_gym's generators give none (only a final-answer "
-            "scorer): remove prm (and grpo_process), or use a task with checkable steps (addition, chain, "
-            "countdown, jsonl with steps)")))
+            f"prm needs verifiable reasoning steps, and task {c.task.name!r} has none (it grades the final "
+            "answer only, e.g. reasoning_gym's generators): remove prm (and grpo_process), or use a task with "
+            "checkable steps (addition, chain, countdown, jsonl with steps)")))
     if c.algo.advantage == "grpo_process" and "prm" not in comps:
         errors.append(ConfigProblem("algo.advantage", (
             "grpo_process normalizes step rewards, which come from the prm component: add prm to "

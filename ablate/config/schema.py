@@ -84,14 +84,6 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "task.dataset": None,
 }
 
-def task_options(task: Any) -> dict[str, Any]:
-    """The keyword options a task is built with from a ``task`` section: ``task.options``, plus
-    ``dataset`` from ``task.dataset`` when it is set."""
-    out = dict(task.options)
-    if task.dataset is not None:
-        out["dataset"] = task.dataset
-    return out
-
 
 #: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
 #: with the test of that (on the configuration); elsewhere they are part of the key like any path.
@@ -359,6 +351,15 @@ class TrialConfig(Section):
                 and not (k in KEY_OMITTED_WHEN_INERT and KEY_OMITTED_WHEN_INERT[k](self))}
         payload = json.dumps(flat, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
         return hashlib.sha256(payload.encode("ascii")).hexdigest()[:12]
+
+
+def task_options(task: Any) -> dict[str, Any]:
+    """The keyword options a task is built with from a ``task`` section: ``task.options``, plus
+    ``dataset`` from ``task.dataset`` when it is set."""
+    out = dict(task.options)
+    if task.dataset is not None:
+        out["dataset"] = task.dataset
+    return out
 
 
 def _yaml_problem(problem: FileProblem) -> ConfigProblem:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CommittedReport", "committed_report", "computation_key", "seed_ranges", "shared_trials"]
 
+
 def computation_key(config: TrialConfig, device_type: str = "cpu") -> str:
     """The trial key of ``config`` with its precision settings resolved for ``device_type``
     (``cpu`` or ``cuda``): ``model.dtype`` becomes the precision the trainer computes in there

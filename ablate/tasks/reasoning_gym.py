@@ -55,11 +55,6 @@ def _factory() -> Any:
     return factory
 
 
-def generator_names() -> list[str]:
-    """Every generator name of the installed reasoning-gym, sorted."""
-    return sorted(_factory().DATASETS)
-
-
 @TASKS.register("reasoning_gym")
 class ReasoningGymTask(GeneratedTask):
     """A reasoning-gym generator (``dataset`` option, or ``task.dataset``) with its own answer scorer;
@@ -73,7 +68,7 @@ class ReasoningGymTask(GeneratedTask):
         "eval_fraction": _EVAL_FRACTION_DOC,
         "<generator option>": "any field of the generator's configuration (e.g. basic_arithmetic's max_terms)",
     }
-    #: no verifiable intermediate steps: step rewards are refused (ablate.config.rules)
+    #: no verifiable intermediate steps: prm is refused for it (ablate.config.rules reads this)
     has_steps: ClassVar[bool] = False
 
     def __init__(self, difficulty: int | None = None, seed: int = 0, **options: Any) -> None:

@@ -229,13 +229,19 @@ def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> S
     )
 
 
+def truncated_leave_statistics(config: TrialConfig) -> bool:
+    """Whether truncated completions leave the group statistics of the advantages as well as the loss:
+    ``reward.overlong_filter`` with ``overlong_baseline: exclude`` (with ``include``, DAPO's semantics,
+    they stay in the statistics and leave only the loss)."""
+    return config.reward.overlong_filter and config.reward.overlong_baseline == "exclude"
+
+
 def filter_rows(config: TrialConfig, batch: StepBatch) -> torch.Tensor:
     """[B] bool: the rows whose rewards the zero-variance filters judge (``algo.filter_on``): under
-    ``used`` the rows whose rewards enter the advantages (not the truncated ones under
-    ``reward.overlong_filter`` with ``overlong_baseline: exclude``), under ``all`` every row."""
+    ``used`` the rows whose rewards enter the advantages (:func:`truncated_leave_statistics`), under
+    ``all`` every row."""
     rows = torch.ones(batch.group_ids.shape[0], dtype=torch.bool, device=batch.group_ids.device)
-    if (config.algo.filter_on == "used" and config.reward.overlong_filter
-            and config.reward.overlong_baseline == "exclude"):
+    if config.algo.filter_on == "used" and truncated_leave_statistics(config):
         rows = rows & ~batch.truncated.to(rows.device)
     return rows
 

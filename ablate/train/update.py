@@ -29,7 +29,7 @@ from ablate.rl import (
     step_totals,
     value_loss,
 )
-from ablate.train.batch import StepBatch
+from ablate.train.batch import StepBatch, truncated_leave_statistics
 from ablate.train.guards import check_finite
 from ablate.train.seeds import seeded_generator, trial_stream
 from ablate.train.setup import TrialState, autocast
@@ -103,7 +103,7 @@ def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInput
         with torch.no_grad(), autocast(state):
             old_values = state.critic(input_ids, attn, p).float()  # (B, T)
     # reward.overlong_baseline include (DAPO, TRL): truncated rows stay in the group statistics, out of the loss
-    stats_mask = batch.mask if c.reward.overlong_filter and c.reward.overlong_baseline == "include" else loss_mask
+    stats_mask = loss_mask if truncated_leave_statistics(c) else batch.mask
     adv, returns = compute_advantages(
         batch.token_rewards, stats_mask, batch.group_ids,
         estimator=c.algo.advantage, values=old_values, gamma=c.algo.gamma, lam=c.algo.lam,

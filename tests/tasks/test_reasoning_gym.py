@@ -73,7 +73,8 @@ def test_task_dataset_reaches_the_task_and_step_rewards_are_refused():
     assert task.dataset == "leg_counting" and task.options == {"max_animals": 3, "dataset": "leg_counting"}
     assert TrialConfig().trial_key() == TrialConfig.from_overrides({"task.dataset": None}).trial_key()
     assert cfg.trial_key() != cfg.with_overrides({"task.dataset": "chain_sum"}).trial_key()
-    with pytest.raises(TrialConfigError, match="reasoning_gym's generators give none"):
+    with pytest.raises(TrialConfigError, match="prm needs verifiable reasoning steps, and task 'reasoning_gym' "
+                                               "has none"):
         cfg.with_overrides({"reward.components": ["final_answer", "prm"]})
 
 
