@@ -82,6 +82,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "reward.overlong_baseline": "exclude",
     "algo.constant_groups": "rounding",
     "task.dataset": None,
+    "train.packed": False,
 }
 
 

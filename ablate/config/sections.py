@@ -777,6 +777,15 @@ class TrainConfig(Section):
         strict=True,
         description="Log training metrics every N steps. Not part of the trial key.",
     )
+    packed: bool = Field(
+        False,
+        strict=True,
+        description=one_line("""Train as a member of a population: trials of one model shape run in one process, their
+        forward, backward and decode steps batched over stacked weights (ablate run --pack K; alone, a
+        population of one). Each member keeps its own weights, optimizer, random streams, run and
+        checkpoint; the batched matmuls round differently from the solo ones, so packed trials have their own
+        keys. Llama-family models (see ablate models); other computations run per member."""),
+    )
 
 
 class EvalConfig(Section):

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.errors import AblateError
+from ablate.models.batching import active_batcher
 from ablate.models.logprobs import position_ids_from_mask
 
 #: ``type(model).__name__`` of the causal LMs the lean decoder reimplements, with their layer classes.
@@ -404,6 +405,10 @@ def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.
     if fast is False:
         return GenericDecoder(model, prompt_ids, prompt_mask, max_new_tokens)
     reason = fast_decoder_unsupported_reason(model)
+    batcher = active_batcher()  # a population member decodes batched with the others
+    shared = batcher.decoder(model, prompt_ids, prompt_mask, max_new_tokens) if batcher is not None else None
+    if shared is not None:
+        return shared
     if reason is None:
         return FastLlamaDecoder(model, prompt_ids, prompt_mask, max_new_tokens, compile=compile)
     if fast:

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ablate.errors import AblateError
+from ablate.models.batching import active_batcher
 from ablate.models.precision import is_float32_head
 
 #: ``config.model_type`` values whose causal-LM logits are exactly ``get_output_embeddings()(h)`` with
@@ -195,10 +196,13 @@ def _token_logprobs_impl(
     weight = bias = None
     float32_head = False
     if _uses_hidden_path(model):
-        trunk = model.base_model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-        )
-        hidden = trunk.last_hidden_state if hasattr(trunk, "last_hidden_state") else trunk[0]  # (B, L, H)
+        batcher = active_batcher()  # a population member's trunk runs batched with the others'
+        hidden = batcher.trunk(model, input_ids, attention_mask, P) if batcher is not None else None
+        if hidden is None:
+            trunk = model.base_model(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            )
+            hidden = trunk.last_hidden_state if hasattr(trunk, "last_hidden_state") else trunk[0]  # (B, L, H)
         rows = hidden[:, P - 1 : L - 1][active]  # (N, H)
         head = model.get_output_embeddings()
         weight, bias = head.weight, head.bias

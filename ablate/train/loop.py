@@ -6,11 +6,13 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ablate.config import TrialConfig
+from ablate.models.batching import at
 from ablate.train.batch import StepBatch
-from ablate.train.checkpoint import checkpoint_path, resume, save_checkpoint
+from ablate.train.checkpoint import Resume, checkpoint_path, resume, save_checkpoint
 from ablate.train.evaluate import eval_problem_rows, evaluate_trial
 from ablate.train.setup import TrialState, setup_trial
 from ablate.train.stats import sample_table
@@ -84,6 +86,7 @@ class _ProgressBar:
 def _evaluate(state: TrialState, step: int, eval_rows: list[dict[str, Any]]) -> dict[str, float]:
     """The ``eval/*`` metrics after ``step`` with ``perf/eval_s``; appends the per-problem rows to ``eval_rows``."""
     t = time.perf_counter()
+    at(step, "eval")
     metrics, records = evaluate_trial(state, step)
     eval_rows += eval_problem_rows(step, records)
     metrics["perf/eval_s"] = time.perf_counter() - t
@@ -102,6 +105,61 @@ def _result(state: TrialState, step: int, history: list[tuple[int, dict[str, flo
         samples=sample_table(last_batch) if last_batch is not None else [],
         learned_prm=dict(state.prm_report), eval_problems=eval_rows,
     )
+
+
+@dataclass
+class PreparedTrial:
+    """A trial set up and ready for its loop: :func:`prepare_trial`'s result, :func:`train_prepared`'s input."""
+
+    state: TrialState
+    ckpt: Path | None
+    start: Resume
+    start_time: float
+    progress: bool
+
+
+def prepare_trial(config: TrialConfig, *, workdir: str | os.PathLike[str] | None = None,
+                  progress: bool = False) -> PreparedTrial:
+    """Set up ``config``'s trial (:func:`setup_trial`) and load its checkpoint from ``workdir`` if any."""
+    start_time = time.perf_counter()
+    state = setup_trial(config, progress=progress)
+    ckpt = checkpoint_path(workdir)
+    return PreparedTrial(state, ckpt, resume(state, ckpt), start_time, progress)
+
+
+def train_prepared(run: PreparedTrial, log: LogFn | None = None, *, stop_after: int | None = None) -> TrialResult:
+    """The loop of a :func:`prepare_trial`'d trial: evaluations, RL steps, checkpoints (see :func:`run_trial`)."""
+    state, ckpt, start, c = run.state, run.ckpt, run.start, run.state.config
+    history, eval_rows = start.history, start.eval_rows
+
+    def emit(metrics: dict[str, float], step: int) -> None:
+        history.append((step, metrics))
+        if log is not None:
+            log(metrics, step)
+
+    if start.step is None:  # the start policy, evaluated once
+        emit({**_evaluate(state, 0, eval_rows), "compute/tokens": 0.0, "compute/samples": 0.0}, 0)
+
+    bar = _ProgressBar(c, start.next_step, run.progress)
+    last_batch, done, step = None, 0, start.next_step - 1
+    for step in range(start.next_step, c.train.steps + 1):
+        t0 = time.perf_counter()
+        metrics, last_batch = train_step(state, step)
+        metrics["perf/eval_s"] = 0.0
+        if (c.eval.every and step % c.eval.every == 0) or step == c.train.steps:
+            metrics.update(_evaluate(state, step, eval_rows))
+        metrics["perf/step_s"] = time.perf_counter() - t0
+        if step % c.train.log_every == 0 or "eval/accuracy" in metrics:
+            emit(metrics, step)
+        bar.update(metrics, history)
+        done += 1
+        stopping = stop_after is not None and done >= stop_after
+        if ckpt is not None and c.train.checkpoint_every and (step % c.train.checkpoint_every == 0 or stopping):
+            save_checkpoint(state, ckpt, step, history, eval_rows)
+        if stopping:
+            break
+    bar.close()
+    return _result(state, step, history, run.start_time, start.step, last_batch, eval_rows)
 
 
 def run_trial(
@@ -129,38 +187,11 @@ def run_trial(
     Raises:
         NonFiniteError: a NaN or inf in the loss, rewards, advantages or gradients.
     """
-    start_time = time.perf_counter()
-    c = config
-    state = setup_trial(c, progress=progress)
-    ckpt = checkpoint_path(workdir)
-    start = resume(state, ckpt)
-    history, eval_rows = start.history, start.eval_rows
+    if config.train.packed:  # a population of one: the packed arithmetic (see ablate.train.population)
+        from ablate.train.population import run_population
 
-    def emit(metrics: dict[str, float], step: int) -> None:
-        history.append((step, metrics))
-        if log is not None:
-            log(metrics, step)
-
-    if start.step is None:  # the start policy, evaluated once
-        emit({**_evaluate(state, 0, eval_rows), "compute/tokens": 0.0, "compute/samples": 0.0}, 0)
-
-    bar = _ProgressBar(c, start.next_step, progress)
-    last_batch, done, step = None, 0, start.next_step - 1
-    for step in range(start.next_step, c.train.steps + 1):
-        t0 = time.perf_counter()
-        metrics, last_batch = train_step(state, step)
-        metrics["perf/eval_s"] = 0.0
-        if (c.eval.every and step % c.eval.every == 0) or step == c.train.steps:
-            metrics.update(_evaluate(state, step, eval_rows))
-        metrics["perf/step_s"] = time.perf_counter() - t0
-        if step % c.train.log_every == 0 or "eval/accuracy" in metrics:
-            emit(metrics, step)
-        bar.update(metrics, history)
-        done += 1
-        stopping = stop_after is not None and done >= stop_after
-        if ckpt is not None and c.train.checkpoint_every and (step % c.train.checkpoint_every == 0 or stopping):
-            save_checkpoint(state, ckpt, step, history, eval_rows)
-        if stopping:
-            break
-    bar.close()
-    return _result(state, step, history, start_time, start.step, last_batch, eval_rows)
+        outcome = run_population([config], [log], [workdir], stop_after=stop_after)[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    return train_prepared(prepare_trial(config, workdir=workdir, progress=progress), log, stop_after=stop_after)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from ablate.models.batching import at
 from ablate.train.batch import CollectStats, StepBatch, collect_batch, drop_solved
 from ablate.train.guards import check_finite
 from ablate.train.setup import TrialState
@@ -44,11 +45,13 @@ def train_step(state: TrialState, step: int) -> tuple[dict[str, float], StepBatc
         NonFiniteError: non-finite rewards, advantages, loss or gradient norm.
     """
     t0 = time.perf_counter()
+    at(step, "collect")
     batch, stats = collect_batch(state, step)
     check_finite(batch.token_rewards, "rewards", step)
     t1 = time.perf_counter()
     metrics = rollout_metrics(batch)
     t2 = time.perf_counter()
+    at(step, "update")
     metrics.update(ppo_update(state, batch, step))
     t3 = time.perf_counter()
     if state.config.kl.adaptive and "policy/kl_ref" in metrics:

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ablate.models.batching import backward
 from ablate.models.logprobs import token_logprobs, token_logprobs_and_entropy
 from ablate.rl import (
     StepTotals,
@@ -215,7 +216,7 @@ def minibatch_step(
         agg = dict(group_ids=batch.group_ids[micro], max_len=c.loss_max_len, **totals.for_rows(pos))
         parts, pm, entropy = micro_batch_loss(state, batch, x, micro, agg, totals)
         check_finite(parts["total"].detach(), "loss", step)
-        parts["total"].backward()
+        backward(parts["total"])  # joined with the other members' in a population
         for k in LOSS_PARTS:
             sums[k] += float(parts[k].detach())
         for k, v in pm.items():
