@@ -187,10 +187,12 @@ def run_trial(
     Raises:
         NonFiniteError: a NaN or inf in the loss, rewards, advantages or gradients.
     """
-    if config.train.packed:  # a population of one: the packed arithmetic (see ablate.train.population)
-        from ablate.train.population import run_population
+    if config.train.packed:  # see ablate.train.population
+        from ablate.train.population import current_member, run_population, train_member
 
-        outcome = run_population([config], [log], [workdir], stop_after=stop_after)[0]
+        if current_member() is not None:  # this thread is a member of a population
+            return train_member(config, log, workdir, stop_after)
+        outcome = run_population([config], [log], [workdir], stop_after=stop_after)[0]  # a population of one
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome

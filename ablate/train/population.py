@@ -52,9 +52,11 @@ class Request:
     Attributes:
         member: the member's index; kind: ``trunk``, ``prefill``, ``step`` or ``backward``.
         key: what requests computed together must share (see :meth:`Population.groups`).
-        order: where the member is: (RL step, phase, decode 0 / forward-backward 1); the main thread
-            computes the requests of the smallest order first, so that members that ran ahead wait
-            for the others and their calls are batched together.
+        order: where the member is: (RL step, phase, decode 0 / no-grad forward 1 / training forward
+            and backward 2); the main thread computes the requests of the smallest order first, so that
+            members that ran ahead wait for the others and their calls are batched together (a member
+            with an extra no-grad forward in its update, e.g. the mismatch measurement, does it while
+            the others wait, then all train together).
         args: the call's arguments; result / error: what the member gets back.
     """
 
@@ -134,7 +136,7 @@ class MemberBatcher:
 
     def call(self, kind: str, key: tuple, args: dict[str, Any]) -> Any:
         """Submit a request and wait for its result (raises its error)."""
-        order = (*self.position, 0 if kind in ("prefill", "step") else 1)
+        order = (*self.position, 0 if kind in ("prefill", "step") else 1 if not torch.is_grad_enabled() else 2)
         return self.population.submit(Request(self.member, kind, key, args, order))
 
     def signature(self, model: nn.Module) -> tuple | None:
@@ -175,6 +177,8 @@ class Population:
     members: set[int]
     pad_id: int = 0
     cond: threading.Condition = field(default_factory=threading.Condition)
+    setup_lock: threading.Lock = field(default_factory=threading.Lock)
+    interrupted: bool = False
     pending: dict[int, Request] = field(default_factory=dict)
     signatures: dict[int, tuple | None] = field(default_factory=dict)
     batched_calls: int = 0
@@ -189,6 +193,8 @@ class Population:
     def submit(self, request: Request) -> Any:
         """Called by a member thread: wait until the main thread has computed ``request``."""
         with self.cond:
+            if self.interrupted:
+                raise KeyboardInterrupt
             self.pending[request.member] = request
             self.cond.notify_all()
             while not request.done:
@@ -196,6 +202,15 @@ class Population:
         if request.error is not None:
             raise request.error
         return request.result
+
+    def interrupt(self) -> None:
+        """Ctrl-C in the main thread: every waiting and later request raises KeyboardInterrupt."""
+        with self.cond:
+            self.interrupted = True
+            for r in self.pending.values():
+                r.error, r.done = KeyboardInterrupt(), True
+            self.pending.clear()
+            self.cond.notify_all()
 
     def leave(self, member: int) -> None:
         """A member thread has finished (or failed): the rendezvous stops waiting for it."""
@@ -290,55 +305,86 @@ class Population:
             r.result = logits[k]
 
 
+_MEMBER = threading.local()
+
+
+def current_member() -> tuple[Population, int] | None:
+    """The population and index of this thread's member (None outside :func:`run_members`)."""
+    return getattr(_MEMBER, "slot", None)
+
+
+def train_member(config: TrialConfig, log: LogFn | None, workdir: Any, stop_after: int | None = None) -> Any:
+    """Train ``config`` as this thread's member of its population: set up (one member at a time, since
+    set-ups share caches and torch's global RNG), then the ordinary loop with the batcher active."""
+    from ablate.train.loop import prepare_trial, train_prepared
+
+    slot = current_member()
+    assert slot is not None, "train_member runs in a member thread of run_members"
+    population, index = slot
+    with population.setup_lock:
+        prepared = prepare_trial(config, workdir=workdir)
+    population.pad_id = prepared.state.policy.pad_token_id
+    with batching(MemberBatcher(population, index)):
+        return train_prepared(prepared, log, stop_after=stop_after)
+
+
+def run_members(tasks: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run ``tasks`` (each of which trains one member through :func:`run_trial` or :func:`train_member`)
+    as one population: one thread per task, the main thread computing their batched calls.
+
+    Returns:
+        Per task, what it returned, or the exception it raised (the others are unaffected). A
+        KeyboardInterrupt in the main thread is delivered to every member (each records it as its own
+        trial would), then raised.
+    """
+    population = Population(members=set(range(len(tasks))))
+    outcomes: list[Any] = [None] * len(tasks)
+
+    def member(i: int) -> None:
+        _MEMBER.slot = (population, i)
+        try:
+            outcomes[i] = tasks[i]()
+        except BaseException as error:  # noqa: BLE001 - a member fails alone
+            outcomes[i] = error
+        finally:
+            _MEMBER.slot = None
+            population.leave(i)
+
+    threads = [threading.Thread(target=member, args=(i,), name=f"member-{i}", daemon=True) for i in range(len(tasks))]
+    for t in threads:
+        t.start()
+    try:
+        population.serve()
+    except KeyboardInterrupt:
+        population.interrupt()
+        for t in threads:
+            t.join()
+        raise
+    for t in threads:
+        t.join()
+    return outcomes
+
+
 def run_population(
     configs: Sequence[TrialConfig],
     logs: Sequence[LogFn | None],
     workdirs: Sequence[Any],
     *,
     stop_after: int | None = None,
-    on_setup: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Train the trials ``configs`` as one population (see the module docstring).
 
     Args:
-        configs: the members' configurations (``train.packed`` true, one model shape for the batching
-            to apply; a member whose model cannot be stacked computes solo within the population).
+        configs: the members' configurations (one model shape for the batching to apply; a member
+            whose model cannot be stacked computes solo within the population).
         logs: each member's ``log(metrics, step)`` (or None); workdirs: each member's checkpoint directory.
         stop_after: stop each member after this many steps of this call (tests of resumption).
-        on_setup: called with a member's index once its setup is done (before any member trains).
 
     Returns:
         Per member, its :class:`~ablate.train.loop.TrialResult`, or the exception it failed with
         (set up or trained); the others are unaffected.
     """
-    from ablate.train.loop import prepare_trial, train_prepared
+    def task(i: int) -> Callable[[], Any]:
+        return lambda: train_member(configs[i], logs[i], workdirs[i], stop_after)
 
-    outcomes: list[Any] = [None] * len(configs)
-    prepared: dict[int, Any] = {}
-    for i, (config, workdir) in enumerate(zip(configs, workdirs)):
-        try:  # sequential: set-ups share caches and the global RNG
-            prepared[i] = prepare_trial(config, workdir=workdir)
-        except Exception as error:  # noqa: BLE001 - a member fails alone
-            outcomes[i] = error
-            continue
-        if on_setup is not None:
-            on_setup(i)
-    pad = next((p.state.policy.pad_token_id for p in prepared.values()), 0)
-    population = Population(members=set(prepared), pad_id=pad)
-
-    def member(i: int) -> None:
-        try:
-            with batching(MemberBatcher(population, i)):
-                outcomes[i] = train_prepared(prepared[i], logs[i], stop_after=stop_after)
-        except BaseException as error:  # noqa: BLE001 - a member fails alone
-            outcomes[i] = error
-        finally:
-            population.leave(i)
-
-    threads = [threading.Thread(target=member, args=(i,), name=f"member-{i}", daemon=True) for i in prepared]
-    for t in threads:
-        t.start()
-    population.serve()
-    for t in threads:
-        t.join()
-    return outcomes
+    return run_members([task(i) for i in range(len(configs))])
