@@ -402,7 +402,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
                   runs: str = "runs", threads: int = 0, workers: int = 1, max_retries: int | None = None,
                   heartbeat: float | None = None, grace: float | None = None,
                   store_wait: float | None = None, keep_checkpoints: bool = False,
-                  check_disk: bool = True, tracking_wait: float | None = None) -> RunSettings:
+                  check_disk: bool = True, tracking_wait: float | None = None, pack: int | str = "auto") -> RunSettings:
     """Check the run options and build the :class:`RunSettings` (creates nothing).
 
     ``storage`` None: ``$ABLATE_STORAGE``, else ``<runs>/<study>/store.journal``; ``tracking_uri``
@@ -439,6 +439,8 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         problems.append(f"--store-wait {store_wait:g}: must be 0 or more seconds")
     if tracking_wait is not None and not tracking_wait >= 0:
         problems.append(f"--tracking-wait {tracking_wait:g}: must be 0 or more seconds")
+    if pack != "auto" and not (str(pack).isdigit() and int(pack) >= 1):
+        problems.append(f"--pack {pack}: must be a whole number of trials, 1 or more, or auto")
     if problems:
         raise AblateError("; ".join(problems))
     return RunSettings(
@@ -447,6 +449,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
         keep_checkpoints=keep_checkpoints, check_disk=check_disk,
         tracking_wait=DEFAULT_TRACKING_WAIT if tracking_wait is None else tracking_wait,
+        pack=pack if pack == "auto" else int(pack),
     )
 
 

@@ -99,6 +99,8 @@ class RunSettings:
             the trials kept in the outbox meanwhile (``--tracking-wait``).
         check_disk: refuse to start when a disk the study writes to has less free space than its
             estimated peak use (:func:`ablate.runner.check_disk_space`; ``--ignore-disk-space``).
+        pack: the most trials with ``train.packed: true`` that train together as one population
+            (``--pack``; ``auto``: see :func:`pack_size`).
     """
 
     study_file: str
@@ -117,6 +119,7 @@ class RunSettings:
     keep_checkpoints: bool = False
     check_disk: bool = True
     tracking_wait: float = DEFAULT_TRACKING_WAIT
+    pack: int | str = "auto"
 
     def open_store(self, study: Study) -> StudyStore:
         """The study store these settings name, for ``study``."""
@@ -230,8 +233,69 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
                     continue
             time.sleep(settings.poll_seconds)
             continue
-        outcome = run_attempt(plan, plan.by_key[attempt.key], attempt, store, tracker, parent, settings, worker, events)
-        {"done": stats.done, "failed": stats.failed, "lost": stats.lost}[outcome].append(attempt.key)
+        attempts = [attempt] + claim_mates(plan, attempt, store, worker, settings)
+        if len(attempts) == 1:
+            outcomes = [run_attempt(plan, plan.by_key[attempt.key], attempt, store, tracker, parent, settings, worker,
+                                    events)]
+        else:  # one population: each member runs its attempt in a thread of this process
+            outcomes = run_population_attempts(plan, attempts, store, tracker, parent, settings, worker, events)
+        for a, outcome in zip(attempts, outcomes):
+            {"done": stats.done, "failed": stats.failed, "lost": stats.lost}[outcome].append(a.key)
+
+
+def pack_size(pack: int | str, config: TrialConfig) -> int:
+    """The population size ``--pack`` gives trials like ``config`` (1 unless ``train.packed``).
+
+    ``auto``: 1 on a CPU, where a population measured no faster than the same trials one after another
+    (benchmarks/RESULTS.md, bench_study.py --pack); 8 on a GPU, a size not yet measured there."""
+    if not config.train.packed:
+        return 1
+    if pack != "auto":
+        return int(pack)
+    from ablate.config import resolve_device
+
+    return 8 if resolve_device(config).type == "cuda" else 1
+
+
+def claim_mates(plan: Plan, attempt: Attempt, store: StudyStore, worker: WorkerInfo,
+                settings: RunSettings) -> list[Attempt]:
+    """Further attempts to train with ``attempt`` as one population: up to ``--pack`` - 1 pending
+    attempts of packed trials of the same :func:`~ablate.train.population.population_shape`."""
+    from ablate.train.population import population_shape
+
+    config = plan.by_key[attempt.key].config
+    size = pack_size(settings.pack, config)
+    if size <= 1:
+        return []
+    shape = population_shape(config)
+    keys = {k for k, s in plan.by_key.items() if s.config.train.packed and population_shape(s.config) == shape}
+    mates: list[Attempt] = []
+    while len(mates) < size - 1:
+        mate = store.claim(settings.budget, worker, keys=keys)
+        if mate is None:
+            break
+        mates.append(mate)
+    return mates
+
+
+def run_population_attempts(plan: Plan, attempts: list[Attempt], store: StudyStore, tracker: Tracker, parent: str,
+                            settings: RunSettings, worker: WorkerInfo, events: EventFn | None) -> list[str]:
+    """Run the claimed ``attempts`` as one population (:func:`ablate.train.population.run_members`): each
+    member is an ordinary :func:`run_attempt` (its heartbeats, run, checkpoint and record), in a thread.
+
+    Raises:
+        KeyboardInterrupt, or a full disk's error: after every member has recorded its own outcome.
+    """
+    from ablate.train.population import run_members
+
+    def task(a: Attempt) -> Callable[[], str]:
+        return lambda: run_attempt(plan, plan.by_key[a.key], a, store, tracker, parent, settings, worker, events)
+
+    outcomes = run_members([task(a) for a in attempts])
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    if errors:
+        raise next((e for e in errors if isinstance(e, KeyboardInterrupt)), errors[0])
+    return outcomes
 
 
 def parent_run_id(plan: Plan, store: StudyStore, tracker: Tracker) -> str:

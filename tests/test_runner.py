@@ -513,3 +513,85 @@ def test_another_study_under_a_used_name_is_refused_at_every_budget_and_for_repo
     grown = write_study(workdir, "twin", levels={"token": LOSS_NORM["token"]}, seeds=2,
                         budgets={"smoke": {"train.steps": 1}})
     assert grown == first and run(str(grown), "--no-progress", "--extend") == 0  # more seeds: the same study
+
+
+# ------------------------------------------------------------------------------------------- packing
+
+
+def test_packed_trials_train_as_populations_and_a_diverging_member_fails_alone(workdir, ws_cache, capsys, monkeypatch):
+    import ablate.train.population as population
+
+    sizes: list[int] = []
+    run_members = population.run_members
+
+    def counted(tasks):
+        sizes.append(len(tasks))
+        return run_members(tasks)
+
+    monkeypatch.setattr(population, "run_members", counted)
+    levels = {**LOSS_NORM, "diverge": {"optim.lr": 1e30}}
+    warm = {"warmstart.enabled": True, "warmstart.cache_dir": ws_cache, "warmstart.target_min": 0.15,
+            "warmstart.batch_size": 32, "warmstart.lr": 3e-3, "rollout.prompts_per_step": 4, "rollout.group_size": 4,
+            "algo.minibatches": 2}  # lr 1e30: the second minibatch of step 1 is non-finite
+    study = write_study(workdir, "packed", levels=levels, base={"train.packed": True, **warm})  # rewards vary
+    assert main(["show", str(study)]) == 0
+    assert "packing: 6 of 6 trials set train.packed and train in populations (`ablate run --pack K`; auto here: 1 " \
+           "trial a population) of 1 shape" in capsys.readouterr().out
+    assert run(str(study), "--no-progress", "--pack", "8") == 1  # the diverging arm failed
+    assert sizes == [6]  # one population: every trial of the study
+    storage = str(workdir / "runs" / "packed" / STORE_FILE)
+    specs = {s.key: s for s in Plan.of(load_study(study), "default").specs}
+    by_key = attempts_by_key(storage, "packed")
+    for key, attempts in by_key.items():
+        (attempt,) = attempts
+        if specs[key].arm == "loss_norm=diverge":
+            assert attempt.state == "failed" and "NonFiniteError" in attempt.error
+        else:
+            assert attempt.state == "done" and attempt.claim["pid"] == os.getpid()
+
+
+def test_bad_pack_is_refused_with_exit_2(workdir, capsys):
+    study = write_study(workdir, "badpack")
+    assert run(str(study), "--pack", "zero") == 2
+    assert "--pack zero: must be a whole number of trials, 1 or more, or auto" in capsys.readouterr().err
+    assert not (workdir / "runs" / "badpack").exists()
+
+
+def test_a_population_killed_mid_training_resumes_every_member_exactly(workdir, capsys):
+    base = {"train.steps": 6, "train.checkpoint_every": 1, "eval.every": 3, "train.packed": True}
+    levels = {"token": LOSS_NORM["token"]}
+    killed = write_study(workdir, "podkill", levels=levels, seeds=3, base=base)
+    keys = [s.key for s in Plan.of(load_study(killed), "default").specs]
+    log = open(workdir / "first.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(killed), "--no-progress", "--pack", "3"],
+                            cwd=workdir, env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    ckpts = [workdir / "runs" / "podkill" / "trials" / k / "trainer.pt" for k in keys]
+    deadline = time.monotonic() + 180
+    while not all(c.exists() for c in ckpts):  # every member has checkpointed a step: kill now
+        assert proc.poll() is None, (workdir / "first.log").read_text()
+        assert time.monotonic() < deadline, "the population never checkpointed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    log.close()
+    storage = str(workdir / "runs" / "podkill" / STORE_FILE)
+    assert all([a.state for a in v] == ["running"] for v in attempts_by_key(storage, "podkill").values())
+    assert run(str(killed), "--no-progress", "--pack", "3") == 0
+    after = attempts_by_key(storage, "podkill")
+    straight = write_study(workdir, "podstraight", levels=levels, seeds=3, base=base)
+    assert run(str(straight), "--no-progress", "--pack", "3") == 0
+    clean = attempts_by_key(str(workdir / "runs" / "podstraight" / STORE_FILE), "podstraight")
+    for key in keys:
+        stale, resumed = after[key]
+        assert stale.state == "failed" and resumed.state == "done" and resumed.result["resumed_from"] >= 1
+        (once,) = clean[key]
+        assert resumed.value == once.value  # exactly: the same population, resumed
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    c = MlflowClient(uri)
+    runs = {r.data.tags["ablate.trial_key"]: r for r in mlflow_runs(uri, "podkill")[1]}
+    clean_runs = {r.data.tags["ablate.trial_key"]: r for r in mlflow_runs(uri, "podstraight")[1]}
+    for key in keys:
+        a = sorted((m.step, m.value) for m in c.get_metric_history(runs[key].info.run_id, "loss/total"))
+        b = sorted((m.step, m.value) for m in c.get_metric_history(clean_runs[key].info.run_id, "loss/total"))
+        assert a == b and [s for s, _ in a] == list(range(1, 7))

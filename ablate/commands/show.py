@@ -106,7 +106,19 @@ def describe(study: Study, budget: str, workers: int = 1) -> dict[str, Any]:
             "seeds": list(study.tune.seeds),
         },
         "aliasing": None if study.aliasing is None else study.aliasing.to_dict(),
+        "packing": packing(specs),
     }
+
+
+def packing(specs: Any) -> dict[str, Any]:
+    """Which trials train as populations (``train.packed``) and in how many shapes (each shape packs
+    apart, :func:`ablate.train.population.population_shape`); ``auto``: the ``--pack auto`` size here."""
+    from ablate.train.population import population_shape
+    from ablate.worker import pack_size
+
+    packed = [s for s in specs if s.config.train.packed]
+    return {"packed_trials": len(packed), "shapes": len({population_shape(s.config) for s in packed}),
+            "auto": pack_size("auto", packed[0].config) if packed else 1}
 
 
 def render(study: Study, budget: str, workers: int = 1) -> str:
@@ -138,6 +150,11 @@ def render(study: Study, budget: str, workers: int = 1) -> str:
     w = d["disk"]["workers"]
     out.append(f"disk at budget {budget} with {w} worker{'s' if w != 1 else ''}: {d['disk']['text']} "
                "; ablate run refuses to start with less free space")
+    p = d["packing"]
+    if p["packed_trials"]:
+        out.append(f"packing: {p['packed_trials']} of {d['n_trials']} trials set train.packed and train in populations "
+                   f"(`ablate run --pack K`; auto here: {p['auto']} trial{'s' if p['auto'] != 1 else ''} a population) "
+                   f"of {p['shapes']} shape{'s' if p['shapes'] != 1 else ''}; the others run solo")
     out.append("")
 
     names = [f.name for f in study.factors]

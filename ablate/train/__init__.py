@@ -23,7 +23,8 @@ Modules, one job each:
 * :mod:`~ablate.train.stats` -- the rollout metrics and the sample table;
 * :mod:`~ablate.train.evaluate` -- :func:`evaluate_trial` and :func:`eval_problem_rows`;
 * :mod:`~ablate.train.checkpoint` -- saving and resuming (``<workdir>/trainer.pt``);
-* :mod:`~ablate.train.loop` -- :func:`run_trial` and :class:`TrialResult`;
+* :mod:`~ablate.train.trial` -- :func:`run_trial`; :mod:`~ablate.train.loop` -- the loop and :class:`TrialResult`;
+* :mod:`~ablate.train.population` -- packed trials: a population's members trained batched in one process;
 * :mod:`~ablate.train.seeds`, :mod:`~ablate.train.guards` -- seeded generators, the NaN guard.
 
 ``log(metrics, step)`` is the only way a trial reports (it never imports mlflow); every metric name
@@ -43,10 +44,11 @@ from ablate.train.batch import CollectStats, RolloutTiming, StepBatch, collect_b
 from ablate.train.checkpoint import CHECKPOINT_FILE
 from ablate.train.evaluate import eval_problem_rows, evaluate_trial
 from ablate.train.guards import NonFiniteError
-from ablate.train.loop import LogFn, TrialResult, run_trial
+from ablate.train.loop import LogFn, TrialResult
 from ablate.train.seeds import derive_seed
 from ablate.train.setup import Critic, TrialState, build_policy, build_task, setup_trial
 from ablate.train.step import train_step
+from ablate.train.trial import run_trial
 from ablate.train.update import ppo_update
 
 __all__ = [

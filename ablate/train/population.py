@@ -38,8 +38,7 @@ from torch import nn
 from ablate.config import TrialConfig
 from ablate.models.batching import batching
 from ablate.models.stacked import StackedDecoder, StackedLlama, shape_signature, stack_unsupported_reason
-
-LogFn = Callable[[dict[str, float], int], None]
+from ablate.train.loop import LogFn, prepare_trial, train_prepared
 
 #: The phases of an RL step, in the order a member goes through them (see :func:`ablate.models.batching.at`).
 PHASES = {"collect": 0, "update": 1, "eval": 2}
@@ -308,6 +307,18 @@ class Population:
 _MEMBER = threading.local()
 
 
+def population_shape(config: TrialConfig) -> tuple:
+    """What trials packed into one population by the runner share, so that their calls batch: the model
+    and its precision, the device, the batch and generation shape, the update's shape, the evaluations
+    and the length of training. Trials that differ elsewhere (seed, losses, rewards, learning rate ...)
+    batch fully; a population of different shapes would still compute right, only less batched."""
+    c = config
+    return (c.model.name, c.model.dtype, c.model.attention, c.model.lm_head_dtype, c.device, c.rollout.dtype,
+            c.rollout.prompts_per_step, c.rollout.group_size, c.rollout.max_new_tokens, c.algo.minibatches,
+            c.algo.grad_accum, c.algo.ppo_epochs, c.algo.dynamic_sampling, c.algo.zero_variance_filter,
+            c.critic.enabled, c.eval.every, c.eval.n_problems, c.train.steps, c.task.name, c.task.difficulty)
+
+
 def current_member() -> tuple[Population, int] | None:
     """The population and index of this thread's member (None outside :func:`run_members`)."""
     return getattr(_MEMBER, "slot", None)
@@ -316,8 +327,6 @@ def current_member() -> tuple[Population, int] | None:
 def train_member(config: TrialConfig, log: LogFn | None, workdir: Any, stop_after: int | None = None) -> Any:
     """Train ``config`` as this thread's member of its population: set up (one member at a time, since
     set-ups share caches and torch's global RNG), then the ordinary loop with the batcher active."""
-    from ablate.train.loop import prepare_trial, train_prepared
-
     slot = current_member()
     assert slot is not None, "train_member runs in a member thread of run_members"
     population, index = slot
