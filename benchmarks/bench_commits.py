@@ -73,9 +73,9 @@ def same_numbers(a: pd.DataFrame, b: pd.DataFrame) -> bool:
     return logged(a).equals(logged(b))
 
 
-def add_comparison_args(parser: argparse.ArgumentParser) -> None:
+def add_comparison_args(parser: argparse.ArgumentParser, *, old_required: bool = True) -> None:
     """The options of a two-commit comparison: --old, --study, --budget, --workers, --rounds."""
-    parser.add_argument("--old", required=True, help="the earlier commit to compare against")
+    parser.add_argument("--old", required=old_required, help="the earlier commit to compare against")
     parser.add_argument("--study", default="studies/quickstart.yaml", help="study file, relative to the repo")
     parser.add_argument("--budget", default="default")
     parser.add_argument("--workers", type=int, default=2)

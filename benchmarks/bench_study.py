@@ -20,6 +20,7 @@ the ``smollm2`` extra) runs ``--smollm2-steps`` steps and its 60-step time is th
     python benchmarks/bench_study.py --old 0f856a1                    # 2 pairs + the zoo
     python benchmarks/bench_study.py --old 0f856a1 --rounds 3 --write # + benchmarks/RESULTS.md
     python benchmarks/bench_study.py --old 0f856a1 --no-zoo
+    python benchmarks/bench_study.py --pack 1,4,16,32 --write         # packed populations vs solo (bench_pack.py)
 
 Measured on the machine it runs on; an absolute time is only comparable within one run.
 """
@@ -108,11 +109,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n".join(__doc__.splitlines()[1:]))
-    add_comparison_args(parser)
+    add_comparison_args(parser, old_required=False)
     parser.add_argument("--no-zoo", action="store_true", help="skip the one-trial time of each zoo model")
     parser.add_argument("--smollm2-steps", type=int, default=3, help="steps of smollm2-135m's trial (projected to the budget's)")
     parser.add_argument("--write", action="store_true", help="write the section of benchmarks/RESULTS.md")
+    parser.add_argument("--pack", metavar="K,K,...",
+                        help="instead: packed populations of these sizes against solo trials (benchmarks/bench_pack.py)")
+    parser.add_argument("--pack-seeds", type=int, default=16, help="--pack: seeds of the study (default 16)")
+    parser.add_argument("--pack-steps", type=int, default=20, help="--pack: RL steps a trial (default 20)")
     args = parser.parse_args(argv)
+    if args.pack:
+        from bench_pack import BEGIN as PACK_BEGIN
+        from bench_pack import END as PACK_END
+        from bench_pack import pack_benchmark
+
+        body = pack_benchmark([int(k) for k in args.pack.split(",")], study=args.study, seeds=args.pack_seeds,
+                              steps=args.pack_steps, workers=args.workers)
+        print(body, flush=True)
+        if args.write:
+            from results_md import write_section
+
+            write_section(ROOT / "benchmarks" / "RESULTS.md", body, PACK_BEGIN, PACK_END)
+        return 0
+    if not args.old:
+        parser.error("--old is required (or --pack)")
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],

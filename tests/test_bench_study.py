@@ -34,3 +34,25 @@ def test_zoo_row_projection():
 
 def test_zoo_row_error():
     assert "not run: ModuleNotFoundError" in zoo_row("smollm2-135m", {"error": "ModuleNotFoundError: x"})
+
+
+def test_pack_table_ratios_by_hand():
+    from bench_pack import PackRun, table
+
+    runs = [PackRun("solo", 0, 2, seconds=100.0, trials=64, peak_bytes=600 * 2**20),
+            PackRun("packed, K = 4", 4, 2, seconds=80.0, trials=64, peak_bytes=700 * 2**20)]
+    assert runs[0].trials_per_hour == 64 * 36  # 2304
+    rows = table(runs).splitlines()
+    assert rows[2] == "| solo | 2 | 100.0 | 2304 | 1.00 | 600 |"
+    assert rows[3] == "| packed, K = 4 | 2 | 80.0 | 2880 | 1.25 | 700 |"  # 2880 / 2304
+
+
+def test_pack_study_file_sets_seeds_steps_and_packing(tmp_path):
+    from bench_pack import study_file
+
+    from ablate.plan import Plan
+    from ablate.study import load_study
+
+    path = study_file(tmp_path, "studies/quickstart.yaml", 3, 5, packed=True)
+    specs = Plan.of(load_study(path), "default").specs
+    assert len(specs) == 4 * 3 and all(s.config.train.packed and s.config.train.steps == 5 for s in specs)
