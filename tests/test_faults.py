@@ -411,3 +411,42 @@ def test_the_link_goes_down_once_refuses_at_once_and_comes_back_with_the_server(
         while not tracker.link.up and time.monotonic() < deadline:
             time.sleep(0.05)
         assert tracker.link.up and tracker.client.get_experiment(exp).name == "x" and tracker.link.downs == 1
+
+
+@pytest.mark.slow
+def test_a_packed_population_through_a_tracking_outage_keeps_and_uploads_every_member_once(tmp_path):
+    """The outage path with packing on: a population of 4 members whose MLflow server stops once the
+    parent run exists. Every member finishes into the outbox (exit 1, one line), and the same command
+    with the server back uploads each exactly once: one attempt per trial, each (metric, step) once."""
+    study = write_study(tmp_path, "packdark", seeds=2, base={**TINY, "train.steps": 4, "train.packed": True})
+    env = {k: v for k, v in sub_env(tmp_path).items() if not k.startswith("MLFLOW_HTTP_REQUEST")}
+    with servers.mlflow_server(tmp_path / "mlflow") as server:
+        command = [sys.executable, "-m", "ablate", "run", str(study), "--tracking-uri", server.uri, "--threads", "1",
+                   "--no-progress", "--tracking-wait", "0", "--pack", "4"]
+        client = MlflowClient(server.uri)
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        t0 = time.monotonic()
+        while proc.poll() is None and time.monotonic() - t0 < 120:
+            exp = client.get_experiment_by_name("packdark")
+            if exp is not None and client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'"):
+                break
+            time.sleep(0.05)
+        server.stop()
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1 and "Traceback" not in err, err
+        assert "could not reach MLflow" in err and len(unsent_files("packdark", tmp_path / "runs")) >= 3, err
+        server.start()
+        again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0 and "uploaded" in again.stderr, again.stderr
+    store = StudyStore(str(tmp_path / "runs" / "packdark" / "store.journal"), "packdark", create=False)
+    attempts = collections.Counter(a.key for a in store.attempts("default"))
+    assert len(attempts) == 4 and set(attempts.values()) == {1}  # nothing trained twice
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'server.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("packdark").experiment_id], "tags.`ablate.role` = 'trial'")
+    assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(attempts)
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        rows = metric_rows(client, r.info.run_id)
+        assert set(rows.values()) == {1} and {s for _, s in rows} == set(range(5))  # steps 0..4, each once
+    assert not unsent_files("packdark", tmp_path / "runs")

@@ -180,6 +180,9 @@ def test_a_diverging_member_fails_alone_and_a_population_reruns_and_resumes_exac
     again = run_population(configs, [None] * 3, [None] * 3)
     for i in (0, 2):
         assert _logged(whole[i].final) == _logged(again[i].final)
+        solo = run_trial(packed(configs[i], False))  # the diverging member changed nothing for the others
+        for (_, m), (_, ms) in zip(whole[i].history, solo.history):
+            assert not {k for k in ms if not k.startswith("perf/") and not _close(m[k], ms[k])}
     # stopped after a step (as a killed worker leaves it), then resumed from the checkpoints
     dirs = [tmp_path / f"m{i}" for i in range(3)]
     ok = [configs[0], configs[2], packed(tiny(ws_cache, "train.steps=3", "seed=7"))]

@@ -178,6 +178,7 @@ class Population:
     cond: threading.Condition = field(default_factory=threading.Condition)
     setup_lock: threading.Lock = field(default_factory=threading.Lock)
     interrupted: bool = False
+    inflight: list[Request] = field(default_factory=list)
     pending: dict[int, Request] = field(default_factory=dict)
     signatures: dict[int, tuple | None] = field(default_factory=dict)
     batched_calls: int = 0
@@ -206,8 +207,9 @@ class Population:
         """Ctrl-C in the main thread: every waiting and later request raises KeyboardInterrupt."""
         with self.cond:
             self.interrupted = True
-            for r in self.pending.values():
-                r.error, r.done = KeyboardInterrupt(), True
+            for r in [*self.pending.values(), *self.inflight]:
+                if not r.done:
+                    r.error, r.done = KeyboardInterrupt(), True
             self.pending.clear()
             self.cond.notify_all()
 
@@ -228,6 +230,7 @@ class Population:
                     return
                 first = min(r.order for r in self.pending.values())
                 requests = [self.pending.pop(m) for m in sorted(self.pending) if self.pending[m].order == first]
+                self.inflight = requests
             for group in self.groups(requests):
                 try:
                     self.compute(group)
