@@ -6,6 +6,7 @@ resumption and repeated runs are exact."""
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 from pathlib import Path
 
@@ -203,3 +204,43 @@ def test_a_model_that_cannot_stack_trains_solo_inside_the_population(ws_cache):
     for c, r in zip(configs, pop):
         solo = run_trial(c)
         assert _logged(r.final) == _logged(solo.final)
+
+
+def test_a_members_autograd_and_autocast_state_is_reproduced_where_its_calls_are_computed():
+    from ablate.train.population import _amp_state, _Mode
+
+    seen = {}
+
+    def member():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            seen["state"] = _amp_state(torch.device("cpu"))
+
+    t = threading.Thread(target=member)
+    t.start()
+    t.join()
+    assert seen["state"] == (False, True, torch.bfloat16)
+    assert _amp_state(torch.device("cpu")) == (True, False, None)  # this thread's own state is untouched
+    with _Mode(torch.device("cpu"), seen["state"]):
+        assert not torch.is_grad_enabled() and torch.is_autocast_enabled("cpu")
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert torch.ones(2, 2).mm(torch.ones(2, 2)).dtype == torch.bfloat16
+    assert torch.is_grad_enabled() and not torch.is_autocast_enabled("cpu")
+
+
+def test_members_in_other_precisions_never_share_a_computation(ws_cache, monkeypatch):
+    groups: list[tuple[str, int]] = []
+    compute = Population.compute
+
+    def recorded(self, group):
+        groups.append((group[0].kind, len(group)))
+        return compute(self, group)
+
+    monkeypatch.setattr(Population, "compute", recorded)
+    bf16 = packed(tiny(ws_cache, "train.steps=1", "model.dtype=bfloat16", "model.attention=eager"))
+    fp32 = packed(tiny(ws_cache, "train.steps=1", "seed=1"))
+    mixed = run_population([bf16, fp32], [None, None], [None, None])
+    assert not any(isinstance(r, BaseException) for r in mixed)
+    assert {n for k, n in groups if k != "backward"} == {1}, groups  # bf16 autocast and float32 calls apart
+    assert ("backward", 2) in groups  # a backward has no precision of its own: they run as one
+    alone = run_population([bf16], [None], [None])[0]  # so the bf16 member is what it is alone
+    assert _logged(mixed[0].final) == _logged(alone.final)
