@@ -50,7 +50,10 @@ class Progress:
     def handle(self, event: Event) -> None:
         """Update from one worker event."""
         kind, key = event.get("kind"), event.get("key", "")
-        if kind == "start":
+        if kind == "population":
+            self.line(f"packed {event.get('size')} trials into one population on {event.get('worker')} "
+                      "(train.packed: their forward, backward and decode steps batched)")
+        elif kind == "start":
             self.running[key] = dict(event, step=None)
         elif kind == "step":
             step = int(event["step"])

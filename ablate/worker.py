@@ -65,7 +65,8 @@ if TYPE_CHECKING:
     from ablate.tracking import Tracker, TrialLogger
     from ablate.train import TrialResult
 
-#: A progress event: a dict with ``kind`` (``start``, ``step``, ``end``), the trial's identity and more.
+#: A progress event: a dict with ``kind`` (``start``, ``step``, ``end``; ``population`` when a worker packs
+#: trials together), the trial's identity and more.
 Event = dict[str, Any]
 EventFn = Callable[[Event], None]
 
@@ -193,7 +194,7 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
         settings: the study, budget, store, tracking URI and knobs.
         index: this worker's number in a local pool (part of its name).
         study: the loaded Study (loaded from ``settings.study_file`` when None).
-        events: called with progress events (dicts with ``kind``: ``start``, ``step``, ``end``).
+        events: called with progress events (dicts with ``kind``: ``start``, ``step``, ``end``, ``population``).
         prepare: check the design and enqueue what must run first (as ``ablate worker`` does).
 
     Returns:
@@ -214,6 +215,8 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
         store.bind(study)
         store.prepare(plan)
     parent = settings.parent_run_id or parent_run_id(plan, store, tracker)
+    if any(s.config.train.packed for s in plan.specs):
+        tag_packing(tracker, parent, settings)
     worker = WorkerInfo.current(index)
     stats = WorkerStats()
     while True:
@@ -241,6 +244,20 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
             outcomes = run_population_attempts(plan, attempts, store, tracker, parent, settings, worker, events)
         for a, outcome in zip(attempts, outcomes):
             {"done": stats.done, "failed": stats.failed, "lost": stats.lost}[outcome].append(a.key)
+
+
+#: Parent-run tag: ``--pack`` of the workers that trained the study's packed trials.
+TAG_PACK = "ablate.pack"
+
+
+def tag_packing(tracker: Tracker, parent: str, settings: RunSettings) -> None:
+    """Record ``--pack`` on the parent run (a tracking error only warns: the trials still run)."""
+    from ablate.tracking import TRACKING_ERRORS
+
+    try:
+        tracker.client.set_tag(parent, TAG_PACK, str(settings.pack))
+    except TRACKING_ERRORS as exc:
+        print(f"warning: --pack could not be recorded in MLflow: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def pack_size(pack: int | str, config: TrialConfig) -> int:
@@ -291,6 +308,7 @@ def run_population_attempts(plan: Plan, attempts: list[Attempt], store: StudySto
     def task(a: Attempt) -> Callable[[], str]:
         return lambda: run_attempt(plan, plan.by_key[a.key], a, store, tracker, parent, settings, worker, events)
 
+    emit(events, kind="population", size=len(attempts), worker=worker.name, keys=[a.key for a in attempts])
     outcomes = run_members([task(a) for a in attempts])
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     if errors:

@@ -127,6 +127,12 @@ def test_threads_split_and_time_format():
     assert gpu_for_worker(0, 1, None) is None and gpu_for_worker(1, 0, None) is None
 
 
+def test_progress_says_when_trials_are_packed(capsys):
+    progress = Progress(total=4, steps_per_trial=2, counts={"pending": 4}, live=False, stream=sys.stderr)
+    progress.handle({"kind": "population", "size": 4, "worker": "host:123"})
+    assert "packed 4 trials into one population on host:123" in capsys.readouterr().err
+
+
 def test_progress_counts_steps_and_estimates_time_left(capsys):
     p = Progress(4, 10, {"done": 1, "running": 1, "failed": 0, "pending": 2}, live=False, label="q default")
     p.handle({"kind": "start", "key": "k1", "arm": "a=x", "seed": 0, "steps": 10})
@@ -539,6 +545,8 @@ def test_packed_trials_train_as_populations_and_a_diverging_member_fails_alone(w
            "trial a population) of 1 shape" in capsys.readouterr().out
     assert run(str(study), "--no-progress", "--pack", "8") == 1  # the diverging arm failed
     assert sizes == [6]  # one population: every trial of the study
+    parent, _ = mlflow_runs(f"sqlite:///{workdir / 'mlflow.db'}", "packed")
+    assert parent.data.tags["ablate.pack"] == "8"
     storage = str(workdir / "runs" / "packed" / STORE_FILE)
     specs = {s.key: s for s in Plan.of(load_study(study), "default").specs}
     by_key = attempts_by_key(storage, "packed")
