@@ -264,14 +264,34 @@ def pack_size(pack: int | str, config: TrialConfig) -> int:
     """The population size ``--pack`` gives trials like ``config`` (1 unless ``train.packed``).
 
     ``auto``: 1 on a CPU, where a population measured no faster than the same trials one after another
-    (benchmarks/RESULTS.md, bench_study.py --pack); 8 on a GPU, a size not yet measured there."""
+    (benchmarks/RESULTS.md, bench_study.py --pack); on a GPU as many as :func:`gpu_member_bytes` says fit
+    in half its free memory, at most :data:`MAX_AUTO_PACK` (an estimate, not yet measured on a GPU)."""
     if not config.train.packed:
         return 1
     if pack != "auto":
         return int(pack)
     from ablate.config import resolve_device
 
-    return 8 if resolve_device(config).type == "cuda" else 1
+    device = resolve_device(config)
+    if device.type != "cuda":
+        return 1
+    import torch
+
+    from ablate.train.footprint import parameter_count
+
+    free, _ = torch.cuda.mem_get_info(device)
+    per_member = gpu_member_bytes(parameter_count(config.model.name) or 0)
+    return max(1, min(MAX_AUTO_PACK, int(0.5 * free // per_member)))
+
+
+#: Largest population ``--pack auto`` forms.
+MAX_AUTO_PACK = 64
+
+
+def gpu_member_bytes(params: int) -> int:
+    """Device memory one member is assumed to take: 32 bytes a parameter (float32 weights, gradient, AdamW's
+    two moments, the stacked copy of a forward, a reference model) and 256 MiB of activations."""
+    return 32 * params + 256 * 2**20
 
 
 def claim_mates(plan: Plan, attempt: Attempt, store: StudyStore, worker: WorkerInfo,

@@ -121,6 +121,8 @@ MEMBERS = {
                                      "loss.aggregation=prompt-mean", "loss.surrogate=cispo"],
     "rollout correction, two epochs": ["loss.rollout_correction=tis", "algo.ppo_epochs=2"],
     "sampler logp, top-p": ["rollout.behaviour_logp=sampler", "rollout.top_p=0.9", "optim.lr=3e-3"],
+    "seq-sum, missing eos, soft overlong": ["loss.aggregation=seq-mean-token-sum",
+                                            "reward.components=[final_answer, missing_eos, soft_overlong]"],
 }
 
 

@@ -75,7 +75,7 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pack", default="auto", metavar="K",
                         help="train up to K trials that set train.packed: true (and share a model shape) as one "
                              "population in one process, their forward, backward and decode steps batched "
-                             "(default auto: 1 on a CPU, where it measured no faster; 8 on a GPU)")
+                             "(default auto: 1 on a CPU, where it measured no faster; on a GPU as many as fit in half its free memory, at most 64)")
     parser.add_argument("--threads", type=int, default=0, metavar="N",
                         help="torch threads per worker (default: the cores split between the local workers)")
     # defaults (None here, so that --help does not import optuna): ablate.store.DEFAULT_*
