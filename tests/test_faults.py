@@ -50,6 +50,17 @@ def metric_rows(client: MlflowClient, run_id: str) -> collections.Counter:
                                for m in client.get_metric_history(run_id, key))
 
 
+def stop_once_the_parent_exists(server, client: MlflowClient, proc: subprocess.Popen, study: str) -> None:
+    """Stop the MLflow ``server`` as soon as ``study``'s parent run exists there (or ``proc`` ends, or 120 s)."""
+    t0 = time.monotonic()
+    while proc.poll() is None and time.monotonic() - t0 < 120:
+        exp = client.get_experiment_by_name(study)
+        if exp is not None and client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'"):
+            break
+        time.sleep(0.05)
+    server.stop()
+
+
 def dead_uri() -> str:
     return f"http://127.0.0.1:{servers.free_port()}"
 
@@ -351,12 +362,7 @@ def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_tim
         t0 = time.monotonic()
         proc = subprocess.Popen(command(dark), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        while proc.poll() is None and time.monotonic() - t0 < 120:
-            exp = client.get_experiment_by_name("dark")
-            if exp is not None and client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'"):
-                break
-            time.sleep(0.05)
-        server.stop()
+        stop_once_the_parent_exists(server, client, proc, "dark")
         out, err = proc.communicate(timeout=300)
         dark_s = time.monotonic() - t0
         assert dark_s <= 1.1 * steady_s, (dark_s, steady_s)
@@ -372,19 +378,27 @@ def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_tim
         server.start()  # the same command again uploads them
         again = subprocess.run(command(dark), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0 and "uploaded" in again.stderr and "report:" in again.stdout, again.stderr
-    store = StudyStore(str(tmp_path / "runs" / "dark" / "store.journal"), "dark", create=False)
+    store, runs = each_trial_uploaded_once(tmp_path, "dark", trials=6, steps=6)
+    for r in runs:
+        done = next(a for a in store.attempts("default") if a.key == r.data.tags["ablate.trial_key"])
+        assert float(r.data.tags["ablate.objective"]) == pytest.approx(done.value)
+
+
+def each_trial_uploaded_once(tmp_path: Path, study: str, *, trials: int, steps: int) -> tuple[StudyStore, list]:
+    """After an outage: one attempt per trial, one FINISHED run each holding each (metric, step) of
+    steps 0..``steps`` once, nothing left in the outbox. Returns the store and the trial runs."""
+    store = StudyStore(str(tmp_path / "runs" / study / "store.journal"), study, create=False)
     attempts = collections.Counter(a.key for a in store.attempts("default"))
-    assert len(attempts) == 6 and set(attempts.values()) == {1}  # nothing trained twice
+    assert len(attempts) == trials and set(attempts.values()) == {1}  # nothing trained twice
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'server.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("dark").experiment_id], "tags.`ablate.role` = 'trial'")
+    runs = client.search_runs([client.get_experiment_by_name(study).experiment_id], "tags.`ablate.role` = 'trial'")
     assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(attempts)
     for r in runs:
         assert r.info.status == "FINISHED"
         rows = metric_rows(client, r.info.run_id)
-        assert set(rows.values()) == {1} and {s for _, s in rows} == set(range(7))  # steps 0..6, each once
-        done = next(a for a in store.attempts("default") if a.key == r.data.tags["ablate.trial_key"])
-        assert float(r.data.tags["ablate.objective"]) == pytest.approx(done.value)
-    assert not unsent_files("dark", tmp_path / "runs")
+        assert set(rows.values()) == {1} and {s for _, s in rows} == set(range(steps + 1))  # each step once
+    assert not unsent_files(study, tmp_path / "runs")
+    return store, runs
 
 
 @pytest.mark.slow
@@ -426,27 +440,11 @@ def test_a_packed_population_through_a_tracking_outage_keeps_and_uploads_every_m
         client = MlflowClient(server.uri)
         proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        t0 = time.monotonic()
-        while proc.poll() is None and time.monotonic() - t0 < 120:
-            exp = client.get_experiment_by_name("packdark")
-            if exp is not None and client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'"):
-                break
-            time.sleep(0.05)
-        server.stop()
+        stop_once_the_parent_exists(server, client, proc, "packdark")
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1 and "Traceback" not in err, err
         assert "could not reach MLflow" in err and len(unsent_files("packdark", tmp_path / "runs")) >= 3, err
         server.start()
         again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert again.returncode == 0 and "uploaded" in again.stderr, again.stderr
-    store = StudyStore(str(tmp_path / "runs" / "packdark" / "store.journal"), "packdark", create=False)
-    attempts = collections.Counter(a.key for a in store.attempts("default"))
-    assert len(attempts) == 4 and set(attempts.values()) == {1}  # nothing trained twice
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'server.db'}")
-    runs = client.search_runs([client.get_experiment_by_name("packdark").experiment_id], "tags.`ablate.role` = 'trial'")
-    assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(attempts)
-    for r in runs:
-        assert r.info.status == "FINISHED"
-        rows = metric_rows(client, r.info.run_id)
-        assert set(rows.values()) == {1} and {s for _, s in rows} == set(range(5))  # steps 0..4, each once
-    assert not unsent_files("packdark", tmp_path / "runs")
+    each_trial_uploaded_once(tmp_path, "packdark", trials=4, steps=4)

@@ -115,6 +115,17 @@ def check_complete_once(storage: str, study_file: Path, uri: str) -> None:
         assert float(r.data.tags["ablate.objective"]) == attempt.value == r.data.metrics["eval/accuracy"]
 
 
+def kill_once_written(proc: subprocess.Popen, files: list[Path], log: Path) -> None:
+    """SIGKILL ``proc``'s process group as soon as every one of ``files`` exists (within 180 s)."""
+    deadline = time.monotonic() + 180
+    while not all(f.exists() for f in files):
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"never written: {[str(f) for f in files if not f.exists()]}"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
 # ------------------------------------------------------------------------------------------ pure parts
 
 
@@ -395,14 +406,8 @@ def test_resume_after_sigkill_runs_exactly_the_missing_trials(workdir, capsys):
     log = open(workdir / "first.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(study_file), "--no-progress"], cwd=workdir,
                             env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    ckpt = workdir / "runs" / "killed" / "trials" / keys[1] / "trainer.pt"
-    deadline = time.monotonic() + 180
-    while not ckpt.exists():  # the second trial has checkpointed at least one step: kill now
-        assert proc.poll() is None, (workdir / "first.log").read_text()
-        assert time.monotonic() < deadline, "the second trial never started"
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    # the second trial has checkpointed at least one step: kill now
+    kill_once_written(proc, [workdir / "runs" / "killed" / "trials" / keys[1] / "trainer.pt"], workdir / "first.log")
     log.close()
     before = attempts_by_key(storage, "killed")
     assert [a.state for a in before[keys[0]]] == ["done"]
@@ -574,14 +579,9 @@ def test_a_population_killed_mid_training_resumes_every_member_exactly(workdir, 
     proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(killed), "--no-progress", "--pack", "3"],
                             cwd=workdir, env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    ckpts = [workdir / "runs" / "podkill" / "trials" / k / "trainer.pt" for k in keys]
-    deadline = time.monotonic() + 180
-    while not all(c.exists() for c in ckpts):  # every member has checkpointed a step: kill now
-        assert proc.poll() is None, (workdir / "first.log").read_text()
-        assert time.monotonic() < deadline, "the population never checkpointed"
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
+    # every member has checkpointed a step: kill now
+    kill_once_written(proc, [workdir / "runs" / "podkill" / "trials" / k / "trainer.pt" for k in keys],
+                      workdir / "first.log")
     log.close()
     storage = str(workdir / "runs" / "podkill" / STORE_FILE)
     assert all([a.state for a in v] == ["running"] for v in attempts_by_key(storage, "podkill").values())
