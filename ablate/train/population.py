@@ -27,6 +27,7 @@ widest in the group (masked, so they change nothing but rounding).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,15 +181,14 @@ class Population:
     interrupted: bool = False
     inflight: list[Request] = field(default_factory=list)
     pending: dict[int, Request] = field(default_factory=dict)
-    signatures: dict[int, tuple | None] = field(default_factory=dict)
+    signatures: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
     batched_calls: int = 0
 
     def signature(self, model: nn.Module) -> tuple | None:
-        """:func:`shape_signature` of a stackable model (cached per module), else None."""
-        key = id(model)
-        if key not in self.signatures:
-            self.signatures[key] = shape_signature(model) if stack_unsupported_reason(model) is None else None
-        return self.signatures[key]
+        """:func:`shape_signature` of a stackable model (cached per module while it lives), else None."""
+        if model not in self.signatures:
+            self.signatures[model] = shape_signature(model) if stack_unsupported_reason(model) is None else None
+        return self.signatures[model]
 
     def submit(self, request: Request) -> Any:
         """Called by a member thread: wait until the main thread has computed ``request``."""
