@@ -327,14 +327,15 @@ def current_member() -> tuple[Population, int] | None:
     return getattr(_MEMBER, "slot", None)
 
 
-def train_member(config: TrialConfig, log: LogFn | None, workdir: Any, stop_after: int | None = None) -> Any:
+def train_member(config: TrialConfig, log: LogFn | None, workdir: Any, stop_after: int | None = None,
+                 progress: bool = False) -> Any:
     """Train ``config`` as this thread's member of its population: set up (one member at a time, since
     set-ups share caches and torch's global RNG), then the ordinary loop with the batcher active."""
     slot = current_member()
     assert slot is not None, "train_member runs in a member thread of run_members"
     population, index = slot
     with population.setup_lock:
-        prepared = prepare_trial(config, workdir=workdir)
+        prepared = prepare_trial(config, workdir=workdir, progress=progress)
     population.pad_id = prepared.state.policy.pad_token_id
     with batching(MemberBatcher(population, index)):
         return train_prepared(prepared, log, stop_after=stop_after)
@@ -383,6 +384,7 @@ def run_population(
     workdirs: Sequence[Any],
     *,
     stop_after: int | None = None,
+    progress: bool = False,
 ) -> list[Any]:
     """Train the trials ``configs`` as one population (see the module docstring).
 
@@ -391,12 +393,13 @@ def run_population(
             whose model cannot be stacked computes solo within the population).
         logs: each member's ``log(metrics, step)`` (or None); workdirs: each member's checkpoint directory.
         stop_after: stop each member after this many steps of this call (tests of resumption).
+        progress: a progress bar per member (its set-up and its steps).
 
     Returns:
         Per member, its :class:`~ablate.train.loop.TrialResult`, or the exception it failed with
         (set up or trained); the others are unaffected.
     """
     def task(i: int) -> Callable[[], Any]:
-        return lambda: train_member(configs[i], logs[i], workdirs[i], stop_after)
+        return lambda: train_member(configs[i], logs[i], workdirs[i], stop_after, progress)
 
     return run_members([task(i) for i in range(len(configs))])

@@ -36,8 +36,8 @@ def run_trial(
     """
     if config.train.packed:  # see ablate.train.population
         if current_member() is not None:  # this thread is a member of a population
-            return train_member(config, log, workdir, stop_after)
-        outcome = run_population([config], [log], [workdir], stop_after=stop_after)[0]  # a population of one
+            return train_member(config, log, workdir, stop_after, progress)
+        outcome = run_population([config], [log], [workdir], stop_after=stop_after, progress=progress)[0]  # of one
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
