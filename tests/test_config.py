@@ -467,7 +467,7 @@ for overrides in json.loads(sys.argv[1]):
 
 
 def test_trial_key_is_the_same_in_another_process():
-    cases = [{}, {"loss.aggregation": "token-mean", "seed": 3}, {"optim.lr": 3e-4, "task.options": {"b": 1, "a": 2}}]
+    cases = [{}, {"loss.aggregation": "token-mean", "seed": 3}, {"optim.lr": 3e-4, "task.options": {"checks": 1, "eval_fraction": 0.2}}]
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", _KEY_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
                          env=env, cwd=REPO, check=True, timeout=60).stdout.split()

@@ -316,6 +316,11 @@ BAD_RUNS = {
     "sqlite store": (["{study}", "--storage", "sqlite:///store.db"], "SQLite cannot claim trials atomically"),
     "unknown scheme": (["{study}", "--storage", "redis://h/0"], "unsupported scheme 'redis'"),
     "no workers": (["{study}", "--workers", "0"], "--workers 0: must be at least 1"),
+    "a task option misspelt": (["{study_option}"], "task 'addition' has no option 'eval_fractoin'; valid options: "
+                               "eval_fraction, checks (did you mean 'eval_fraction'?)"),
+    "a jsonl task without its file": (["{study_jsonl}"], "task 'jsonl' needs option path"),
+    "a reasoning_gym task without its generator": (["{study_rg}"], "task.dataset: task 'reasoning_gym' needs "
+                                                   "task.dataset"),
     "runs not a folder": (["{study}", "--runs", "{runs_file}"], "the runs folder {runs_file} is not writable (Not a "
                           "directory): fix its permissions (e.g. chmod -R u+w {runs_file}) or pass --runs DIR"),
 }
@@ -331,6 +336,9 @@ def test_bad_input_exits_2_and_creates_nothing(case, tmp_path, monkeypatch, caps
         "study_bad": tmp_path / "bad.yaml",
     }
     files["study_bad"].write_text(files["study"].read_text().replace("factors:", "factorz:"))
+    files["study_option"] = write_study(tmp_path, "option", base={"task.options": {"eval_fractoin": 0.2}})
+    files["study_jsonl"] = write_study(tmp_path, "nojsonl", base={"task.name": "jsonl", "task.difficulty": None})
+    files["study_rg"] = write_study(tmp_path, "norg", base={"task.name": "reasoning_gym", "task.difficulty": None})
     files["runs_file"] = tmp_path / "runs.txt"  # a --runs that cannot hold folders, even for root
     files["runs_file"].write_text("")
     before = sorted(p.name for p in tmp_path.iterdir())

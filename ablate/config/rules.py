@@ -80,6 +80,9 @@ RULES: tuple[str, ...] = (
     "error: `rollout.max_new_tokens` below the model's positions (`max_position_embeddings`: 256 for the tiny zoo "
     "models, 512 for small/base-llama, 8192 for smollm2-135m, a checkpoint's config.json), which the prompt "
     "shares; each batch's prompts plus completions are checked again when it is sampled.",
+    "error: `task.options` the task does not have (each task's options: `ablate tasks`), a jsonl task without "
+    "its `path`, a reasoning_gym task without `task.dataset`; whether the file exists or the generator takes "
+    "its options is checked where the trial runs.",
     "error: `task.difficulty` inside the task's declared range; `eval.n_problems <= task.eval_size`; "
     "`warmstart.target_min < warmstart.target_max`.",
     "warning `gspo-ppo-clip`: a sequence ratio level (GSPO) with a clip range >= 0.01: sequence ratios stay within ~1e-3 of 1, "
@@ -345,10 +348,15 @@ def _task_class(name: str) -> object | None:
 
 
 def _task_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
-    """The task difficulty inside the task's declared range, where the task class declares one."""
+    """The task's options as its class checks them without the machine (unknown names, a missing file
+    or generator name); the task difficulty inside the task's declared range, where it declares one."""
+    task_cls = _task_class(c.task.name)
+    check = getattr(task_cls, "option_problems", None)
+    if callable(check):  # the options the task is built with (ablate.config.schema.task_options)
+        options = {**c.task.options, **({"dataset": c.task.dataset} if c.task.dataset is not None else {})}
+        errors.extend(ConfigProblem(path, message) for path, message in check(options))
     if c.task.difficulty is None:
         return
-    task_cls = _task_class(c.task.name)
     lo_d, hi_d = getattr(task_cls, "min_difficulty", None), getattr(task_cls, "max_difficulty", None)
     if (getattr(task_cls, "default_difficulty", None) is not None
             and isinstance(lo_d, int) and isinstance(hi_d, int) and not lo_d <= c.task.difficulty <= hi_d):

@@ -82,16 +82,29 @@ class OptionsTask(Task):
     min_difficulty: ClassVar[int] = 1
     max_difficulty: ClassVar[int] = 1
 
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[tuple[str, str]]:
+        """What is wrong with ``options`` whatever the machine (no file read, nothing imported), as
+        ``(config path, message)``: here, unknown option names. The configuration's rules report these
+        before anything runs (exit 2); what depends on the machine (a file, an optional package) is
+        checked when the task is built."""
+        return cls.unknown_options(options)
+
+    @classmethod
+    def unknown_options(cls, options: dict[str, Any]) -> list[tuple[str, str]]:
+        """``(config path, message)`` for each option name not in :attr:`OPTIONS`."""
+        problems = []
+        for key in options:
+            if key not in cls.OPTIONS:
+                msg = f"task {cls.name!r} has no option {key!r}; valid options: {', '.join(cls.OPTIONS) or '(none)'}"
+                guess = nearest(str(key), list(cls.OPTIONS))
+                problems.append(("task.options", msg + (f" (did you mean {guess!r}?)" if guess is not None else "")))
+        return problems
+
     def __init__(self, difficulty: int | None = None, seed: int = 0, **options: Any) -> None:
-        unknown = [k for k in options if k not in self.OPTIONS]
-        if unknown:
-            key = unknown[0]
-            valid = ", ".join(self.OPTIONS) or "(none)"
-            msg = f"task {self.name!r} has no option {key!r}; valid options: {valid}"
-            guess = nearest(str(key), list(self.OPTIONS))
-            if guess is not None:
-                msg += f" (did you mean {guess!r}?)"
-            raise AblateError(msg)
+        problems = self.unknown_options(options)
+        if problems:
+            raise AblateError(problems[0][1])
         if difficulty is None:
             difficulty = self.default_difficulty
         elif self.default_difficulty is not None:

@@ -159,6 +159,10 @@ class Extraction:
         return (value, (0, len(text))) if value else None
 
 
+#: The message of a jsonl task without its file.
+NO_PATH = "task 'jsonl' needs option path (the JSON-lines file with your prompts and answers)"
+
+
 @TASKS.register("jsonl")
 class JsonlTask(OptionsTask):
     """Your own data from a JSON-lines file; see the module docstring for the options and an example."""
@@ -181,10 +185,18 @@ class JsonlTask(OptionsTask):
         "step_match": "last_number | exact: how a step is compared with the reference step (default last_number)",
     }
 
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[tuple[str, str]]:
+        """Unknown option names, and a missing ``path`` (whether the file exists is checked where it runs)."""
+        problems = super().option_problems(options)
+        if "path" not in options:
+            problems.append(("task.options", NO_PATH))
+        return problems
+
     def __init__(self, difficulty: int | None = None, seed: int = 0, **options: Any) -> None:
         super().__init__(difficulty, seed, **options)
         if "path" not in options:
-            raise AblateError("task 'jsonl' needs option path (the JSON-lines file with your prompts and answers)")
+            raise AblateError(NO_PATH)
         self.prompt_field = self._str_option("prompt_field", "question")
         self.answer_field = self._str_option("answer_field", "answer")
         self.steps_field = self._str_option("steps_field", "steps")

@@ -44,6 +44,8 @@ OWN_OPTIONS = ("dataset", "eval_fraction")
 #: The generator's config fields that ablate sets itself.
 SET_BY_ABLATE = ("seed", "size")
 INSTALL = "pip install 'ablate[reasoning-gym]'"
+#: The message of a reasoning_gym task without its generator.
+NO_DATASET = "task 'reasoning_gym' needs task.dataset: the name of a reasoning-gym generator, e.g. basic_arithmetic"
 
 
 def _factory() -> Any:
@@ -71,6 +73,12 @@ class ReasoningGymTask(GeneratedTask):
     #: no verifiable intermediate steps: prm is refused for it (ablate.config.rules reads this)
     has_steps: ClassVar[bool] = False
 
+    @classmethod
+    def option_problems(cls, options: dict[str, Any]) -> list[tuple[str, str]]:
+        """A missing generator name (its options are the generator's, checked where reasoning-gym is installed)."""
+        dataset = options.get("dataset")
+        return [] if isinstance(dataset, str) and dataset else [("task.dataset", NO_DATASET)]
+
     def __init__(self, difficulty: int | None = None, seed: int = 0, **options: Any) -> None:
         own = {k: v for k, v in options.items() if k in OWN_OPTIONS}
         super().__init__(difficulty, seed, **{k: v for k, v in own.items() if k != "dataset"})
@@ -78,8 +86,7 @@ class ReasoningGymTask(GeneratedTask):
         factory = _factory()
         dataset = options.get("dataset")
         if not isinstance(dataset, str) or not dataset:
-            raise AblateError("task 'reasoning_gym' needs task.dataset: the name of a reasoning-gym generator, "
-                              "e.g. basic_arithmetic")
+            raise AblateError(NO_DATASET)
         if dataset not in factory.DATASETS:
             guess = nearest(dataset, list(factory.DATASETS))
             raise AblateError(f"task 'reasoning_gym': reasoning-gym has no generator {dataset!r}"
