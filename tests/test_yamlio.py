@@ -40,10 +40,12 @@ def test_the_dialect_only_true_and_false_are_booleans_and_1e_4_is_a_float():
 
 
 def test_on_and_yes_read_the_same_in_a_study_file_and_a_trial_file(tmp_path):
-    options = "task.options: {flag: on, other: yes, real: true}"
-    study = load_study(_study(tmp_path, options))
+    # free-form options: reasoning_gym passes them to its generator (checked where the task is built)
+    task = {"task.name": "reasoning_gym", "task.dataset": "basic_arithmetic", "task.difficulty": "null",
+            "task.options": "{flag: on, other: yes, real: true}"}
+    study = load_study(_study(tmp_path, ", ".join(f"{k}: {v}" for k, v in task.items())))
     from_study = Plan.of(study).specs[0].config
-    from_trial = TrialConfig.from_file(_trial(tmp_path, options + "\n"))
+    from_trial = TrialConfig.from_file(_trial(tmp_path, "".join(f"{k}: {v}\n" for k, v in task.items())))
     assert from_study.task.options == from_trial.task.options == {"flag": "on", "other": "yes", "real": True}
 
 
