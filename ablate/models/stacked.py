@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.models.fast_decode import fast_decoder_unsupported_reason
+from ablate.models.fast_decode import _rotate, fast_decoder_unsupported_reason
 from ablate.models.logprobs import position_ids_from_mask
 
 #: Per-layer parameter paths (relative to ``model.model.layers[i]``) a stacked layer reads.
@@ -75,12 +75,6 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight.unsqueeze(1) * xf.to(dtype)
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """transformers' ``apply_rotary_pos_emb`` for one tensor: x * cos + rotate_half(x) * sin."""
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
 class StackedLlama:

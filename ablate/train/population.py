@@ -182,7 +182,6 @@ class Population:
     inflight: list[Request] = field(default_factory=list)
     pending: dict[int, Request] = field(default_factory=dict)
     signatures: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary)
-    batched_calls: int = 0
 
     def signature(self, model: nn.Module) -> tuple | None:
         """:func:`shape_signature` of a stackable model (cached per module while it lives), else None."""
@@ -252,7 +251,6 @@ class Population:
 
     def compute(self, group: list[Request]) -> None:
         """Compute one group of equal-keyed requests and set each request's result."""
-        self.batched_calls += 1
         kind = group[0].kind
         if kind == "backward":
             torch.autograd.backward([r.args["loss"] for r in group])
