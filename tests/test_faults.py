@@ -51,11 +51,15 @@ def metric_rows(client: MlflowClient, run_id: str) -> collections.Counter:
 
 
 def stop_once_the_parent_exists(server, client: MlflowClient, proc: subprocess.Popen, study: str) -> None:
-    """Stop the MLflow ``server`` as soon as ``study``'s parent run exists there (or ``proc`` ends, or 120 s)."""
+    """Stop the MLflow ``server`` as soon as ``study``'s parent run is set up there: created, its params
+    and its ``design.json`` logged, the last request of the start-up (or ``proc`` ends, or 120 s). An
+    outage before that is the start-up's (nothing trains; the run says to start the server), not the
+    study's."""
     t0 = time.monotonic()
     while proc.poll() is None and time.monotonic() - t0 < 120:
         exp = client.get_experiment_by_name(study)
-        if exp is not None and client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'"):
+        parents = client.search_runs([exp.experiment_id], "tags.`ablate.role` = 'study'") if exp is not None else []
+        if parents and any(f.path == "design.json" for f in client.list_artifacts(parents[0].info.run_id)):
             break
         time.sleep(0.05)
     server.stop()
