@@ -420,7 +420,8 @@ def markdown(result: dict) -> str:
         "Global nulls at 3, 5 and 10 seeds under noise harder than the generator's above. Where marked, the same "
         "draws are also analysed with the pooled linear model's contrasts (`contrasts=\"model\"`, the default "
         "before issue 26: one residual variance for every arm); its rows are shown for comparison and are not "
-        "targets. The A/A control (reports/aa_control) measured a seed's difference SD of 7.1 points and a "
+        "targets. The A/A control (reports/aa_control) measured a seed's difference SD of 7.1 points at 8 seeds (5.7 in its "
+        "24-seed rerun of issue 30) and a "
         "seed-to-seed spread of accuracy of ~20 points; reward_granularity's baseline arm had a residual SD of 7.5 "
         "points against 3.3-4.4 for the others.",
         "",
