@@ -129,8 +129,9 @@ def test_the_reanalysis_table_of_docs_statistics_is_what_the_code_computes():
 def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports():
     """precision's fp32 arm (model.dtype: float32) is the same computation on a CPU as the baselines of
     aa_control, reward_granularity and adv_scope_x_aggregation (model.dtype: auto): found by
-    ablate.report.shared, with equal objectives in all 4 seeds. The same computation in behaviour_logp and
-    cpu_bf16, run on another processor model (cpu_bf16's report names an AMD EPYC), differs in every seed."""
+    ablate.report.shared, with equal objectives in all 16 seeds (all run on one processor model). The same
+    computation in behaviour_logp and cpu_bf16, run on another processor model (cpu_bf16's report names an
+    AMD EPYC), differs in every seed."""
     from ablate.report.shared import committed_report, shared_trials
 
     rep = committed_report(ROOT / "reports" / "precision")
@@ -141,9 +142,9 @@ def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports
     for report, arm in same.items():
         row = fp32.loc[report]
         assert (row["other_arm"], row["seeds"], row["how"], row["same_objective"], row["n"]) == (
-            arm, "0-3", "same computation on CPU", 4, 4), report
-    for report in ("behaviour_logp", "cpu_bf16"):
-        assert (fp32.loc[report, "n"], fp32.loc[report, "same_objective"]) == (4, 0), report
+            arm, "0-15", "same computation on CPU", 16, 16), report
+    for report, n in (("behaviour_logp", 8), ("cpu_bf16", 16)):
+        assert (fp32.loc[report, "n"], fp32.loc[report, "same_objective"]) == (n, 0), report
     assert "AMD EPYC" in (ROOT / "reports" / "cpu_bf16" / "README.md").read_text(encoding="utf-8")
 
 
