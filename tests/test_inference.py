@@ -353,8 +353,10 @@ def test_fit_model_reward_granularity_matches_statsmodels_model_comparison():
     model = inf.fit_model(df, {"reward": "reward", "advantage": "advantage"})
     rows = {t.term: t for t in model.anova}
     reward = rows["reward"]
-    # 5 arms x 4 seeds: 4 rewards under grpo, final+prm also under grpo_process
-    assert (reward.df, reward.df_resid, model.df_resid) == (3, 12, 12)
+    # 5 arms x n seeds: 4 rewards under grpo, final+prm also under grpo_process; 5n observations less
+    # n seed blocks (the intercept among them), 3 reward and 1 advantage parameters: 4n - 4 residual df
+    n = df["seed"].nunique()
+    assert n == 24 and (reward.df, reward.df_resid, model.df_resid) == (3, 4 * n - 4, 4 * n - 4)
     assert rows["advantage"].df == 1 and rows["reward:advantage"].df == 0  # 5 cells - 1 - 3 - 1: not estimable
     reduced = smf.ols("objective ~ C(seed) + C(advantage, Sum)", df).fit()
     with_reward = smf.ols("objective ~ C(seed) + C(advantage, Sum) + C(reward, Sum)", df).fit()
@@ -362,11 +364,11 @@ def test_fit_model_reward_granularity_matches_statsmodels_model_comparison():
         warnings.simplefilter("ignore")  # rank-deficient on purpose: grpo_process only at 1 of 4 rewards
         full = smf.ols("objective ~ C(seed) + C(reward, Sum) * C(advantage, Sum)", df).fit()
     cmp = anova_lm(reduced, with_reward).iloc[1]
-    assert full.df_resid == 12
+    assert full.df_resid == 4 * n - 4
     assert reward.sum_sq == pytest.approx(cmp["ss_diff"], abs=1e-8) and reward.df == cmp["df_diff"]
     f = cmp["ss_diff"] / cmp["df_diff"] / full.mse_resid  # against the full model's residual mean square
     assert reward.F == pytest.approx(f, abs=1e-8)
-    assert reward.p == pytest.approx(stats.f.sf(f, 3, 12), abs=1e-8)
+    assert reward.p == pytest.approx(stats.f.sf(f, 3, 4 * n - 4), abs=1e-8)
     assert model.sigma == pytest.approx(math.sqrt(full.mse_resid), abs=1e-10)
 
 
