@@ -69,10 +69,9 @@ def find_gguf() -> Path:
             unset), or the converters ``gguf`` / ``accelerate``, are not installed.
     """
     override = os.environ.get(GGUF_ENV)
-    if override:
-        if not Path(override).is_file():
-            raise AblateError(f"{GGUF_ENV}={override!r} is not a file; point it at {GGUF_FILE} or unset it "
-                              f"to read the file of the installed {GGUF_PACKAGE.replace('_', '-')} package")
+    if override and not Path(override).is_file():
+        raise AblateError(f"{GGUF_ENV}={override!r} is not a file; point it at {GGUF_FILE} or unset it "
+                          f"to read the file of the installed {GGUF_PACKAGE.replace('_', '-')} package")
     needed = ("gguf", "accelerate") if override else (GGUF_PACKAGE, "gguf", "accelerate")
     missing = [pkg for pkg in needed if importlib.util.find_spec(pkg) is None]
     if missing:
