@@ -501,7 +501,7 @@ class AlgoConfig(Section):
         overlong_baseline exclude, the completions that were not truncated), so a kept group always has a
         non-zero advantage; all: every row's raw reward, as before issue 30, when a group such as
         [correct, correct, correct, truncated] was kept with every advantage 0 yet stayed in the loss's
-        normalizer (kept to reproduce the committed dapo_ladder report). Matters only with overlong_filter
+        normalizer (kept to reproduce dapo_ladder's 4-seed report, in git history before its issue 30 rerun). Matters only with overlong_filter
         and one of the two filters on; elsewhere it is left out of the trial key."""),
     )
     drop_solved_at: float | None = Field(
