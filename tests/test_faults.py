@@ -50,7 +50,7 @@ def metric_rows(client: MlflowClient, run_id: str) -> collections.Counter:
                                for m in client.get_metric_history(run_id, key))
 
 
-def stop_once_the_parent_exists(server, client: MlflowClient, proc: subprocess.Popen, study: str) -> None:
+def stop_once_the_parent_is_set_up(server, client: MlflowClient, proc: subprocess.Popen, study: str) -> None:
     """Stop the MLflow ``server`` as soon as ``study``'s parent run is set up there: created, its params
     and its ``design.json`` logged, the last request of the start-up (or ``proc`` ends, or 120 s). An
     outage before that is the start-up's (nothing trains; the run says to start the server), not the
@@ -366,7 +366,7 @@ def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_tim
         t0 = time.monotonic()
         proc = subprocess.Popen(command(dark), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        stop_once_the_parent_exists(server, client, proc, "dark")
+        stop_once_the_parent_is_set_up(server, client, proc, "dark")
         out, err = proc.communicate(timeout=300)
         dark_s = time.monotonic() - t0
         assert dark_s <= 1.1 * steady_s, (dark_s, steady_s)
@@ -444,7 +444,7 @@ def test_a_packed_population_through_a_tracking_outage_keeps_and_uploads_every_m
         client = MlflowClient(server.uri)
         proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
-        stop_once_the_parent_exists(server, client, proc, "packdark")
+        stop_once_the_parent_is_set_up(server, client, proc, "packdark")
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 1 and "Traceback" not in err, err
         assert "could not reach MLflow" in err and len(unsent_files("packdark", tmp_path / "runs")) >= 3, err
