@@ -82,48 +82,12 @@ def test_plan_on_the_committed_results_says_what_the_primary_contrasts_resolve(r
         or re.search(r"had the same difference in every pilot seed \(zero spread\): no test applies", line), line
 
 
-#: The crossed studies whose committed reports predate issue 26's paired default (a report rerun since
-#: holds its own paired contrasts: reward_granularity's and adv_scope_x_aggregation's, rerun for issue 30).
-REANALYSED = ("granularity_cross",)
-
-
-def reanalysis_table() -> str:
-    """The re-analysis table of docs/statistics.md: every contrast of the committed crossed studies,
-    from their results.csv, with the paired default."""
-    from ablate.planning import read_report_pilot
-
-    rows = ["| report | claim | n seeds | estimate [95% interval], points | df | p | Holm p (family) | verdict |",
-            "|---|---|---:|---|---:|---:|---:|---|"]
-    for name in REANALYSED:
-        fam = read_report_pilot(load_study(ROOT / "studies" / f"{name}.yaml"), ROOT / "reports" / name).inference.family
-        for claim in fam.claims:
-            c = claim.contrast
-            if c is None:  # an interaction: its paired test (Hotelling's T², or t² at 1 df) as F
-                t = claim.term
-                tested = math.isfinite(t.p)
-                rows.append(f"| {name} | {claim.name} | {fam.n_seeds} | "
-                            + (f"F({t.df}, {t.df_resid}) = {t.F:.2f} | {t.df_resid} | {t.p:.3f} | "
-                               f"{claim.p_holm:.3f} ({fam.size}) | {claim.verdict} |" if tested else
-                               f"not tested: {t.note} | – | – | – | {claim.verdict} |"))
-                continue
-            pts = lambda v, sign="": f"{100 * v:{sign}.1f}".replace("-", "−")  # noqa: E731
-            rows.append(f"| {name} | {claim.name}{' (primary)' if claim.primary else ''} | {c.n_seeds} | "
-                        f"{pts(c.estimate, '+')} [{pts(c.ci_low)}, {pts(c.ci_high)}] | {c.df:g} | "
-                        f"{c.p:.3f} | {claim.p_holm:.3f} ({fam.size}) | {claim.verdict} |")
-    return "\n".join(rows)
-
-
 def generated_block(marker: str) -> str:
     """The text of docs/statistics.md between ``<!-- marker:begin -->`` and ``<!-- marker:end -->``."""
     text = (ROOT / "docs" / "statistics.md").read_text(encoding="utf-8")
     m = re.search(rf"<!-- {marker}:begin -->\n(.*?)\n?<!-- {marker}:end -->", text, re.S)
     assert m, f"docs/statistics.md lacks the {marker} markers"
     return m.group(1).strip()
-
-
-def test_the_reanalysis_table_of_docs_statistics_is_what_the_code_computes():
-    assert generated_block("reanalysis") == reanalysis_table(), "docs/statistics.md's re-analysis table is stale: " \
-        "regenerate it with tests.test_committed_reports.reanalysis_table()"
 
 
 def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports():
