@@ -15,21 +15,41 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 torch.set_num_threads(1)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+#: Test files whose module fixtures take seconds to build (a trained study, a server, a learned PRM):
+#: under pytest-xdist each runs whole in one process, which builds them once (see :class:`_Scheduler`).
+TOGETHER = frozenset({
+    "tests/test_distributed.py", "tests/test_runner.py", "tests/test_report.py", "tests/test_planning.py",
+    "tests/test_mlflow_ui.py", "tests/test_results.py", "tests/rewards/test_learned_prm.py",
+})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """README's test command (``-n 2 --dist loadgroup``) schedules with :class:`_Scheduler`: each test on
+    its own, handed to whichever process is free, in collection order; but a file of :data:`TOGETHER`
+    (or an ``xdist_group``) as one unit. pytest-xdist 3.8 marks a group by renaming each test's nodeid,
+    which pytest 9.2 no longer allows, so its own scheduler now sends every test on its own, and two
+    processes that share a module both build its fixtures (~30 s of the suite measured)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _Scheduler(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::")[0]
+            return path if path in TOGETHER else super()._split_scope(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collection order (by default: most tests first)
+    return _Scheduler(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Scheduling under pytest-xdist's ``--dist loadgroup`` (README's test command): every test file is
-    one group, as with ``--dist loadfile`` (its module fixtures are built once, in one process), except
-    tests that carry an ``xdist_group`` mark of their own (the study smoke runs, split into groups of
-    about equal time by tests/test_studies.py so that both processes share them). Those go first, so
-    that the longest work starts first."""
-    grouped, rest = [], []
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-            rest.append(item)
-        else:
-            grouped.append(item)
-    items[:] = grouped + rest
+    """Tests marked ``slow`` first, in their order, then the others: under pytest-xdist each process takes
+    the next test (or file of :data:`TOGETHER`) when it is free, so the long ones start early and many
+    short ones fill the end; neither process waits long for the other (measured: 662 and 660 busy
+    seconds in a 686-second run)."""
+    items[:] = ([item for item in items if item.get_closest_marker("slow") is not None]
+                + [item for item in items if item.get_closest_marker("slow") is None])
 
 
 @pytest.fixture(scope="session")

@@ -158,8 +158,10 @@ def kill_workers(workers: list[tuple[subprocess.Popen, Path]]) -> None:
         proc.wait(timeout=30)
 
 
-def check_exactly_once(study_file: Path, storage: str, tracking_uri: str, outputs: list[str]) -> None:
-    """One attempt per trial, done; one finished MLflow child run per trial; every (metric, step) logged once."""
+def check_exactly_once(study_file: Path, storage: str, tracking_uri: servers.MlflowServer, outputs: list[str]) -> None:
+    """One attempt per trial, done; one finished MLflow child run per trial; every (metric, step) logged once.
+    The runs and artifacts are read through the server; the metric histories (one request per run and
+    metric) from the server's own database, which holds what the server accepted."""
     from mlflow import MlflowClient
 
     study = load_study(study_file)
@@ -173,6 +175,7 @@ def check_exactly_once(study_file: Path, storage: str, tracking_uri: str, output
     assert sum(int(o.split("worker done: ")[1].split()[0]) for o in outputs) == len(keys)
 
     client = MlflowClient(tracking_uri)
+    stored = MlflowClient(f"sqlite:///{tracking_uri.folder / 'server.db'}")
     exp = client.get_experiment_by_name(study.name)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     roles = Counter(r.data.tags.get("ablate.role") for r in runs)
@@ -183,34 +186,45 @@ def check_exactly_once(study_file: Path, storage: str, tracking_uri: str, output
     for r in children:
         assert r.info.status == "FINISHED", r.data.tags["ablate.trial_key"]
         for name in r.data.metrics:
-            logged = Counter(m.step for m in client.get_metric_history(r.info.run_id, name))
+            logged = Counter(m.step for m in stored.get_metric_history(r.info.run_id, name))
             if any(n > 1 for n in logged.values()):
                 duplicates[(r.data.tags["ablate.trial_key"], name)] = logged
-        assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "loss/total")) == list(range(1, steps + 1))
-        assert sorted(m.step for m in client.get_metric_history(r.info.run_id, "eval/accuracy")) == [0, steps]
+        assert sorted(m.step for m in stored.get_metric_history(r.info.run_id, "loss/total")) == list(range(1, steps + 1))
+        assert sorted(m.step for m in stored.get_metric_history(r.info.run_id, "eval/accuracy")) == [0, steps]
         assert "history.csv" in {f.path for f in client.list_artifacts(r.info.run_id)}  # uploaded via the server
     assert not duplicates, f"metrics logged twice at one step: {duplicates}"
 
 
-def check_report(tmp_path: Path, study: Path, tracking_uri: str, cache: Path) -> None:
-    """``ablate report`` from another folder (the head machine): every trial in results.csv, done."""
+def check_report(tmp_path: Path, study: Path, tracking_uri: str, cache: Path, monkeypatch, capsys) -> None:
+    """``ablate report`` from another folder (the head machine), through the server: every trial in
+    results.csv, done. It runs in this process (:func:`ablate.cli.main`): a fresh interpreter would add
+    seconds of imports and test nothing more."""
+    from ablate.cli import main
+
     head = tmp_path / "head"
     head.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "ablate", "report", str(study), "--budget", BUDGET,
-                           "--tracking-uri", tracking_uri, "--out", str(head / "report")], cwd=head,
-                          env=machine_env(cache), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[0] == f"report: {head / 'report' / 'index.html'}"
+    with monkeypatch.context() as m:
+        m.chdir(head)
+        m.setenv("ABLATE_CACHE", str(cache))
+        for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+            m.delenv(var, raising=False)
+        capsys.readouterr()
+        code = main(["report", str(study), "--budget", BUDGET, "--tracking-uri", tracking_uri,
+                     "--out", str(head / "report")])
+        out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert out.splitlines()[0] == f"report: {head / 'report' / 'index.html'}"
     results = pd.read_csv(head / "report" / "results.csv")
     assert len(results) == load_study(study).n_trials and set(results["state"]) == {"done"}
 
 
 @pytest.mark.slow  # 1.5-2 minutes on 2 busy cores (the warm start built once, 8 smoke trials, the report)
-def test_three_workers_on_postgresql_and_an_mlflow_server_run_each_trial_once(tmp_path, pg, mlflow, cache):
+def test_three_workers_on_postgresql_and_an_mlflow_server_run_each_trial_once(tmp_path, pg, mlflow, cache, monkeypatch,
+                                                                              capsys):
     storage = pg.create_database("recipe")
     outputs = wait_workers(start_workers(tmp_path, STUDY, storage, mlflow, cache))
     check_exactly_once(STUDY, storage, mlflow, outputs)
-    check_report(tmp_path, STUDY, mlflow, cache)
+    check_report(tmp_path, STUDY, mlflow, cache, monkeypatch, capsys)
 
 
 def study_counts(storage: str) -> dict[str, int]:
@@ -235,7 +249,8 @@ def outage(server, seconds: float, storage: str, label: str, outages: list[str])
 
 
 @pytest.mark.slow  # about a minute when it fails at the first outage; 2 minutes when it passes
-def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_path, pg, mlflow, cache):
+def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_path, pg, mlflow, cache, monkeypatch,
+                                                                           capsys):
     """PostgreSQL goes down for 5 s two seconds after the first trial is done, then the MLflow server
     for 5 s (plus the time it takes to start); one after the other, so that each is the only server
     down: the workers' calls to the other one go through (and reach the one that is down)."""
@@ -259,4 +274,4 @@ def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_pa
     print("\n".join(outages))
     outputs = wait_workers(workers)
     check_exactly_once(study, storage, mlflow, outputs)
-    check_report(tmp_path, study, mlflow, cache)
+    check_report(tmp_path, study, mlflow, cache, monkeypatch, capsys)

@@ -1,6 +1,9 @@
 """The predefined studies (studies/**/*.yaml): each validates, has every key commented, has smoke,
 default and full budgets with time estimates, and runs at its smoke budget end to end (trials,
-MLflow, report) through the real `ablate run` command. The example plugin is tested on hand values."""
+MLflow, report) through the real `ablate run` command (its ``main``, in the test process: a fresh
+interpreter would import torch, transformers, mlflow and the report's libraries again, ~10 s of each
+run; `python -m ablate` as a process is run by tests/test_cli.py and tests/test_runner.py). The
+example plugin is tested on hand values."""
 
 from __future__ import annotations
 
@@ -8,8 +11,7 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
-import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -63,60 +65,78 @@ def test_every_key_is_commented(path):
 
 
 @pytest.fixture(scope="module")
-def smoke_env(tmp_path_factory):
-    """One working folder and one warm-start cache for every smoke run (they share the warm start)."""
+def smoke_root(tmp_path_factory) -> Path:
+    """One working folder and one warm-start cache (``cache/``) for every smoke run (they share the warm start)."""
     root = tmp_path_factory.mktemp("smoke")
-    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE")}
-    env["ABLATE_CACHE"] = str(root / "cache")
     smollm2_cache = Path(os.environ.get("ABLATE_CACHE", Path.home() / ".cache" / "ablate")) / "models"
     if smollm2_cache.is_dir():  # reuse a converted SmolLM2 checkpoint (the conversion is tested elsewhere)
         (root / "cache").mkdir()
         (root / "cache" / "models").symlink_to(smollm2_cache, target_is_directory=True)
-    return root, env
+    return root
 
 
-#: Seconds of each smoke run in the suite (one in-process worker on one thread, 2 pytest-xdist processes
-#: on 2 cores, Intel Xeon, 2026-12-04); only used to split the runs into two groups of about equal time,
-#: one per process; the smoke budgets run 2 seeds (smollm2_granularity 1). A study not listed counts as 30 s.
-#: smollm2_granularity's 146 s were at 12-token completions; at 4 (2026-12-05) its decode loop, 40% of the
-#: profiled run, takes about a third of that, so ~100 s is an estimate, not a measurement.
+def run_command(argv: list[str], cwd: Path, cache: Path, monkeypatch, capfd) -> tuple[int, str, str, list[str]]:
+    """``ablate ARGV`` through :func:`ablate.cli.main` in this process, in ``cwd``, with ``cache`` as
+    $ABLATE_CACHE and no $MLFLOW_TRACKING_URI or $ABLATE_STORAGE (restored afterwards, as are torch's
+    threads). Returns the exit code, stdout, stderr (file descriptors 1 and 2: what a terminal shows)
+    and the Python warnings raised, under the filters a fresh interpreter starts with (Deprecation,
+    PendingDeprecation, Import and Resource warnings ignored): what `python -m ablate` would print."""
+    from ablate.cli import main
+
+    threads = torch.get_num_threads()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("ABLATE_CACHE", str(cache))
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        monkeypatch.delenv(var, raising=False)
+    capfd.readouterr()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()
+            warnings.simplefilter("always")
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            code = main(argv)
+    finally:
+        torch.set_num_threads(threads)
+        monkeypatch.undo()
+    out, err = capfd.readouterr()
+    return code, out, err, [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught]
+
+
+#: Seconds of each smoke run in the suite (in-process, one thread, beside the other pytest-xdist process
+#: on 2 cores; Intel Xeon, 2026-12-05), only to start the longest first; a study not listed counts as 10 s.
+#: A process's first smoke run also imports the report's libraries and builds the shared warm start.
 SMOKE_SECONDS = {
-    "smollm2_granularity": 100, "granularity_cross": 46, "prm_quality": 40, "adv_scope_x_aggregation": 37,
-    "dapo_ladder": 34, "loss_normalization": 30, "aa_control": 27, "quickstart": 25, "ratio_level": 24,
-    "ppo_critic": 23, "new_factor": 23, "ratio_level_tuned": 22, "reward_granularity": 22, "precision": 19,
-    "cpu_bf16": 17, "behaviour_logp": 16,
+    "smollm2_granularity": 103, "granularity_cross": 31, "prm_quality": 22, "loss_normalization": 19,
+    "adv_scope_x_aggregation": 18, "dapo_ladder": 17, "reward_granularity": 13, "aa_objective": 13, "ratio_level": 11,
+    "ppo_critic": 10, "new_factor": 9, "ratio_level_tuned": 8, "precision": 8, "quickstart": 8, "cpu_bf16": 5,
+    "behaviour_logp": 5, "aa_control": 5, "packing": 3,
 }
 
 
-def _smoke_params(paths: list[Path], groups: int = 2) -> list:
-    """One pytest param per study, marked with the xdist group of the least loaded group so far, in
-    descending order of time (the longest-processing-time rule)."""
-    load = [0.0] * groups
-    marks: dict[Path, str] = {}
-    for path in sorted(paths, key=lambda p: -SMOKE_SECONDS.get(p.stem, 30)):
-        g = load.index(min(load))
-        load[g] += SMOKE_SECONDS.get(path.stem, 30)
-        marks[path] = f"study-smoke-{g}"
-    return [pytest.param(p, id=i, marks=pytest.mark.xdist_group(marks[p])) for p, i in zip(paths, IDS)]
+def _smoke_params(paths: list[Path]) -> list:
+    """One pytest param per study, marked ``slow``, the longest first (tests/conftest.py schedules slow
+    tests first, in this order)."""
+    ids = dict(zip(paths, IDS))
+    return [pytest.param(p, id=ids[p], marks=pytest.mark.slow)
+            for p in sorted(paths, key=lambda p: -SMOKE_SECONDS.get(p.stem, 10))]
 
 
 @pytest.mark.parametrize("path", _smoke_params(STUDIES))
-def test_study_runs_at_its_smoke_budget(path, smoke_env):
+def test_study_runs_at_its_smoke_budget(path, smoke_root, monkeypatch, capfd):
     study = load_study(path)
     if study.base.get("model.name") == "smollm2-135m" and SMOLLM2_MISSING:
         pytest.skip(f"optional extra ablate[smollm2] not installed (missing {SMOLLM2_MISSING})")
-    root, env = smoke_env
-    cwd = root / study.name
+    cwd = smoke_root / study.name
     cwd.mkdir()
     servers.fresh_mlflow_db(cwd)  # a migrated, empty mlflow.db (creating one is tested in test_tracking)
     # one in-process worker on one thread: the suite already runs two test processes on two cores, and
     # spawned workers would each import torch, transformers and mlflow again (local worker pools are
     # tested in tests/test_runner.py)
-    proc = subprocess.run([sys.executable, "-m", "ablate", "run", str(path), "--budget", "smoke", "--workers", "1",
-                           "--threads", "1", "--no-progress"], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    last = proc.stdout.strip().splitlines()[-1]
+    code, out, err, caught = run_command(["run", str(path), "--budget", "smoke", "--workers", "1", "--threads", "1",
+                                          "--no-progress"], cwd, smoke_root / "cache", monkeypatch, capfd)
+    assert code == 0, err[-3000:]
+    last = out.strip().splitlines()[-1]
     assert last == f"report: reports/{study.name}/index.html"
     report = cwd / "reports" / study.name
     results = pd.read_csv(report / "results.csv")
@@ -124,7 +144,7 @@ def test_study_runs_at_its_smoke_budget(path, smoke_env):
     assert results["eval/accuracy"].between(0, 1).all()
     readme = (report / "README.md").read_text()
     assert f"produced by: `ablate run {path} --budget smoke --workers 1 --threads 1 --no-progress`" in readme
-    assert "warning" not in proc.stderr.lower(), proc.stderr  # deliberate crosses are acknowledged
+    assert "warning" not in err.lower() and not caught, (err, caught)  # deliberate crosses are acknowledged
     if study.report_metrics:  # its diagnostics were logged (some are NaN this early: no correct completion yet)
         assert any(metric in results.columns for metric in study.report_metrics)
 
