@@ -48,8 +48,7 @@ def pytest_collection_modifyitems(config, items):
     the next test (or file of :data:`TOGETHER`) when it is free, so the long ones start early and many
     short ones fill the end; neither process waits long for the other (in a 686-second run that sent
     every test alone, before :data:`TOGETHER`, the two processes were busy 662 and 660 s)."""
-    items[:] = ([item for item in items if item.get_closest_marker("slow") is not None]
-                + [item for item in items if item.get_closest_marker("slow") is None])
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: each part keeps its order
 
 
 @pytest.fixture(scope="session")
@@ -83,6 +82,41 @@ def workdir(tmp_path, monkeypatch):
     servers.fresh_mlflow_db(tmp_path)
     yield tmp_path
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def ablate_cli(monkeypatch, capfd):
+    """Run ``ablate ARGV`` through :func:`ablate.cli.main` in this process: ``ablate_cli(argv, cwd, cache)``
+    runs it in ``cwd`` with ``cache`` as $ABLATE_CACHE and no $MLFLOW_TRACKING_URI or $ABLATE_STORAGE (all
+    restored afterwards, as are torch's threads) and returns the exit code, stdout, stderr (file
+    descriptors 1 and 2: what a terminal shows) and the Python warnings raised, under the filters a fresh
+    interpreter starts with (Deprecation, PendingDeprecation, Import and Resource warnings ignored): what
+    `python -m ablate` would print, without a second import of torch, transformers and mlflow."""
+    import warnings
+
+    from ablate.cli import main
+
+    def run(argv: list[str], cwd, cache) -> tuple[int, str, str, list[str]]:
+        threads = torch.get_num_threads()
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            m.setenv("ABLATE_CACHE", str(cache))
+            for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+                m.delenv(var, raising=False)
+            capfd.readouterr()
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.resetwarnings()
+                    warnings.simplefilter("always")
+                    for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                        warnings.simplefilter("ignore", category)
+                    code = main(argv)
+            finally:
+                torch.set_num_threads(threads)
+        out, err = capfd.readouterr()
+        return code, out, err, [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught]
+
+    return run
 
 
 #: The smallest trial that still learns: micro-llama on 1-digit addition, warm-started. Train-loop and

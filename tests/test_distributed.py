@@ -195,23 +195,14 @@ def check_exactly_once(study_file: Path, storage: str, tracking_uri: servers.Mlf
     assert not duplicates, f"metrics logged twice at one step: {duplicates}"
 
 
-def check_report(tmp_path: Path, study: Path, tracking_uri: str, cache: Path, monkeypatch, capsys) -> None:
+def check_report(tmp_path: Path, study: Path, tracking_uri: str, cache: Path, ablate_cli) -> None:
     """``ablate report`` from another folder (the head machine), through the server: every trial in
-    results.csv, done. It runs in this process (:func:`ablate.cli.main`): a fresh interpreter would add
-    seconds of imports and test nothing more."""
-    from ablate.cli import main
-
+    results.csv, done. It runs in this process (the ``ablate_cli`` fixture): a fresh interpreter would
+    add seconds of imports and test nothing more."""
     head = tmp_path / "head"
     head.mkdir()
-    with monkeypatch.context() as m:
-        m.chdir(head)
-        m.setenv("ABLATE_CACHE", str(cache))
-        for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
-            m.delenv(var, raising=False)
-        capsys.readouterr()
-        code = main(["report", str(study), "--budget", BUDGET, "--tracking-uri", tracking_uri,
-                     "--out", str(head / "report")])
-        out, err = capsys.readouterr()
+    code, out, err, _ = ablate_cli(["report", str(study), "--budget", BUDGET, "--tracking-uri", tracking_uri,
+                                    "--out", str(head / "report")], head, cache)
     assert code == 0, out + err
     assert out.splitlines()[0] == f"report: {head / 'report' / 'index.html'}"
     results = pd.read_csv(head / "report" / "results.csv")
@@ -219,12 +210,11 @@ def check_report(tmp_path: Path, study: Path, tracking_uri: str, cache: Path, mo
 
 
 @pytest.mark.slow  # 1.5-2 minutes on 2 busy cores (the warm start built once, 8 smoke trials, the report)
-def test_three_workers_on_postgresql_and_an_mlflow_server_run_each_trial_once(tmp_path, pg, mlflow, cache, monkeypatch,
-                                                                              capsys):
+def test_three_workers_on_postgresql_and_an_mlflow_server_run_each_trial_once(tmp_path, pg, mlflow, cache, ablate_cli):
     storage = pg.create_database("recipe")
     outputs = wait_workers(start_workers(tmp_path, STUDY, storage, mlflow, cache))
     check_exactly_once(STUDY, storage, mlflow, outputs)
-    check_report(tmp_path, STUDY, mlflow, cache, monkeypatch, capsys)
+    check_report(tmp_path, STUDY, mlflow, cache, ablate_cli)
 
 
 def study_counts(storage: str) -> dict[str, int]:
@@ -249,8 +239,7 @@ def outage(server, seconds: float, storage: str, label: str, outages: list[str])
 
 
 @pytest.mark.slow  # about a minute when it fails at the first outage; 2 minutes when it passes
-def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_path, pg, mlflow, cache, monkeypatch,
-                                                                           capsys):
+def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_path, pg, mlflow, cache, ablate_cli):
     """PostgreSQL goes down for 5 s two seconds after the first trial is done, then the MLflow server
     for 5 s (plus the time it takes to start); one after the other, so that each is the only server
     down: the workers' calls to the other one go through (and reach the one that is down)."""
@@ -274,4 +263,4 @@ def test_workers_survive_a_restart_of_postgresql_and_of_the_mlflow_server(tmp_pa
     print("\n".join(outages))
     outputs = wait_workers(workers)
     check_exactly_once(study, storage, mlflow, outputs)
-    check_report(tmp_path, study, mlflow, cache, monkeypatch, capsys)
+    check_report(tmp_path, study, mlflow, cache, ablate_cli)

@@ -339,7 +339,7 @@ def test_a_full_disk_is_recognised_through_its_causes_and_said_in_one_line(tmp_p
 
 
 @pytest.mark.slow
-def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_time(tmp_path, monkeypatch, capsys):
+def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_time(tmp_path, ablate_cli):
     """Two studies of the same shape against one server, in one test: one with the server up, one with it
     stopped as soon as its parent run exists. MLflow's client defaults are ablate's (no fail-fast
     environment here); the end of the run does not wait for the server (--tracking-wait 0: by default
@@ -375,11 +375,8 @@ def test_a_server_down_for_the_whole_study_costs_it_under_10_percent_of_wall_tim
         assert len(kept) >= 5, err  # all 6 trials, but one whose run was opened before the server stopped
         assert "could not reach MLflow" in err and "run the same command again" in err
         assert all(len(line) < 400 for line in err.splitlines()), err  # no pages of MLflow's text
-        with monkeypatch.context() as m:  # `ablate status` in this process: what it reads, not how it starts
-            m.chdir(tmp_path)
-            capsys.readouterr()
-            assert main(["status", str(dark), "--json"]) == 0
-            status = capsys.readouterr().out
+        code, status, _, _ = ablate_cli(["status", str(dark), "--json"], tmp_path, tmp_path / "cache")  # in this process
+        assert code == 0
         assert sorted(json.loads(status)["unsent"]) == sorted(p.parent.name for p in kept)
 
         server.start()  # the same command again uploads them

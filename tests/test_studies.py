@@ -11,7 +11,6 @@ import importlib.util
 import json
 import os
 import re
-import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -75,34 +74,6 @@ def smoke_root(tmp_path_factory) -> Path:
     return root
 
 
-def run_command(argv: list[str], cwd: Path, cache: Path, monkeypatch, capfd) -> tuple[int, str, str, list[str]]:
-    """``ablate ARGV`` through :func:`ablate.cli.main` in this process, in ``cwd``, with ``cache`` as
-    $ABLATE_CACHE and no $MLFLOW_TRACKING_URI or $ABLATE_STORAGE (restored afterwards, as are torch's
-    threads). Returns the exit code, stdout, stderr (file descriptors 1 and 2: what a terminal shows)
-    and the Python warnings raised, under the filters a fresh interpreter starts with (Deprecation,
-    PendingDeprecation, Import and Resource warnings ignored): what `python -m ablate` would print."""
-    from ablate.cli import main
-
-    threads = torch.get_num_threads()
-    monkeypatch.chdir(cwd)
-    monkeypatch.setenv("ABLATE_CACHE", str(cache))
-    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
-        monkeypatch.delenv(var, raising=False)
-    capfd.readouterr()
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.resetwarnings()
-            warnings.simplefilter("always")
-            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
-                warnings.simplefilter("ignore", category)
-            code = main(argv)
-    finally:
-        torch.set_num_threads(threads)
-        monkeypatch.undo()
-    out, err = capfd.readouterr()
-    return code, out, err, [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})" for w in caught]
-
-
 #: Seconds of each smoke run in the suite (in-process, one thread, beside the other pytest-xdist process
 #: on 2 cores; Intel Xeon, 2026-12-05), only to start the longest first; a study not listed counts as 10 s.
 #: A process's first smoke run also imports the report's libraries and builds the shared warm start.
@@ -123,7 +94,7 @@ def _smoke_params(paths: list[Path]) -> list:
 
 
 @pytest.mark.parametrize("path", _smoke_params(STUDIES))
-def test_study_runs_at_its_smoke_budget(path, smoke_root, monkeypatch, capfd):
+def test_study_runs_at_its_smoke_budget(path, smoke_root, ablate_cli):
     study = load_study(path)
     if study.base.get("model.name") == "smollm2-135m" and SMOLLM2_MISSING:
         pytest.skip(f"optional extra ablate[smollm2] not installed (missing {SMOLLM2_MISSING})")
@@ -133,8 +104,8 @@ def test_study_runs_at_its_smoke_budget(path, smoke_root, monkeypatch, capfd):
     # one in-process worker on one thread: the suite already runs two test processes on two cores, and
     # spawned workers would each import torch, transformers and mlflow again (local worker pools are
     # tested in tests/test_runner.py)
-    code, out, err, caught = run_command(["run", str(path), "--budget", "smoke", "--workers", "1", "--threads", "1",
-                                          "--no-progress"], cwd, smoke_root / "cache", monkeypatch, capfd)
+    code, out, err, caught = ablate_cli(["run", str(path), "--budget", "smoke", "--workers", "1", "--threads", "1",
+                                         "--no-progress"], cwd, smoke_root / "cache")
     assert code == 0, err[-3000:]
     last = out.strip().splitlines()[-1]
     assert last == f"report: reports/{study.name}/index.html"
