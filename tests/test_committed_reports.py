@@ -92,8 +92,9 @@ def generated_block(marker: str) -> str:
 
 def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports():
     """precision's fp32 arm (model.dtype: float32) is the same computation on a CPU as the baselines of
-    aa_control, reward_granularity and adv_scope_x_aggregation (model.dtype: auto): found by
-    ablate.report.shared, with equal objectives in all 16 seeds (all run on one processor model). The same
+    aa_control, reward_granularity (seeds 0-23) and adv_scope_x_aggregation (seeds 0-15) (model.dtype:
+    auto): found by ablate.report.shared, with equal objectives in every shared seed (all run on one
+    processor model). The same
     computation in behaviour_logp and cpu_bf16, run on another processor model (cpu_bf16's report names an
     AMD EPYC), differs in every seed."""
     from ablate.report.shared import committed_report, shared_trials
@@ -101,12 +102,12 @@ def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports
     rep = committed_report(ROOT / "reports" / "precision")
     shared = shared_trials(rep.plan, rep.trials, ROOT / "reports")
     fp32 = shared[shared["arm"] == "precision=fp32"].set_index("report")
-    same = {"aa_control": "stream=0", "reward_granularity": "reward=final,advantage=grpo",
-            "adv_scope_x_aggregation": "adv_std=group,aggregation=seq-mean"}
-    for report, arm in same.items():
+    same = {"aa_control": ("stream=0", 24), "reward_granularity": ("reward=final,advantage=grpo", 24),
+            "adv_scope_x_aggregation": ("adv_std=group,aggregation=seq-mean", 16)}
+    for report, (arm, n) in same.items():
         row = fp32.loc[report]
         assert (row["other_arm"], row["seeds"], row["how"], row["same_objective"], row["n"]) == (
-            arm, "0-15", "same computation on CPU", 16, 16), report
+            arm, f"0-{n - 1}", "same computation on CPU", n, n), report
     for report, n in (("behaviour_logp", 8), ("cpu_bf16", 16)):
         assert (fp32.loc[report, "n"], fp32.loc[report, "same_objective"]) == (n, 0), report
     assert "AMD EPYC" in (ROOT / "reports" / "cpu_bf16" / "README.md").read_text(encoding="utf-8")
