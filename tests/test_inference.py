@@ -356,7 +356,7 @@ def test_fit_model_reward_granularity_matches_statsmodels_model_comparison():
     # 5 arms x n seeds: 4 rewards under grpo, final+prm also under grpo_process; 5n observations less
     # n seed blocks (the intercept among them), 3 reward and 1 advantage parameters: 4n - 4 residual df
     n = df["seed"].nunique()
-    assert n == 24 and (reward.df, reward.df_resid, model.df_resid) == (3, 4 * n - 4, 4 * n - 4)
+    assert n == 48 and (reward.df, reward.df_resid, model.df_resid) == (3, 4 * n - 4, 4 * n - 4)
     assert rows["advantage"].df == 1 and rows["reward:advantage"].df == 0  # 5 cells - 1 - 3 - 1: not estimable
     reduced = smf.ols("objective ~ C(seed) + C(advantage, Sum)", df).fit()
     with_reward = smf.ols("objective ~ C(seed) + C(advantage, Sum) + C(reward, Sum)", df).fit()

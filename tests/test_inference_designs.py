@@ -86,15 +86,15 @@ def test_one_at_a_time_design_uses_paired_t_against_the_baseline_arm(tmp_path):
 
 
 def test_committed_reward_granularity_table_has_the_reward_factors_three_df():
-    """5 arms x 24 seeds (4 rewards under grpo, final+prm also under grpo_process): df by rank; the F
-    recorded from the committed 24-seed report (the statsmodels comparison is in test_inference)."""
+    """5 arms x 48 seeds (4 rewards under grpo, final+prm also under grpo_process): df by rank; the F
+    recorded from the committed 48-seed report (the statsmodels comparison is in test_inference)."""
     table = pd.read_csv(ROOT / "reports" / "reward_granularity" / "results.csv")
     study = load_study(ROOT / "studies" / "reward_granularity.yaml")
     run = _infer(study, table)
     rows = {t.term: t for t in run.model.anova}
-    assert (rows["reward"].df, rows["reward"].df_resid) == (3, 92)  # 120 observations - 24 seeds - 3 - 1
+    assert (rows["reward"].df, rows["reward"].df_resid) == (3, 188)  # 240 observations - 48 seeds - 3 - 1
     assert rows["advantage"].df == 1 and rows["reward:advantage"].df == 0
-    assert rows["reward"].F == pytest.approx(23.48, abs=0.01)
+    assert rows["reward"].F == pytest.approx(40.57, abs=0.01)
 
 
 def test_paired_eval_variance_hand_values():
