@@ -543,7 +543,9 @@ def test_a_report_lists_the_trials_it_shares_with_a_committed_report_beside_it(s
     curves = pd.read_csv(first / "curves.csv")
     assert list(curves.columns) == ["key", "arm", "seed", "step", "value"]
     assert len(curves) == len(res.table[res.table["metric"] == "eval/accuracy"])
-    assert "Trials shared" not in (first / "README.md").read_text()  # nothing beside it yet
+    alone = (first / "README.md").read_text()
+    assert "Trials shared" not in alone  # nothing beside it yet: no table, and the note says so
+    assert "Shared trials: none. No other report in reports/ ran any of this report's finished trials" in alone
     other = reports / "earlier_run"
     other.mkdir()
     results = pd.read_csv(first / "results.csv", dtype={"key": str})
@@ -552,6 +554,7 @@ def test_a_report_lists_the_trials_it_shares_with_a_committed_report_beside_it(s
     (other / "README.md").write_text(f"# earlier\n\nproduced by: `ablate run {study.path}` · at commit: `{'a' * 40}`\n")
     text = (write_report(plan, res, reports / study.name, **FAST).parent / "README.md").read_text()
     assert "Trials shared with other committed reports" in text and "Shared trials: " in text
+    assert "Shared trials: none" not in text
     shared = shared_trials(plan, pd.read_csv(first / "results.csv", dtype={"key": str}), reports)
     n_seeds, arms = len(study.seeds), {s.arm for s in plan.specs}
     assert set(shared["other_arm"]) == arms and (shared["arm"] == shared["other_arm"]).all()

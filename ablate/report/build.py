@@ -275,8 +275,12 @@ def objective_curves(table: pd.DataFrame, metric: str) -> pd.DataFrame:
     return rows[cols].sort_values(["arm", "seed", "step"], kind="stable").reset_index(drop=True)
 
 
-def shared_note(shared: pd.DataFrame) -> str:
-    """One sentence naming the committed reports this one shares trials with (see the table)."""
+def shared_note(shared: pd.DataFrame, reports: str = "reports/") -> str:
+    """One sentence naming the committed reports this one shares trials with (see the table), or saying
+    that none of the reports in ``reports`` (the folder searched) ran any of its trials."""
+    if shared.empty:
+        return (f"Shared trials: none. No other report in {reports} ran any of this report's finished "
+                "trials (the same trial key, or the same computation on a CPU), so its evidence is its own.")
     return ("Shared trials: " + "; ".join(
         f"{r.arm} at seeds {r.seeds} = {r.report}'s {r.other_arm} ({r.how}; the same objective in {r.same_objective} "
         f"of {r.n})" for r in shared.itertuples()) + ". Shared trials are one piece of evidence, not several; an "
@@ -349,9 +353,9 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     files += [p.name for f in figures for p in f.files.values()]
     page = build_page(study, results, stats, findings, figures, [*tuned_notes, *figure_notes], files)
     shared = shared_trials(ran, summary, out.resolve().parent, labels=stats.labels)
+    page = replace(page, notes=(*page.notes, shared_note(shared, f"{out.resolve().parent.name}/")))
     if not shared.empty:
-        page = replace(page, notes=(*page.notes, shared_note(shared)),
-                       tables=(*page.tables, shared_table(shared)))
+        page = replace(page, tables=(*page.tables, shared_table(shared)))
     (out / "README.md").write_text(render_markdown(page), encoding="utf-8")
     index = out / "index.html"
     index.write_text(render_html(page), encoding="utf-8")
