@@ -59,6 +59,17 @@ def test_report_matches_its_study_file(report):
         assert (report / name).is_file(), name
     text = (report / "README.md").read_text(encoding="utf-8")
     assert f"Budget **{budget}**" in text
+    # the processor and commit its trials ran on (RL amplifies float rounding): from results.csv's cpu and
+    # commit columns, or, in a report logged before them, the run's own record (its Versions section)
+    ran_on = re.search(r"^trials: `ran on (?P<cpu>[^`]+?) \(\d+ trials?\)", text, re.M)
+    if "cpu" in results:
+        assert ran_on, f"reports/{report.name} does not name the processor its trials ran on"
+        assert set(results["cpu"]) == {ran_on["cpu"]}, report.name
+        line = text[ran_on.start():].split("\n", 1)[0]
+        assert all(f"{c} (" in line for c in set(results["commit"])), report.name  # an extended run names 2
+    else:
+        assert re.search(r"^- machine\.cpu: \S", text, re.M), (
+            f"reports/{report.name} does not name the processor its trials ran on: run it again")
     analysed = ANALYSED.search(text)
     if analysed:  # analysed again by a later commit's statistics (ablate report --from): from a clean tree
         assert analysed["dirty"] == "", f"{report.name} was analysed from a working tree with uncommitted changes"
@@ -92,24 +103,23 @@ def generated_block(marker: str) -> str:
 
 def test_the_code_finds_the_trials_precisions_fp32_arm_shares_with_other_reports():
     """precision's fp32 arm (model.dtype: float32) is the same computation on a CPU as the baselines of
-    aa_control (seeds 0-23), reward_granularity (seeds 0-29) and adv_scope_x_aggregation (seeds 0-15) (model.dtype:
-    auto): found by ablate.report.shared, with equal objectives in every shared seed (all run on one
-    processor model). The same
-    computation in behaviour_logp and cpu_bf16, run on another processor model (cpu_bf16's report names an
-    AMD EPYC), differs in every seed."""
+    aa_control (seeds 0-23), reward_granularity (seeds 0-29), adv_scope_x_aggregation (seeds 0-15) and
+    behaviour_logp (seeds 0-7) (model.dtype: auto): found by ablate.report.shared, with equal objectives in
+    every shared seed (all run on one processor model, an Intel Xeon). The same computation in cpu_bf16,
+    run on another processor model (its report names an AMD EPYC), differs in every seed."""
     from ablate.report.shared import committed_report, shared_trials
 
     rep = committed_report(ROOT / "reports" / "precision")
     shared = shared_trials(rep.plan, rep.trials, ROOT / "reports")
     fp32 = shared[shared["arm"] == "precision=fp32"].set_index("report")
     same = {"aa_control": ("stream=0", 24), "reward_granularity": ("reward=final,advantage=grpo", 30),
-            "adv_scope_x_aggregation": ("adv_std=group,aggregation=seq-mean", 16)}
+            "adv_scope_x_aggregation": ("adv_std=group,aggregation=seq-mean", 16),
+            "behaviour_logp": ("behaviour_logp=recompute", 8)}
     for report, (arm, n) in same.items():
         row = fp32.loc[report]
         assert (row["other_arm"], row["seeds"], row["how"], row["same_objective"], row["n"]) == (
             arm, f"0-{n - 1}", "same computation on CPU", n, n), report
-    for report, n in (("behaviour_logp", 8), ("cpu_bf16", 16)):
-        assert (fp32.loc[report, "n"], fp32.loc[report, "same_objective"]) == (n, 0), report
+    assert (fp32.loc["cpu_bf16", "n"], fp32.loc["cpu_bf16", "same_objective"]) == (16, 0)
     assert "AMD EPYC" in (ROOT / "reports" / "cpu_bf16" / "README.md").read_text(encoding="utf-8")
 
 
@@ -188,3 +198,31 @@ def test_aa_objective_reproduces_aa_control_on_the_same_processor_model_at_a_lat
     _, commit_control, _ = provenance(ROOT / "reports" / "aa_control")
     _, commit_objective, _ = provenance(ROOT / "reports" / "aa_objective")
     assert commit_control != commit_objective
+
+
+def _shared_note(report: Path) -> str:
+    """The "Shared trials: ..." note of a committed report's README ("" when it has none)."""
+    m = re.search(r"^> Shared trials: (.*)$", (report / "README.md").read_text(encoding="utf-8"), re.M)
+    return m.group(1).replace("\\_", "_") if m else ""  # the Markdown escapes underscores
+
+
+def test_every_pair_of_committed_reports_that_share_trials_says_so_in_one_of_them():
+    """ablate.report.shared finds, for each committed report, the others that ran some of its trials; a
+    report lists those committed before it, so of every such pair the later one names the other in its
+    "Shared trials" note (reports written since the note says "none" also say when they share nothing)."""
+    from ablate.report.shared import committed_report, shared_trials
+
+    pairs = set()
+    for folder in REPORTS:
+        rep = committed_report(folder)
+        if rep is None:
+            continue
+        shared = shared_trials(rep.plan, rep.trials, ROOT / "reports")
+        pairs |= {tuple(sorted((folder.name, other))) for other in shared["report"]}
+    assert ("aa_control", "reward_granularity") in pairs  # the check finds real pairs
+    for a, b in sorted(pairs):
+        note_a, note_b = _shared_note(ROOT / "reports" / a), _shared_note(ROOT / "reports" / b)
+        assert f"= {b}'s " in note_a or f"= {a}'s " in note_b, f"neither {a} nor {b} names the trials they share"
+    for folder in REPORTS:
+        if _shared_note(folder).startswith("none."):
+            assert not any(folder.name in pair for pair in pairs), folder.name
