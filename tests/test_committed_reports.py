@@ -67,6 +67,7 @@ def test_report_matches_its_study_file(report):
     ran_on = trials_provenance(results)
     if ran_on:
         assert ran_on.startswith("ran on ") and f"trials: `{ran_on}`" in text, report.name
+        assert results["cpu"].nunique() == 1, f"reports/{report.name} mixes processor models"  # one per study
     else:
         assert _parent_tags(text).get("ablate.version.machine.cpu"), (
             f"reports/{report.name} does not name the processor its trials ran on: run it again")
