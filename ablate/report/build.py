@@ -352,8 +352,9 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
         files.append("samples.json")
     files += [p.name for f in figures for p in f.files.values()]
     page = build_page(study, results, stats, findings, figures, [*tuned_notes, *figure_notes], files)
-    shared = shared_trials(ran, summary, out.resolve().parent, labels=stats.labels)
-    page = replace(page, notes=(*page.notes, shared_note(shared, f"{out.resolve().parent.name}/")))
+    reports = out.resolve().parent  # the committed reports beside this one
+    shared = shared_trials(ran, summary, reports, labels=stats.labels)
+    page = replace(page, notes=(*page.notes, shared_note(shared, f"{reports.name}/")))
     if not shared.empty:
         page = replace(page, tables=(*page.tables, shared_table(shared)))
     (out / "README.md").write_text(render_markdown(page), encoding="utf-8")
