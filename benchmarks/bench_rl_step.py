@@ -84,6 +84,9 @@ class Settings:
     seed: int = 0
     train_size: int = 10000
     device: str = "cpu"
+    dtype: str = "float32"  # both sides: float32, or bfloat16 autocast over float32 weights
+    cuda_graph: bool = False  # ablate's rollout.cuda_graph
+    optim: str = "auto"  # ablate's optim.implementation (TRL's default is torch's fused AdamW)
 
 
 @dataclass
@@ -96,6 +99,8 @@ class StepTimes:
     tokens: list[float] = field(default_factory=list)
     sample_s: list[float] = field(default_factory=list)  # ablate only: prefill + decode loop
     logprob_s: list[float] = field(default_factory=list)  # ablate only: the behaviour log-prob forward
+    rows: list[int] = field(default_factory=list)  # ablate only: the update's batch rows ...
+    width: list[int] = field(default_factory=list)  # ... and its positions per row (prompt + completion, padded)
 
     def median(self, name: str, warmup: int) -> float:
         """Median of ``name`` over the steps after the first ``warmup`` (NaN when there are none)."""
@@ -133,7 +138,9 @@ def ablate_config(s: Settings) -> TrialConfig:
         "optim.max_grad_norm": 1.0,
         "optim.warmup_steps": 0,
         "device": s.device,
-        "model.dtype": "float32",
+        "model.dtype": s.dtype,
+        "rollout.cuda_graph": s.cuda_graph,
+        "optim.implementation": s.optim,
         "threads": s.threads,
         "seed": s.seed,
     })
@@ -149,6 +156,39 @@ def ablate_step(state: TrialState, step: int, times: StepTimes) -> None:
     times.tokens.append(float(batch.mask.sum()))
     times.sample_s.append(batch.timing.generate_s)
     times.logprob_s.append(batch.timing.logprob_s)
+    times.rows.append(int(batch.completion_ids.shape[0]))
+    times.width.append(int(batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]))
+
+
+def update_flop(model: torch.nn.Module, rows: int, width: int) -> float:
+    """Model FLOPs of one update over ``rows`` sequences of ``width`` positions: forward and backward,
+    ``rows * width * (6 N + 12 layers * hidden * width)`` with N the weights of the model's linear layers
+    (the LM head included, the embedding lookup not): PaLM's count (Chowdhery et al. 2022, appendix B),
+    its attention term over the full (padded) width."""
+    n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    cfg = model.config
+    layers = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layer", 0)
+    hidden = getattr(cfg, "hidden_size", None) or getattr(cfg, "n_embd", 0)
+    return float(rows * width * (6 * n + 12 * layers * hidden * width))
+
+
+def matmul_peak(device: str, dtype: str, n: int | None = None, reps: int = 20) -> float:
+    """FLOP/s of a square ``n x n`` matrix multiply in ``dtype`` on ``device`` (median of ``reps``): the
+    peak the update's MFU is measured against (n = 8192 on CUDA, 1024 elsewhere)."""
+    dev = torch.device(device)
+    n = n or (8192 if dev.type == "cuda" else 1024)
+    a = torch.randn(n, n, device=dev, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, device=dev, dtype=getattr(torch, dtype))
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    times = []
+    for i in range(reps + 3):
+        sync()
+        t0 = time.perf_counter()
+        a @ b
+        sync()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    return 2.0 * n**3 / statistics.median(times)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,7 +239,7 @@ def build_trl(s: Settings, state: TrialState, out_dir: str, callbacks: list[Any]
         output_dir=out_dir,
         **no_checkpointing,
         use_cpu=s.device == "cpu",
-        bf16=False,
+        bf16=s.dtype == "bfloat16",
         fp16=False,
         report_to=[],
         save_strategy="no",
@@ -325,11 +365,17 @@ def _run(s: Settings, *, use_trl: bool) -> dict[str, Any]:
         "trl_tokens": theirs.median("tokens", w) if version else None,
     }
     summary["ratio"] = summary["trl_step_s"] / summary["ablate_step_s"] if version else None
+    flop = [update_flop(ablate_state.model, r, wd) for r, wd in zip(ours.rows, ours.width)][w:]
+    rates = [f / u for f, u in zip(flop, ours.update_s[w:]) if u > 0]
+    summary["update_flop"] = statistics.median(flop) if flop else None
+    summary["update_flops"] = statistics.median(rates) if rates else None
+    summary["matmul_peak_flops"] = matmul_peak(s.device, s.dtype)
+    summary["mfu"] = (summary["update_flops"] / summary["matmul_peak_flops"]) if rates else None
     return {
         "settings": asdict(s),
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_implementation()} "
-        f"{platform.python_version()}",
+        "machine": (f"{torch.cuda.get_device_name(0)}, " if s.device.startswith("cuda") else "")
+        + f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_implementation()} {platform.python_version()}",
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": version},
         "threads": torch.get_num_threads(),
         "load_avg_before": [round(x, 2) for x in load_before],
@@ -456,12 +502,23 @@ def breakdown(result: dict[str, Any]) -> str:
     ]
     lines = ["| ablate phase | median s | share of the step |", "|---|---|---|"]
     lines += [f"| {name} | {sec:.3f} | {sec / step:.0%} |" for name, sec in parts]
-    text = "\n".join(lines)
+    text = "\n".join(lines) + mfu_line(result)
     prof = result.get("profile")
     if prof:
         shares = ", ".join(f"{k} {v:.0%}" for k, v in prof["op_shares"].items())
         text += f"\n\nTorch operator time of {prof['steps']} profiled ablate steps (`--profile`): {shares}."
     return text
+
+
+def mfu_line(result: dict[str, Any]) -> str:
+    """The update's model FLOPs utilisation, as a sentence ('' when not measured)."""
+    m, s = result["summary"], result["settings"]
+    if m.get("mfu") is None:
+        return ""
+    return (f"\n\nUpdate MFU: {m['mfu']:.1%} — the update's model FLOPs ({m['update_flop'] / 1e12:.2f} TFLOP a step, "
+            f"`update_flop`: 6 N per position plus attention, over the padded batch) / its median time = "
+            f"{m['update_flops'] / 1e12:.1f} TFLOP/s, against a {s['dtype']} square matmul measured in the same run "
+            f"({m['matmul_peak_flops'] / 1e12:.1f} TFLOP/s); median over the {s['steps']} timed steps.")
 
 
 def gap_analysis(result: dict[str, Any]) -> str:
@@ -512,6 +569,14 @@ def results_section(result: dict[str, Any]) -> str:
                    f"{ok} the goal of 2x.\n\n")
     n = s["steps"]
     flags = f"--steps {n} --warmup {s['warmup']} --threads {s['threads']}"
+    if s["device"] != "cpu":
+        flags += f" --device {s['device']} --model {s['model']} --max-new-tokens {s['max_new_tokens']}"
+    if s["dtype"] != "float32":
+        flags += f" --dtype {s['dtype']}"
+    if s["cuda_graph"]:
+        flags += " --cuda-graph"
+    if s["optim"] != "auto":
+        flags += f" --optim {s['optim']}"
     if result.get("profile"):
         flags += f" --profile {result['profile']['steps']}"
     if result.get("floor"):
@@ -527,7 +592,7 @@ def results_section(result: dict[str, Any]) -> str:
         f"completions of at most {s['max_new_tokens']} tokens of `{s['model']}` (the same random init on both "
         f"sides, no warm start) on `{s['task']}`, final-answer reward, GRPO advantages, token PPO-clip 0.2, "
         "per-sequence loss aggregation (ablate `seq-mean-token-mean`, TRL `loss_type=grpo`), no KL and no "
-        f"reference model, one AdamW step (lr {s['lr']:g}) on the whole batch, float32, {s['device'].upper()}, no gradient "
+        f"reference model, one AdamW step (lr {s['lr']:g}) on the whole batch, {s['dtype']}, {s['device'].upper()}, no gradient "
         f"checkpointing. Medians over {n} steps after {s['warmup']} warm-up steps; both trainers in one process, "
         "alternating step by step. A TRL step is one whole iteration of its training loop; its rollout part is "
         "`_generate_and_score_completions` (generation, decoding, reward, advantages), its update part the rest. "
@@ -563,7 +628,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=d.warmup, help="steps dropped before timing")
     ap.add_argument("--threads", type=int, default=d.threads, help="torch threads, the same for both")
     ap.add_argument("--train-size", type=int, default=d.train_size, help="problems in the train pool")
-    ap.add_argument("--device", default=d.device, help="cpu or cuda (float32 on both sides)")
+    ap.add_argument("--device", default=d.device, help="cpu or cuda")
+    ap.add_argument("--dtype", default=d.dtype, choices=["float32", "bfloat16"],
+                    help="precision on both sides: float32, or bfloat16 autocast over float32 weights (TRL bf16=True)")
+    ap.add_argument("--cuda-graph", action="store_true", help="ablate decodes through CUDA graphs (rollout.cuda_graph)")
+    ap.add_argument("--optim", default=d.optim, choices=["auto", "for-loop", "foreach", "fused"],
+                    help="ablate's optim.implementation (TRL uses torch's fused AdamW by default)")
     ap.add_argument("--no-trl", action="store_true", help="time ablate only")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="also profile N ablate steps (operator shares, cProfile)")
     ap.add_argument("--floor", type=int, default=0, metavar="N",
@@ -575,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     s = Settings(
         model=args.model, prompts=args.prompts, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
         lr=args.lr, steps=args.steps, warmup=args.warmup, threads=args.threads, train_size=args.train_size,
-        device=args.device,
+        device=args.device, dtype=args.dtype, cuda_graph=args.cuda_graph, optim=args.optim,
     )
     result = run(s, use_trl=not args.no_trl)
     if args.profile:
@@ -585,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_trl and result["versions"]["trl"] is None:
         print("TRL is not installed, or datasets is missing (pip install -e '.[bench]'): timed ablate only.",
               file=sys.stderr)
-    print(markdown_table(result))
+    print(markdown_table(result) + mfu_line(result))
     print(f"\nchecks: {result['checks']}; load average before/after: {result['load_avg_before']} / "
           f"{result['load_avg_after']}; threads {result['threads']}")
     if args.json:

@@ -110,3 +110,26 @@ def test_breakdown_takes_derived_parts_per_step_before_the_median(bench):
     assert "| texts, grading, rewards, advantages | 0.075 | 8% |" in text
     assert "| metrics and the rest | 0.075 | 7% |" in text
     assert "| sampling (prefill + decode loop) | 0.300 | 30% |" in text
+
+
+def test_update_flop_by_hand(bench):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=10, hidden_size=8, intermediate_size=16, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False))
+    # per layer q, k, v, o 8 x 8 and gate, up, down 16 x 8: 640; two layers and the 10 x 8 head: N = 1360
+    # 3 rows x 5 positions x (6 N + 12 layers x hidden x width) = 15 x (8160 + 960)
+    assert bench.update_flop(model, 3, 5) == 15 * (6 * 1360 + 12 * 2 * 8 * 5)
+
+
+def test_mfu_is_the_update_rate_over_the_measured_matmul_peak(bench):
+    s = bench.Settings(model="micro-llama", prompts=2, group_size=2, max_new_tokens=4, steps=1, warmup=1,
+                       train_size=16)
+    result = bench.run(s, use_trl=False)
+    m, ours = result["summary"], result["ablate"]
+    assert ours["rows"] == [4, 4] and all(w > 4 for w in ours["width"])  # prompt + completion positions
+    assert m["update_flops"] == pytest.approx(m["update_flop"] / ours["update_s"][1])
+    assert m["mfu"] == pytest.approx(m["update_flops"] / m["matmul_peak_flops"]) and 0 < m["mfu"] < 1
+    line = bench.mfu_line(result)
+    assert f"Update MFU: {m['mfu']:.1%}" in line and "float32 square matmul" in line
+    assert bench.mfu_line({"summary": {}, "settings": {}}) == ""

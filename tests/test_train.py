@@ -143,6 +143,15 @@ def test_deterministic_on_cpu(ws_cache):
     assert _stable(c.history) != _stable(a.history)
 
 
+def test_static_decode_loop_trains_the_same_trial_on_cpu(ws_cache):
+    """rollout.cuda_graph=true on CPU: the static loop, run eagerly, samples the same tokens for rollouts and
+    evaluations, so the trial's history equals the ordinary loop's (its key differs: on CUDA rounding may)."""
+    a = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1"))
+    b = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1", "rollout.cuda_graph=true"))
+    _same(_stable(a.history), _stable(b.history))
+    assert "eval/accuracy" in b.final
+
+
 def test_resume_equals_uninterrupted(ws_cache, tmp_path):
     cfg = tiny(ws_cache, "train.steps=3", "train.checkpoint_every=1", "eval.every=2")
     full = run_trial(cfg)

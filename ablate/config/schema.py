@@ -83,6 +83,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "algo.constant_groups": "rounding",
     "task.dataset": None,
     "train.packed": False,
+    "rollout.cuda_graph": False,
 }
 
 

@@ -169,11 +169,13 @@ def evaluate_with_records(
     generator: torch.Generator | None = None,
     fast: bool | None = None,
     greedy: bool = True,
+    cuda_graph: bool = False,
 ) -> tuple[dict[str, float], list[ProblemRecord]]:
     """Greedy metrics of ``policy`` on ``problems`` and one record per problem.
 
     Arguments as :func:`evaluate`; ``greedy=False`` grades one sample per problem at ``temperature``
-    / ``top_p`` (drawn from ``generator``, before any pass@k samples) instead of the greedy completion.
+    / ``top_p`` (drawn from ``generator``, before any pass@k samples) instead of the greedy completion;
+    ``cuda_graph``: decode through captured CUDA graphs (see :func:`generate_rollouts`).
 
     Returns:
         ``(metrics, records)``: the metrics of :func:`evaluate`, and ``records[i]``, the
@@ -202,7 +204,8 @@ def evaluate_with_records(
         batch = problems[start : start + batch_size]
         r = generate_rollouts(policy, [p.prompt for p in batch], group_size=1, max_new_tokens=max_new_tokens,
                               temperature=0.0 if greedy else temperature, top_p=1.0 if greedy else top_p,
-                              generator=None if greedy else generator, fast=fast, compute_old_logp=False)
+                              generator=None if greedy else generator, fast=fast, compute_old_logp=False,
+                              cuda_graph=cuda_graph)
         grades += [task.grade(p, text) for p, text in zip(batch, r.texts)]
         lengths += r.lengths.tolist()
         truncated += r.truncated.tolist()
@@ -216,7 +219,7 @@ def evaluate_with_records(
             batch = problems[start : start + per_batch]
             r = generate_rollouts(policy, [p.prompt for p in batch], group_size=n, max_new_tokens=max_new_tokens,
                                   temperature=temperature, top_p=top_p, generator=generator, fast=fast,
-                                  compute_old_logp=False)
+                                  compute_old_logp=False, cuda_graph=cuda_graph)
             for i, p in enumerate(batch):
                 correct = sum(task.grade(p, r.texts[i * n + j]).answer_correct for j in range(n))
                 scores.append(pass_at_k(n, correct, pass_k))

@@ -186,21 +186,41 @@ def _cat_bias(linears: list[nn.Linear]) -> torch.Tensor | None:
 
 
 class _LayerWeights:
-    """One decoder layer's weights, with q/k/v and gate/up concatenated (one matmul each)."""
+    """One decoder layer's weights, with q/k/v and gate/up concatenated (one matmul each).
+
+    The concatenated weights are copies, taken at construction; :meth:`refresh` copies the layer's
+    current weights into the same tensors (what a decoder kept across optimizer steps needs). The other
+    weights are the layer's own parameters, which the optimizer updates in place.
+    """
 
     def __init__(self, layer: nn.Module) -> None:
         attn, mlp = layer.self_attn, layer.mlp
         self.norm1, self.norm2 = layer.input_layernorm, layer.post_attention_layernorm
-        qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
-        self.w_qkv = torch.cat([lin.weight for lin in qkv]).detach()
-        self.b_qkv = _cat_bias(qkv)
+        self._qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
+        self.w_qkv = torch.cat([lin.weight for lin in self._qkv]).detach()
+        self.b_qkv = _cat_bias(self._qkv)
         self.w_o, self.b_o = attn.o_proj.weight, attn.o_proj.bias
-        gu = [mlp.gate_proj, mlp.up_proj]
-        self.w_gu = torch.cat([lin.weight for lin in gu]).detach()
-        self.b_gu = _cat_bias(gu)
+        self._gu = [mlp.gate_proj, mlp.up_proj]
+        self.w_gu = torch.cat([lin.weight for lin in self._gu]).detach()
+        self.b_gu = _cat_bias(self._gu)
         self.w_down, self.b_down = mlp.down_proj.weight, mlp.down_proj.bias
         self.act = mlp.act_fn
         self.inter = mlp.gate_proj.out_features
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy the layer's current q/k/v and gate/up weights (and biases) into the concatenated tensors, in place."""
+        torch.cat([lin.weight for lin in self._qkv], out=self.w_qkv)
+        torch.cat([lin.weight for lin in self._gu], out=self.w_gu)
+        for cat, linears in ((self.b_qkv, self._qkv), (self.b_gu, self._gu)):
+            fresh = _cat_bias(linears)
+            if cat is not None and fresh is not None:
+                cat.copy_(fresh)
+
+
+def layer_weights(model: nn.Module) -> list[_LayerWeights]:
+    """The lean decoder's per-layer weights of ``model`` (q/k/v and gate/up concatenated, copies)."""
+    return [_LayerWeights(layer) for layer in model.model.layers]
 
 
 class FastLlamaDecoder:
@@ -222,14 +242,16 @@ class FastLlamaDecoder:
     """
 
     def __init__(self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                 max_new_tokens: int, *, compile: bool = False) -> None:
+                 max_new_tokens: int, *, compile: bool = False, weights: list[_LayerWeights] | None = None) -> None:
         reason = fast_decoder_unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"FastLlamaDecoder cannot run this model: {reason}")
         base = model.model
         self.embed, self.layers, self.norm = base.embed_tokens, list(base.layers), base.norm
         self.lm_head = model.get_output_embeddings()
-        self.weights = [_LayerWeights(layer) for layer in self.layers]
+        # ``weights``: :func:`layer_weights` of this model, shared with other decoders of it (they are refreshed by
+        # whoever keeps them across optimizer steps); by default concatenated now, for this rollout
+        self.weights = weights if weights is not None else layer_weights(model)
         attn = self.layers[0].self_attn
         self.head_dim = int(attn.head_dim)
         self.scaling = float(attn.scaling)
@@ -259,14 +281,31 @@ class FastLlamaDecoder:
         self.sin_signed = self.sin * sign  # rotate_half(x) * sin == x[perm] * (sign * sin), exactly
         # additive attention bias per cache slot and row [S, B]: 0 where a key may be attended, else -inf
         self.bias = torch.full((S, B), float("-inf"), dtype=dtype, device=device)
-        self.bias[:P].masked_fill_(prompt_mask.bool().t(), 0.0)
-        self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
-        self.next_pos = prompt_mask.long().sum(-1)  # (B,) rotary position of the next token
-        self.slot = P  # cache slot of the next token (the same for every row)
         self.rows: torch.Tensor | None = None  # rows of the full batch still computed (None: all)
+        self.reset(prompt_ids, prompt_mask)
         self.compiled = None
         if compile:
             self.compiled = torch.compile(self._step_static, dynamic=False)
+
+    def reset(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        """Start over with new prompts of the same shape [B, P], reusing the cache and tables in place
+        (the attention bias, positions and slot are reset; :meth:`prefill` overwrites the prompt slots,
+        and the bias hides every later slot until a step fills it). Not after rows were dropped."""
+        if tuple(prompt_ids.shape) != (self.B, self.P) or tuple(prompt_mask.shape) != (self.B, self.P):
+            raise ValueError(f"FastLlamaDecoder.reset: prompts of shape {tuple(prompt_ids.shape)}, "
+                             f"the decoder holds {(self.B, self.P)}")
+        if self.rows is not None:
+            raise ValueError("FastLlamaDecoder.reset: stopped rows were dropped from the cache; make a new decoder")
+        self.bias.fill_(float("-inf"))
+        self.bias[: self.P].masked_fill_(prompt_mask.bool().t(), 0.0)
+        self.prompt_ids, self.prompt_mask = prompt_ids, prompt_mask
+        self.next_pos = prompt_mask.long().sum(-1)  # (B,) rotary position of the next token
+        self.slot = self.P  # cache slot of the next token (the same for every row)
+
+    def weights_refresh(self) -> None:
+        """Copy the model's current weights into the concatenated ones (after optimizer steps)."""
+        for w in self.weights:
+            w.refresh()
 
     # ---- prefill: the layers' own modules -------------------------------------------------------
     def _attend_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
@@ -336,8 +375,8 @@ class FastLlamaDecoder:
                 kc[slot].view(B, Hkv, D).copy_(k)
                 vc[slot].view(B, Hkv, D).copy_(v)
             else:
-                kc.index_copy_(0, slot, k.reshape(1, B * Hkv, D))
-                vc.index_copy_(0, slot, v.reshape(1, B * Hkv, D))
+                kc.index_copy_(0, slot, k.reshape(1, B * Hkv, D).to(kc.dtype))  # (index_copy_ does not cast)
+                vc.index_copy_(0, slot, v.reshape(1, B * Hkv, D).to(vc.dtype))
             h = h + F.linear(self._attend_step(q, kc, vc, end, bias), w.w_o, w.b_o)
             gu = F.linear(_rms_norm(h, w.norm2), w.w_gu, w.b_gu)
             h = h + F.linear(w.act(gu[:, : w.inter]) * gu[:, w.inter :], w.w_down, w.b_down)

@@ -40,9 +40,14 @@ from typing import Any
 import torch
 
 from ablate.errors import AblateError
+from ablate.models.batching import active_batcher
+from ablate.models.decode_graph import graph_sampler, padded_width
 from ablate.models.fast_decode import fast_decoder_unsupported_reason, make_decoder
 from ablate.models.logprobs import token_logprobs
 from ablate.models.policy import Policy
+from ablate.models.sampling import sample_next
+
+__all__ = ["PromptCompletionLayout", "Rollout", "generate_rollouts", "left_pad", "sample_completions", "sample_next"]
 
 
 class PromptCompletionLayout:
@@ -135,35 +140,6 @@ def left_pad(sequences: list[list[int]], pad_id: int, device: torch.device | str
     return ids.to(device), mask.to(device)
 
 
-def sample_next(logits: torch.Tensor, *, temperature: float, top_p: float = 1.0,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per row from ``logits`` [B, V]: greedy at temperature 0, else tempered nucleus sampling.
-
-    Nucleus (top-p) sampling keeps the smallest set of most likely tokens whose mass reaches ``top_p``
-    (the most likely token is always kept), Holtzman et al. 2020. The draw is by inversion: one
-    uniform number per row (``torch.rand`` with ``generator``) against the float64 cumulative
-    distribution, so a batch of B rows consumes exactly B numbers whatever the logits are.
-
-    Returns:
-        [B] long token ids.
-    """
-    if temperature == 0.0:
-        return logits.argmax(-1)
-    logits = logits.float()
-    probs = torch.softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)  # (B, V)
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs
-        sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
-        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
-    cdf = probs.double().cumsum_(-1)  # (B, V)
-    total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, dtype=torch.float64, device=logits.device)
-    # strictly below the total mass, so that the token found has a positive probability
-    x = torch.minimum(u * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, x, right=True).squeeze(-1)
-
-
 def _check_args(prompts: list[str], group_size: int, max_new_tokens: int, temperature: float, top_p: float,
                 behaviour_logp: str) -> None:
     if behaviour_logp not in ("recompute", "sampler"):
@@ -203,6 +179,7 @@ def sample_completions(
     generator: torch.Generator | None = None,
     fast: bool | None = None,
     compile: bool = False,
+    cuda_graph: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """The decode loop: sample up to ``max_new_tokens`` per row, stopping each row at a stop id.
 
@@ -214,13 +191,17 @@ def sample_completions(
         prompt_ids: [B, P] left-padded; prompt_mask: [B, P].
         stop_ids: token ids that end a row (EOS, and pad when it differs); the stop token is kept.
         fast, compile: decoder choice, see :func:`ablate.models.fast_decode.make_decoder`.
+        cuda_graph: the loop as a replayed CUDA graph (:mod:`ablate.models.decode_graph`), where the
+            lean decoder runs the model outside a population; run eagerly over the same static
+            buffers off CUDA.
 
     Returns:
         ``(completion_ids [B, T] long, mask [B, T] float32, steps)`` with T = steps <= max_new_tokens.
     """
     out, mask, steps, _ = _decode_loop(model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens,
                                        stop_ids=stop_ids, pad_id=pad_id, temperature=temperature, top_p=top_p,
-                                       generator=generator, fast=fast, compile=compile, logp_temperature=None)
+                                       generator=generator, fast=fast, compile=compile, cuda_graph=cuda_graph,
+                                       logp_temperature=None)
     return out, mask, steps
 
 
@@ -239,12 +220,22 @@ def _decode_loop(
     fast: bool | None,
     compile: bool,
     logp_temperature: float | None,
+    cuda_graph: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
     """:func:`sample_completions`, plus the sampler's log-prob of each sampled token when
     ``logp_temperature`` is given: ``log_softmax(logits / logp_temperature)`` of the decoder's float32
     logits at the token, [B, T] float32, 0.0 on padding (None otherwise)."""
     B = prompt_ids.shape[0]
     device = prompt_ids.device
+    if cuda_graph and fast is not False and active_batcher() is None and fast_decoder_unsupported_reason(model) is None:
+        width = padded_width(prompt_ids.shape[1], max_new_tokens, _max_positions(model))
+        extra = width - prompt_ids.shape[1]
+        if extra:
+            prompt_ids = torch.nn.functional.pad(prompt_ids, (extra, 0), value=pad_id)
+            prompt_mask = torch.nn.functional.pad(prompt_mask, (extra, 0), value=0)
+        sampler = graph_sampler(model, batch=B, width=width, max_new_tokens=max_new_tokens, temperature=temperature,
+                                top_p=top_p, logp_temperature=logp_temperature, stop_ids=stop_ids, pad_id=pad_id)
+        return sampler.sample(prompt_ids, prompt_mask, generator)
     decoder = make_decoder(model, prompt_ids, prompt_mask, max_new_tokens, fast=fast, compile=compile)
     out = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)
@@ -283,6 +274,7 @@ def generate_rollouts(
     compile: bool = False,
     compute_old_logp: bool = True,
     behaviour_logp: str = "recompute",
+    cuda_graph: bool = False,
 ) -> Rollout:
     """Sample ``group_size`` completions for each prompt and return the :class:`Rollout` tensors.
 
@@ -303,6 +295,7 @@ def generate_rollouts(
         behaviour_logp: ``old_logp`` from one no-grad forward of :func:`token_logprobs` (``"recompute"``,
             default) or from the decoder's logits at each sampled token (``"sampler"``: no forward; equal up
             to float rounding, ~1e-6, the lean decoder's attention kernel being another).
+        cuda_graph: the decode loop through captured CUDA graphs, see :func:`sample_completions`.
 
     Returns:
         A :class:`Rollout` with B = len(prompts) * group_size rows.
@@ -319,20 +312,15 @@ def generate_rollouts(
         policy.model, prompt_ids, prompt_mask, max_new_tokens=max_new_tokens, stop_ids=stop_ids,
         pad_id=policy.pad_token_id, temperature=temperature, top_p=top_p, generator=generator, fast=fast,
         compile=compile, logp_temperature=logp_temperature if compute_old_logp else None,
-        behaviour_logp=behaviour_logp,
+        behaviour_logp=behaviour_logp, cuda_graph=cuda_graph,
     )
     last = completion_ids[:, -1]
     truncated = (mask[:, -1] > 0) & ~torch.isin(last, torch.tensor(stop_ids, device=policy.device))
     t2 = time.perf_counter()
     texts, offsets = _decode_texts(policy, completion_ids)
-    timing = {
-        "generate_s": sampled["generate_s"],
-        "logprob_s": sampled["logprob_s"],
-        "decode_text_s": time.perf_counter() - t2,
-        "steps": sampled["steps"],
-        "tokens": float(mask.sum().item()),
-        "fast": float(fast is not False and fast_decoder_unsupported_reason(policy.model) is None),
-    }
+    timing = {"generate_s": sampled["generate_s"], "logprob_s": sampled["logprob_s"],
+              "decode_text_s": time.perf_counter() - t2, "steps": sampled["steps"], "tokens": float(mask.sum().item()),
+              "fast": float(fast is not False and fast_decoder_unsupported_reason(policy.model) is None)}
     return Rollout(
         prompt_ids=prompt_ids,
         prompt_mask=prompt_mask,

@@ -205,6 +205,7 @@ def sample_round(state: TrialState, step: int, round_: int, n_prompts: int) -> S
             generator=seeded_generator(state.device, *trial_stream(c), "rollout", step, round_),
             compute_old_logp=not state.on_policy,
             behaviour_logp=c.rollout.behaviour_logp,
+            cuda_graph=c.rollout.cuda_graph,
         )
     grades = [state.task.grade(problems[g], text) for g, text in zip(r.group_ids.tolist(), r.texts)]
     ref_logp = _reference_logp(state, r)

@@ -37,6 +37,7 @@ def evaluate_trial(state: TrialState, step: int) -> tuple[dict[str, float], list
             top_p=c.rollout.top_p,
             generator=seeded_generator(state.device, *trial_stream(c), "eval", step),
             greedy=c.eval.greedy,
+            cuda_graph=c.rollout.cuda_graph,
         )
     out = {
         "eval/accuracy": m["accuracy"],
