@@ -18,32 +18,40 @@
 # come as wheels). Without the staged half, or on a hash mismatch (the machine went cold between the
 # two calls), the steps run SmolLM2-135M's architecture with random weights; summary.txt says which.
 #
-# `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.5 at worst, the install aside):
+# `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.7 at worst, the install aside):
 #   1. installs the carried wheels (what the machine's image lacks: pydantic, TRL, datasets, gguf, accelerate) into
 #      /tmp/site and puts ablate itself on PYTHONPATH (no build);
 #   2. writes the environment (nvidia-smi, torch/CUDA/transformers versions) to env.txt;
-#   3. runs the GPU-marked tests (pytest -m gpu: tests/test_gpu.py) -> gpu-tests.txt, gpu-tests.xml;
-#   4. one short trial of smollm2-135m with rollouts and update on the GPU (ablate train, 10 RL steps of
-#      64 completions, 64 evaluation problems) -> smollm2-trial.json: the pretrained weights when both
+#   3. runs the GPU-marked tests (pytest -m gpu: tests/test_gpu.py, the CUDA-graph decode loop included)
+#      -> gpu-tests.txt, gpu-tests.xml;
+#   4. benchmarks/bench_rollout.py on the GPU with SmolLM2 (the model below): the decode step at batch 64
+#      (8 prompts x 8), 64 new tokens: ablate's lean decoder eager and as replayed CUDA graphs
+#      (rollout.cuda_graph), against model.generate eager and with a static cache, compiled
+#      -> bench_rollout.md (the decode goals of issue 27: <= 1.5 ms a step, >= 10x eager generate);
+#   5. one short trial of smollm2-135m with rollouts (CUDA graphs) and update on the GPU (ablate train, 10 RL
+#      steps of 64 completions, 64 evaluation problems) -> smollm2-trial.json: the pretrained weights when both
 #      halves arrived (above), else SmolLM2-135M's exact architecture and tokenizer with random
 #      weights (the same shapes and work, not its learning);
-#   5. benchmarks/bench_rl_step.py on the GPU against TRL with the same model (float32 on both
-#      sides; prompts as plain text on both sides, ablate's with the BOS token first, TRL's without:
-#      its same_prompt_ids check says False for that one token) -> bench_rl_step.md, bench_rl_step.txt;
-#   6. benchmarks/bench_population.py: K packed quickstart-sized trials (tiny-llama) trained as one
-#      population, K = 1, 8, 64, 256 (POP_K), 10 steps (POP_STEPS): trials per minute and peak GPU
+#   6. benchmarks/bench_rl_step.py on the GPU against TRL with the same model, float32 on both sides, ablate
+#      decoding through CUDA graphs with fused AdamW (TRL's default optimizer); prompts as plain text on both
+#      sides, ablate's with the BOS token first, TRL's without: its same_prompt_ids check says False for that
+#      one token -> bench_rl_step.md, bench_rl_step.txt, with the update's MFU;
+#   7. the same in bfloat16 on both sides (autocast over float32 weights; TRL bf16=True) -> bench_rl_step_bf16.md:
+#      the update's bf16 MFU (goal: >= 30% of the bf16 matmul measured in the same run);
+#   8. benchmarks/bench_population.py: K packed quickstart-sized trials (tiny-llama) trained as one
+#      population, K = 1, 8, 64 (POP_K), 10 steps (POP_STEPS): trials per minute and peak GPU
 #      memory against 1.2 x K x one member's -> bench_population.md.
 # A step that fails is recorded (its exit status in summary.txt) and the next one still runs.
 # A dry run of the plumbing on a CPU (small sizes, nothing installed):
 #   PYTHON=.venv/bin/python DEVICE=cpu NO_WHEELS=1 STEPS=2 BENCH_STEPS=1 NEW_TOKENS=8 PROMPTS=2 GROUP=2 \
-#       POP_K=1,2 POP_STEPS=2 benchmarks/gpu_check.sh run /tmp/gpu-dry-run
+#       POP_K=1,2 POP_STEPS=2 REPEATS=1 benchmarks/gpu_check.sh run /tmp/gpu-dry-run
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=${PYTHON:-python3}
 MODEL_SHAPE=.gpu/smollm2-135m          # config, tokenizer and policy metadata of SmolLM2-135M (no weights)
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-10} BENCH_STEPS=${BENCH_STEPS:-8} NEW_TOKENS=${NEW_TOKENS:-64}
-PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8} POP_K=${POP_K:-1,8,64,256} POP_STEPS=${POP_STEPS:-10}
+PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8} POP_K=${POP_K:-1,8,64} POP_STEPS=${POP_STEPS:-10} REPEATS=${REPEATS:-3}
 STAGE=${STAGE:-/tmp/ablate-gguf}      # where `stage` keeps the GGUF's first half between the two device calls
 
 prepare() {
@@ -138,7 +146,7 @@ print('transformers', transformers.__version__)"; } > "$OUTDIR/env.txt" 2>&1
     # the GGUF is joined and converted on the CPUs while the GPU tests run (it takes ~30-60 s)
     pretrained > "$OUTDIR/pretrained.path" 2> "$OUTDIR/pretrained.txt" &
     local joining=$!
-    step gpu-tests 100 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
+    step gpu-tests 90 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
 
     local model
     if wait "$joining" && model=$(tail -n 1 "$OUTDIR/pretrained.path") && [ -n "$model" ]; then
@@ -163,14 +171,23 @@ EOF
         echo "model: $(tail -n 1 "$OUTDIR/model.txt")" | tee -a "$OUTDIR/summary.txt"
     fi
 
-    step smollm2-trial 100 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
+    step bench_rollout 120 "$PY" benchmarks/bench_rollout.py --device "$DEVICE" --model "$model" --threads 1 --skip-memory \
+        --cuda-graph --hf-compile --repeats "$REPEATS" --prompts "$PROMPTS" --group-size "$GROUP" \
+        --max-new-tokens "$NEW_TOKENS" --write-results "$OUTDIR/bench_rollout.md"
+    step smollm2-trial 50 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
         --set warmstart.enabled=false --set "train.steps=$STEPS" --set eval.every=5 --set "eval.n_problems=$((PROMPTS * GROUP))" \
-        --set "rollout.prompts_per_step=$PROMPTS" --set "rollout.group_size=$GROUP" --set "rollout.max_new_tokens=$NEW_TOKENS"
+        --set "rollout.prompts_per_step=$PROMPTS" --set "rollout.group_size=$GROUP" --set "rollout.max_new_tokens=$NEW_TOKENS" \
+        --set rollout.cuda_graph=true
     cp "$OUTDIR/smollm2-trial.txt" "$OUTDIR/smollm2-trial.json"
 
-    step bench_rl_step 140 "$PY" benchmarks/bench_rl_step.py --device "$DEVICE" --model "$model" --steps "$BENCH_STEPS" \
-        --warmup 2 --max-new-tokens "$NEW_TOKENS" --prompts "$PROMPTS" --group-size "$GROUP" --write "$OUTDIR/bench_rl_step.md"
-    step bench_population 170 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
+    local dtype name
+    for dtype in float32 bfloat16; do
+        name=bench_rl_step && [ "$dtype" = bfloat16 ] && name=bench_rl_step_bf16
+        step "$name" 90 "$PY" benchmarks/bench_rl_step.py --device "$DEVICE" --model "$model" \
+            --steps "$BENCH_STEPS" --warmup 2 --max-new-tokens "$NEW_TOKENS" --prompts "$PROMPTS" --group-size "$GROUP" \
+            --dtype "$dtype" --cuda-graph --optim fused --write "$OUTDIR/$name.md"
+    done
+    step bench_population 80 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
         --write "$OUTDIR/bench_population.md"
     echo "results in $OUTDIR:"; ls "$OUTDIR"
     ! grep -v "exit 0" "$OUTDIR/summary.txt" | grep -q exit
