@@ -290,8 +290,18 @@ class _Collected:
     machines: list[dict[str, str]] = field(default_factory=list)
 
 
-#: The tags of a trial run that name the processor it was started on (:func:`ablate.tracking.machine_tags`).
-MACHINE_TAGS = ("ablate.machine.cpu", "ablate.machine.cpu_capability")
+#: The tags of a trial run that name the processor it was started on (:func:`ablate.tracking.machine_tags`,
+#: and :func:`ablate.tracking.gpu_tags` for a trial on a GPU).
+MACHINE_TAGS = ("ablate.machine.cpu", "ablate.machine.cpu_capability", "ablate.machine.gpu")
+
+
+def processor_name(tags: Mapping[str, str]) -> str:
+    """What a trial's numbers were computed on, from its run's tags: the GPU with its host processor when it
+    ran on one (``"NVIDIA H200 (GPU; host AMD EPYC)"``), else the processor; ``""`` when the tags do not say."""
+    cpu, gpu = tags.get(MACHINE_TAGS[0], ""), tags.get(MACHINE_TAGS[2], "")
+    if gpu:
+        return f"{gpu} (GPU; host {cpu})" if cpu else f"{gpu} (GPU)"
+    return cpu
 
 
 def processor_note(tags: Iterable[Mapping[str, str]]) -> str | None:
@@ -349,7 +359,7 @@ def _trial_row(spec: TrialSpec, runs: list[Run] | None, columns: Mapping[str, st
     run = _pick_run(runs)
     row["run_id"] = run.run_id
     # the processor and the code of the trial's run: float rounding, so a result, can depend on either
-    row["cpu"] = run.tags.get(MACHINE_TAGS[0], "")
+    row["cpu"] = processor_name(run.tags)
     commit = run.tags.get("ablate.git_commit", "")
     row["commit"] = commit + ("-dirty" if commit and run.tags.get("ablate.git_dirty") == "true" else "")
     row["state"] = _state(run.status)

@@ -338,6 +338,25 @@ def machine_tags() -> dict[str, str]:
     return tags
 
 
+def gpu_tags(device: str | None) -> dict[str, str]:
+    """``ablate.machine.gpu``, the name of the CUDA device a trial on ``device`` (a configuration's device:
+    auto, cuda, cuda:N, cpu) computes on; ``{}`` for a trial on the CPU, or where the device cannot be
+    resolved (the trial then fails with its own message)."""
+    if not device or device == "cpu" or device.startswith("mps"):
+        return {}
+    try:
+        import torch
+
+        from ablate.config.device import resolve_device
+
+        resolved = resolve_device(device)
+        if resolved.type != "cuda":
+            return {}
+        return {"ablate.machine.gpu": torch.cuda.get_device_name(resolved)}
+    except Exception:  # noqa: BLE001 - a tag, never a reason for a trial to fail
+        return {}
+
+
 # -------------------------------------------------------------------------------------- the logger
 
 
@@ -843,6 +862,7 @@ class Tracker:
             tags.update({
                 TAG_ROLE: "trial", MLFLOW_PARENT_RUN_ID: parent_id, MLFLOW_RUN_NAME: name, TAG_STUDY: study,
                 TAG_KEY: key, TAG_ARM: arm, TAG_SEED: str(seed), TAG_BUDGET: budget, **code_version(),
+                **gpu_tags(str(flat_config.get("device", "") or "")),
             })
             run = self.client.create_run(exp, tags={k: truncate(v, MAX_TAG_VALUE) for k, v in tags.items()},
                                          run_name=name)

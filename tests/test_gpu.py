@@ -95,3 +95,13 @@ def test_a_trial_with_cuda_graph_decoding_trains_on_cuda():
         "rollout.dtype": "bfloat16"})
     result = run_trial(config)
     assert result.steps == 2 and 0.0 <= result.final["eval/accuracy"] <= 1.0
+
+
+def test_a_trial_on_cuda_is_tagged_with_its_gpu():
+    from ablate.results import processor_name
+    from ablate.tracking import gpu_tags, machine_tags
+
+    tags = {**machine_tags(), **gpu_tags("cuda")}
+    assert tags["ablate.machine.gpu"] == torch.cuda.get_device_name(0)
+    assert processor_name(tags).startswith(f"{torch.cuda.get_device_name(0)} (GPU; host ")
+    assert gpu_tags("cpu") == {}

@@ -30,10 +30,11 @@ from ablate.results import (
     level_column,
     load_results,
     problems_frame,
+    processor_name,
     processor_note,
 )
 from ablate.study import load_study
-from ablate.tracking import EVAL_PROBLEM_COLUMNS, Tracker, eval_problems_csv, history_csv
+from ablate.tracking import EVAL_PROBLEM_COLUMNS, Tracker, eval_problems_csv, gpu_tags, history_csv
 from ablate.train import run_trial
 
 STUDY = """\
@@ -170,6 +171,24 @@ def test_processor_note_counts_the_processor_models_of_finished_trials():
     assert "does not reproduce it" in note
     # the same model with another instruction set torch uses counts as another processor
     assert "2 processor models" in processor_note([intel, {**intel, "ablate.machine.cpu_capability": "AVX2"}])
+
+
+def test_processor_name_names_the_gpu_with_its_host():
+    intel = {"ablate.machine.cpu": "Intel Xeon", "ablate.machine.cpu_capability": "AVX512"}
+    assert processor_name(intel) == "Intel Xeon" and processor_name({}) == ""
+    h200 = {**intel, "ablate.machine.gpu": "NVIDIA H200"}
+    assert processor_name(h200) == "NVIDIA H200 (GPU; host Intel Xeon)"
+    assert processor_name({"ablate.machine.gpu": "NVIDIA H200"}) == "NVIDIA H200 (GPU)"
+    # a GPU run and a CPU run of the same host are two processors for the note
+    assert "2 processor models" in processor_note([intel, h200])
+    assert "Intel Xeon / AVX512 / NVIDIA H200: 1 trial" in processor_note([intel, h200])
+
+
+def test_gpu_tags_name_no_gpu_for_a_cpu_trial():
+    assert gpu_tags("cpu") == {} and gpu_tags("") == {} and gpu_tags(None) == {}
+    if not torch.cuda.is_available():  # here: auto is the CPU; tests/test_gpu.py checks a CUDA device's name
+        assert gpu_tags("auto") == {}
+        assert gpu_tags("cuda") == {}  # unavailable: the trial fails with its own message, the tag says nothing
 
 
 def test_results_note_finished_trials_from_two_processor_models(store):
