@@ -8,6 +8,7 @@ import torch
 
 from ablate.config import TrialConfig
 from ablate.models import load_policy
+from ablate.models.decode_graph import capture_seconds
 from ablate.models.fast_decode import FastLlamaDecoder, GenericDecoder
 from ablate.models.logprobs import naive_token_logprobs, token_logprobs
 from ablate.models.rollout import generate_rollouts, left_pad
@@ -81,6 +82,7 @@ def test_the_decode_loop_as_a_cuda_graph_samples_what_the_eager_loop_samples(pro
     (a, sa), (b, sb), (c, sc) = runs
     (sampler,) = gpu.model.__dict__["_ablate_graph_samplers"].values()
     assert sampler.graph is not None and sampler.capture_s > 0  # captured once, then replayed
+    assert capture_seconds(gpu.model) == sampler.capture_s  # what perf/graph_capture_s logs
     assert torch.equal(sa, sb) and torch.equal(sb, sc)
     assert torch.equal(b.completion_ids, c.completion_ids)  # a replay reproduces itself exactly
     rows = (a.completion_ids == b.completion_ids).all(-1)

@@ -150,6 +150,8 @@ def test_static_decode_loop_trains_the_same_trial_on_cpu(ws_cache):
     b = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1", "rollout.cuda_graph=true"))
     _same(_stable(a.history), _stable(b.history))
     assert "eval/accuracy" in b.final
+    # the capture time is logged with the option (nothing is captured on a CPU), and only with it
+    assert b.final["perf/graph_capture_s"] == 0.0 and "perf/graph_capture_s" not in a.final
 
 
 def test_resume_equals_uninterrupted(ws_cache, tmp_path):
@@ -243,7 +245,7 @@ def test_metric_glossary_matches_what_a_trial_logs(ws_cache):
 
     cfg = tiny(
         ws_cache, "algo.advantage=gae", "critic.enabled=true", "reward.components=[final_answer, kl]",
-        "kl.placement=reward", "eval.pass_k=2", "train.steps=1", "algo.drop_solved_at=0.9",
+        "kl.placement=reward", "eval.pass_k=2", "train.steps=1", "algo.drop_solved_at=0.9", "rollout.cuda_graph=true",
     )
     logged: set[str] = set()
     run_trial(cfg, lambda m, s: logged.update(m))

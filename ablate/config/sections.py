@@ -265,7 +265,7 @@ class RolloutConfig(Section):
         lean decoder's models; others, and populations, decode as usual). The draws are the same; the
         attention runs over the whole preallocated cache and prompts are left-padded to a multiple of 16
         tokens, so results differ from the eager loop in float rounding: part of the trial key when
-        true. A graph is captured once per shape and trial (its time is in the trial's log) and
+        true. A graph is captured once per shape and trial (perf/graph_capture_s: the seconds so far) and
         replayed at every later step. Off CUDA the same static loop runs eagerly, without speed-up
         (what the CPU tests check)."""),
     )

@@ -49,7 +49,7 @@ MAX_SAMPLERS = 8
 #: Eager runs of the step on a side stream before a capture (CUDA's recommended warm-up).
 WARMUP_STEPS = 2
 
-__all__ = ["GraphSampler", "MAX_SAMPLERS", "PROMPT_BUCKET", "graph_sampler", "padded_width"]
+__all__ = ["GraphSampler", "MAX_SAMPLERS", "PROMPT_BUCKET", "capture_seconds", "graph_sampler", "padded_width"]
 
 
 def padded_width(width: int, max_new_tokens: int, limit: int | None) -> int:
@@ -166,7 +166,9 @@ class GraphSampler:
             self._step()
         torch.cuda.synchronize(self.device)
         self.graph, self.params = graph, self._param_storage()
-        self.capture_s += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self.capture_s += seconds
+        self.model.__dict__["_ablate_graph_capture_s"] = capture_seconds(self.model) + seconds
 
     @torch.no_grad()
     def sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, generator: torch.Generator | None
@@ -199,6 +201,11 @@ class GraphSampler:
         generator.set_state(self.generator.get_state())
         logp = self.logp[:, :steps].clone() if self.logp is not None else None
         return self.out[:, :steps].clone(), self.mask[:, :steps].clone(), steps, logp
+
+
+def capture_seconds(model: nn.Module) -> float:
+    """Seconds spent capturing ``model``'s decode graphs so far, warm-up included (0.0 when none was)."""
+    return float(model.__dict__.get("_ablate_graph_capture_s", 0.0))
 
 
 def graph_sampler(model: nn.Module, *, batch: int, width: int, max_new_tokens: int, temperature: float,

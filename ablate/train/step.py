@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from ablate.models.batching import at
+from ablate.models.decode_graph import capture_seconds
 from ablate.train.batch import CollectStats, StepBatch, collect_batch, drop_solved
 from ablate.train.guards import check_finite
 from ablate.train.setup import TrialState
@@ -66,4 +67,6 @@ def train_step(state: TrialState, step: int) -> tuple[dict[str, float], StepBatc
         "perf/update_s": t3 - t2,
         "perf/rollout_tokens_per_s": batch.timing.tokens_per_second,
     })
+    if state.config.rollout.cuda_graph:
+        metrics["perf/graph_capture_s"] = capture_seconds(state.model)
     return metrics, batch
