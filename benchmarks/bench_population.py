@@ -12,6 +12,8 @@ figure there).
 
     python benchmarks/bench_population.py --device cuda --k 1,8,64,256 --steps 10 --write OUT.md
     python benchmarks/bench_population.py --device cpu --k 1,2 --steps 2                  # a dry run
+    python benchmarks/bench_population.py --study studies/smollm2_granularity.yaml --k 1,8,16 --steps 5
+                                          # SmolLM2-135M members (issue 27); --set KEY=VALUE overrides any option
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def member_configs(k: int, steps: int, device: str, study: str) -> list:
-    """The K members: the study's baseline arm at seeds 0..K-1, packed, without warm start."""
+def member_configs(k: int, steps: int, device: str, study: str, overrides: dict | None = None) -> list:
+    """The K members: the study's baseline arm at seeds 0..K-1, packed, without warm start (``overrides``
+    on top)."""
     from ablate.config import ConfigWarning
     from ablate.study import load_study
 
@@ -38,7 +41,8 @@ def member_configs(k: int, steps: int, device: str, study: str) -> list:
         warnings.simplefilter("ignore", ConfigWarning)
         return [s.config(s.baseline_levels, "default", seed=i).with_overrides(
             {"train.packed": True, "train.steps": steps, "device": device, "warmstart.enabled": False,
-             "eval.every": 0, "threads": 1 if device == "cpu" else 0, "train.checkpoint_every": 0})
+             "eval.every": 0, "threads": 1 if device == "cpu" else 0, "train.checkpoint_every": 0,
+             **(overrides or {})})
             for i in range(k)]
 
 
@@ -51,13 +55,13 @@ def peak_bytes(device: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(k: int, steps: int, device: str, study: str) -> dict:
+def measure(k: int, steps: int, device: str, study: str, overrides: dict | None = None) -> dict:
     """Train one population of K members; its seconds, failures, step time and peak memory."""
     import torch
 
     from ablate.train.population import run_population
 
-    configs = member_configs(k, steps, device, study)
+    configs = member_configs(k, steps, device, study, overrides)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -92,24 +96,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", default="1,8,64,256", help="population sizes, in order")
     parser.add_argument("--steps", type=int, default=10, help="RL steps a trial")
     parser.add_argument("--study", default="studies/quickstart.yaml")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override an option of every member (a YAML value), e.g. rollout.prompts_per_step=2")
     parser.add_argument("--write", metavar="FILE", help="write the markdown table there")
     args = parser.parse_args(argv)
+    import yaml
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set {item!r}: expected KEY=VALUE, e.g. rollout.prompts_per_step=2")
+        overrides[key.strip()] = yaml.safe_load(value)
     import torch
 
     torch.set_num_threads(1 if args.device == "cpu" else max(1, (os.cpu_count() or 2) // 2))
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     rows, base = "", None
-    measure(1, 1, args.device, args.study)  # warm-up: imports, kernels, the tokenizer
+    measure(1, 1, args.device, args.study, overrides)  # warm-up: imports, kernels, the tokenizer
     for k in [int(x) for x in args.k.split(",")]:
-        r = measure(k, args.steps, args.device, args.study)
+        r = measure(k, args.steps, args.device, args.study, overrides)
         if k == 1:
             base = r["peak"]
         rows += row(r, args.steps, base)
         print(rows.splitlines()[-1], flush=True)
     body = (f"## Populations on one device (bench_population.py)\n\nMeasured {time.strftime('%Y-%m-%d')} on {name} "
             f"(torch {torch.__version__}): `python benchmarks/bench_population.py --device {args.device} --k {args.k} "
-            f"--steps {args.steps}`. One population of K packed quickstart-sized trials (no warm start) per row, one "
-            "run each.\n\n| K | wall s | trials/min | trials/min projected to 60 steps | peak memory MiB | "
+            f"--steps {args.steps} --study {args.study}{''.join(' --set ' + x for x in args.set)}`. One population of K "
+            f"packed trials of {Path(args.study).stem}'s baseline arm (no warm start) per row, one run each.\n\n| K | wall s | trials/min | trials/min projected to 60 steps | peak memory MiB | "
             "peak / (K x peak at K = 1) |\n|---|---|---|---|---|---|\n" + rows)
     print(body)
     if args.write:

@@ -30,7 +30,7 @@
 # come as wheels). Without the staged half, or on a hash mismatch (the machine went cold between the
 # two calls), the steps run SmolLM2-135M's architecture with random weights; summary.txt says which.
 #
-# `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.7 at worst, the install aside):
+# `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.8 at worst, the install aside):
 #   1. installs the carried wheels (what the machine's image lacks: pydantic, TRL, datasets, gguf, accelerate) into
 #      /tmp/site and puts ablate itself on PYTHONPATH (no build);
 #   2. writes the environment (nvidia-smi, torch/CUDA/transformers versions) to env.txt;
@@ -52,11 +52,13 @@
 #      the update's bf16 MFU (goal: >= 30% of the bf16 matmul measured in the same run);
 #   8. benchmarks/bench_population.py: K packed quickstart-sized trials (tiny-llama) trained as one
 #      population, K = 1, 8, 64 (POP_K), 10 steps (POP_STEPS): trials per minute and peak GPU
-#      memory against 1.2 x K x one member's -> bench_population.md.
+#      memory against 1.2 x K x one member's -> bench_population.md;
+#   9. the same with SmolLM2 members (smollm2_granularity's baseline arm on the model below), K = 1, 8, 16
+#      (SMOL_K), 3 steps, 64 evaluation problems -> bench_population_smollm2.md.
 # A step that fails is recorded (its exit status in summary.txt) and the next one still runs.
 # A dry run of the plumbing on a CPU (small sizes, nothing installed):
 #   PYTHON=.venv/bin/python DEVICE=cpu NO_WHEELS=1 STEPS=2 BENCH_STEPS=1 NEW_TOKENS=8 PROMPTS=2 GROUP=2 \
-#       POP_K=1,2 POP_STEPS=2 REPEATS=1 benchmarks/gpu_check.sh run /tmp/gpu-dry-run
+#       POP_K=1,2 POP_STEPS=2 REPEATS=1 SMOL_K=1,2 SMOL_STEPS=1 benchmarks/gpu_check.sh run /tmp/gpu-dry-run
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -64,6 +66,7 @@ PY=${PYTHON:-python3}
 MODEL_SHAPE=.gpu/smollm2-135m          # config, tokenizer and policy metadata of SmolLM2-135M (no weights)
 DEVICE=${DEVICE:-cuda} STEPS=${STEPS:-10} BENCH_STEPS=${BENCH_STEPS:-8} NEW_TOKENS=${NEW_TOKENS:-64}
 PROMPTS=${PROMPTS:-8} GROUP=${GROUP:-8} POP_K=${POP_K:-1,8,64} POP_STEPS=${POP_STEPS:-10} REPEATS=${REPEATS:-3}
+SMOL_K=${SMOL_K:-1,8,16} SMOL_STEPS=${SMOL_STEPS:-3}
 STAGE=${STAGE:-/tmp/ablate-gguf}      # where `stage` keeps the GGUF's first half between the two device calls
 STUDY_SITE=${STUDY_SITE:-/tmp/ablate-site}  # where `stage` installs the carried .whl-study wheels
 STUDY_WHEELS=${STUDY_WHEELS:-.whl-study}
@@ -209,7 +212,7 @@ run() {
     # the GGUF is joined and converted on the CPUs while the GPU tests run (it takes ~30-60 s)
     pretrained > "$OUTDIR/pretrained.path" 2> "$OUTDIR/pretrained.txt" &
     local joining=$!
-    step gpu-tests 90 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
+    step gpu-tests 80 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider --junitxml "$OUTDIR/gpu-tests.xml"
 
     local model
     if wait "$joining" && model=$(tail -n 1 "$OUTDIR/pretrained.path") && [ -n "$model" ]; then
@@ -234,7 +237,7 @@ EOF
         echo "model: $(tail -n 1 "$OUTDIR/model.txt")" | tee -a "$OUTDIR/summary.txt"
     fi
 
-    step bench_rollout 120 "$PY" benchmarks/bench_rollout.py --device "$DEVICE" --model "$model" --threads 1 --skip-memory \
+    step bench_rollout 110 "$PY" benchmarks/bench_rollout.py --device "$DEVICE" --model "$model" --threads 1 --skip-memory \
         --cuda-graph --hf-compile --repeats "$REPEATS" --prompts "$PROMPTS" --group-size "$GROUP" \
         --max-new-tokens "$NEW_TOKENS" --write-results "$OUTDIR/bench_rollout.md"
     step smollm2-trial 50 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
@@ -246,12 +249,17 @@ EOF
     local dtype name
     for dtype in float32 bfloat16; do
         name=bench_rl_step && [ "$dtype" = bfloat16 ] && name=bench_rl_step_bf16
-        step "$name" 90 "$PY" benchmarks/bench_rl_step.py --device "$DEVICE" --model "$model" \
+        step "$name" 75 "$PY" benchmarks/bench_rl_step.py --device "$DEVICE" --model "$model" \
             --steps "$BENCH_STEPS" --warmup 2 --max-new-tokens "$NEW_TOKENS" --prompts "$PROMPTS" --group-size "$GROUP" \
             --dtype "$dtype" --cuda-graph --optim fused --write "$OUTDIR/$name.md"
     done
-    step bench_population 80 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
+    step bench_population 50 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
         --write "$OUTDIR/bench_population.md"
+    step bench_population_smollm2 90 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$SMOL_K" \
+        --steps "$SMOL_STEPS" --study studies/smollm2_granularity.yaml --set "model.name=$model" \
+        --set "eval.n_problems=$((PROMPTS * GROUP))" --set "rollout.prompts_per_step=$PROMPTS" \
+        --set "rollout.group_size=$GROUP" --set "rollout.max_new_tokens=$NEW_TOKENS" \
+        --write "$OUTDIR/bench_population_smollm2.md"
     echo "results in $OUTDIR:"; ls "$OUTDIR"
     ! grep -v "exit 0" "$OUTDIR/summary.txt" | grep -q exit
 }
