@@ -105,14 +105,27 @@ def test_algorithm_variants_train(ws_cache, extra):
         assert metrics["loss/value"] > 0
 
 
-@pytest.mark.parametrize("aggregation", ["token-mean", "balanced-mean"])
-def test_accumulation_matches_full_batch(ws_cache, aggregation):
-    """grad_accum splits each minibatch; the update must not change (up to float rounding)."""
+@pytest.mark.parametrize("options", [
+    ["loss.aggregation=token-mean"], ["loss.aggregation=balanced-mean"],
+    ["loss.aggregation=seq-mean-token-mean", "loss.ratio_level=sequence", "kl.placement=loss", "kl.beta=0.1"],
+    ["loss.aggregation=seq-mean-token-sum-norm", "algo.advantage=gae", "critic.enabled=true"],
+])
+def test_accumulation_matches_full_batch(ws_cache, options, monkeypatch):
+    """grad_accum splits each minibatch into length buckets cut to the positions their rows use; the update
+    must not change (up to float rounding), for every per-token tensor the loss reads."""
+    import ablate.train.update as update
+
+    spans = []
+    used_span = update.used_span
+    monkeypatch.setattr(update, "used_span", lambda a, p: spans.append(used_span(a, p)) or spans[-1])
     results = []
     for accum in (1, 4):
-        state = setup_trial(tiny(ws_cache, f"algo.grad_accum={accum}", f"loss.aggregation={aggregation}"))
-        metrics, _ = train_step(state, 1)
+        state = setup_trial(tiny(ws_cache, f"algo.grad_accum={accum}", *options))
+        metrics, batch = train_step(state, 1)
         results.append((params_of(state.model), metrics))
+    # the buckets ran on fewer positions than the batch carries (else this test would not test the cut)
+    assert len(spans) == 4 * state.config.algo.minibatches * state.config.algo.ppo_epochs
+    assert min(t for _, t in spans) < batch.mask.shape[1] and all(t <= batch.mask.shape[1] for _, t in spans)
     (p1, m1), (p4, m4) = results
     # float32 rounding; Adam's first step is ~lr * sign(g), so a near-zero gradient entry may move by a few
     # 1e-6 (the aggregations' exact accumulation in float64 is tests/rl/test_losses.py's)

@@ -550,9 +550,11 @@ class AlgoConfig(Section):
         1,
         ge=1,
         strict=True,
-        description=one_line("""Micro-batches per minibatch, accumulated into one optimizer step. Memory only: the
-        loss is normalized by the whole minibatch's token and sequence counts, so results do not change
-        (not part of the trial key)."""),
+        description=one_line("""Micro-batches per minibatch, accumulated into one optimizer step. Memory and padding:
+        with more than one, the minibatch's rows are sorted by completion length into the micro-batches and
+        each runs on the positions its own rows use (length buckets: less padded work). The loss is
+        normalized by the whole minibatch's token and sequence counts, so results do not change beyond
+        float rounding (not part of the trial key)."""),
     )
 
 

@@ -3,7 +3,10 @@ over micro-batches inside each minibatch, one optimizer step per minibatch.
 
 Shapes: B completions, P prompt tokens, T completion tokens; ``rows`` index a minibatch, ``micro`` a
 micro-batch of it. The loss of a micro-batch is normalized by totals of its whole minibatch
-(:func:`ablate.rl.step_totals`), so accumulation gives the full-minibatch gradient.
+(:func:`ablate.rl.step_totals`), so accumulation gives the full-minibatch gradient. With more than one
+micro-batch (``algo.grad_accum``), the micro-batches are length buckets: the minibatch's rows sorted by
+completion length, and each micro-batch cut to the positions its own rows use (its longest prompt and
+completion), so that its forward and backward skip the padding the whole batch carries.
 """
 
 from __future__ import annotations
@@ -154,9 +157,31 @@ def minibatches(state: TrialState, n: int, step: int, epoch: int) -> list[torch.
     return [chunk.to(state.device) for chunk in torch.tensor_split(perm, k)]
 
 
+def micro_positions(x: UpdateInputs, rows: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Positions in ``rows`` of each of ``n`` micro-batches: all of them for n = 1, else the rows sorted by
+    completion length (stable) in n consecutive buckets of near-equal size."""
+    positions = torch.arange(rows.numel())
+    if n <= 1:
+        return [positions]
+    lengths = x.attention_mask[rows, x.num_prompt_tokens:].sum(-1).cpu()  # (b,) completion tokens
+    order = torch.sort(lengths, stable=True).indices
+    return list(torch.tensor_split(order, min(n, rows.numel())))
+
+
+def used_span(attention_mask: torch.Tensor, num_prompt_tokens: int) -> tuple[int, int]:
+    """``(lo, t)``: the columns rows of ``attention_mask`` [b, P + T] use: prompt columns from ``lo`` (left
+    padding before it in every row) and the first ``t`` completion columns (right padding after them)."""
+    p = num_prompt_tokens
+    prompt_any = attention_mask[:, :p].any(0)
+    lo = int(prompt_any.int().argmax()) if bool(prompt_any.any()) else 0
+    completion_any = attention_mask[:, p:].any(0).int()
+    t = int(completion_any.numel() - completion_any.flip(0).argmax()) if bool(completion_any.any()) else 1
+    return lo, t
+
+
 def micro_batch_loss(
     state: TrialState, batch: StepBatch, x: UpdateInputs, micro: torch.Tensor, agg: dict[str, Any],
-    totals: StepTotals,
+    totals: StepTotals, cut: bool = False,
 ) -> tuple[dict[str, torch.Tensor], dict[str, float], torch.Tensor]:
     """The loss of the rows ``micro``: policy loss (times the mismatch correction's weight, with
     ``loss.rollout_correction``) minus the entropy bonus, plus the KL term (``kl.placement=loss``) and
@@ -165,35 +190,42 @@ def micro_batch_loss(
 
     Returns:
         ``({part: 0-dim tensor}`` for every part of :data:`LOSS_PARTS` (``total`` carries the
-        gradient), the policy loss metrics, the entropy [b, T] of the micro-batch's tokens).
+        gradient), the policy loss metrics, the entropy [b, t] of the micro-batch's tokens). With ``cut``
+        the micro-batch runs on the positions its rows use (:func:`used_span`): t <= T completion columns.
     """
     c = state.config
-    m_mask = x.loss_mask[micro]  # (b, T)
     ids, attn, p = x.input_ids[micro], x.attention_mask[micro], x.num_prompt_tokens  # (b, P + T)
+    lo, t = used_span(attn, p) if cut else (0, ids.shape[1] - p)
+    ids, attn, p = ids[:, lo : p + t], attn[:, lo : p + t], p - lo  # (b, P - lo + t)
+
+    def rows_of(v: torch.Tensor) -> torch.Tensor:  # a [B, T] tensor's micro-batch rows, its first t columns
+        return v[micro][:, :t]
+
+    m_mask = rows_of(x.loss_mask)  # (b, t)
     with autocast(state):
         logp, entropy = token_logprobs_and_entropy(
             state.model, ids, attn, num_prompt_tokens=p, temperature=c.rollout.temperature
         )  # (b, T), (b, T)
     if x.old_logp is not None:
-        old_logp = x.old_logp[micro]  # (b, T) the trainer's recomputation
+        old_logp = rows_of(x.old_logp)  # (b, t) the trainer's recomputation
     else:
-        old_logp = logp.detach() if batch.old_logp is None else batch.old_logp[micro]  # (b, T)
-    per_token, pm = policy_loss_from_config(logp, old_logp, x.advantages[micro], m_mask, c.loss)  # (b, T)
+        old_logp = logp.detach() if batch.old_logp is None else rows_of(batch.old_logp)  # (b, t)
+    per_token, pm = policy_loss_from_config(logp, old_logp, rows_of(x.advantages), m_mask, c.loss)  # (b, t)
     if x.correction is not None:
-        per_token = per_token * x.correction[micro]  # (b, T)
+        per_token = per_token * rows_of(x.correction)  # (b, t)
     pg = aggregate_loss(per_token, m_mask, c.loss.aggregation, **agg)
     ent = aggregate_loss(entropy, m_mask, c.loss.aggregation, **agg)
     loss = pg - c.loss.entropy_coef * ent
     kl_term = torch.zeros((), device=state.device)
     if c.kl.placement == "loss":
-        kl_t = kl_penalty(logp, batch.ref_logp[micro], estimator=c.kl_estimator, mask=m_mask)  # (b, T)
+        kl_t = kl_penalty(logp, rows_of(batch.ref_logp), estimator=c.kl_estimator, mask=m_mask)  # (b, t)
         kl_term = aggregate_loss(kl_t, m_mask, c.loss.aggregation, **agg)
         loss = loss + state.beta * kl_term
     vf = torch.zeros((), device=state.device)
     if state.critic is not None:
         with autocast(state):
-            v = state.critic(ids, attn, p).float()  # (b, T)
-        vf_t = value_loss(v, x.old_values[micro], x.returns[micro], m_mask, clip=c.critic.value_clip)  # (b, T)
+            v = state.critic(ids, attn, p).float()  # (b, t)
+        vf_t = value_loss(v, rows_of(x.old_values), rows_of(x.returns), m_mask, clip=c.critic.value_clip)  # (b, t)
         vf = aggregate_loss(vf_t, m_mask, "token-mean", num_tokens=totals.num_tokens)
         loss = loss + c.critic.vf_coef * vf
     return {"policy": pg, "entropy": ent, "kl": kl_term, "value": vf, "total": loss}, pm, entropy
@@ -210,11 +242,11 @@ def minibatch_step(
     totals = step_totals(x.loss_mask[rows], batch.group_ids[rows], signs)  # (balanced-mean: the step's weights)
     state.optimizer.zero_grad(set_to_none=True)
     sums = dict.fromkeys(LOSS_PARTS, 0.0)
-    positions = torch.arange(rows.numel())
-    for pos in torch.tensor_split(positions, min(c.algo.grad_accum, rows.numel())):
+    buckets = micro_positions(x, rows, c.algo.grad_accum)
+    for pos in buckets:
         micro = rows[pos.to(rows.device)]
-        agg = dict(group_ids=batch.group_ids[micro], max_len=c.loss_max_len, **totals.for_rows(pos))
-        parts, pm, entropy = micro_batch_loss(state, batch, x, micro, agg, totals)
+        agg = dict(group_ids=batch.group_ids[micro], max_len=c.loss_max_len, **totals.for_rows(pos.to(rows.device)))
+        parts, pm, entropy = micro_batch_loss(state, batch, x, micro, agg, totals, cut=len(buckets) > 1)
         check_finite(parts["total"].detach(), "loss", step)
         backward(parts["total"])  # joined with the other members' in a population
         for k in LOSS_PARTS:
@@ -222,7 +254,7 @@ def minibatch_step(
         for k, v in pm.items():
             tally.add("policy/" + k, v)
         if epoch == 0:
-            m_mask = x.loss_mask[micro]  # (b, T)
+            m_mask = x.loss_mask[micro][:, : entropy.shape[1]]  # (b, t)
             tally.entropy_sum += float((entropy.detach() * m_mask).sum())
             tally.entropy_count += float(m_mask.sum())
     params = [q for g in state.optimizer.param_groups for q in g["params"]]
