@@ -18,12 +18,12 @@ place, are read where they are. If a parameter's storage moved, the sampler is c
 
 The random draws: a replay draws from the sampler's own generator, registered with the graph. Its
 state is set from the rollout's generator before the loop and copied back after it, so the rollout
-consumes the same numbers from the generator as the eager loop (B uniforms per sampled step) and a
-replay of a captured draw gives the eager draw's numbers (Philox's counter is advanced per replay by
-the capture's total; see torch's "CUDA Graph-safe RNG states"). What differs from the eager lean
-decoder is float rounding only: attention over the full cache, and a wider left padding in the prompt
-bucket, sum in another order. The option is therefore a recorded one (``rollout.cuda_graph``, part of
-the trial key when true).
+consumes the same numbers from the generator as the eager loop (B uniforms per sampled step). By
+torch's design of graph-safe RNG (Philox's counter advanced per replay by the capture's total), a replay
+of a captured draw gives the eager draw's numbers; tests/test_gpu.py checks that on a GPU (not yet run
+on one). What differs from the eager lean decoder is float rounding: attention over the full cache,
+and a wider left padding in the prompt bucket, sum in another order. The option is therefore a
+recorded one (``rollout.cuda_graph``, part of the trial key when true).
 
 On a device other than CUDA nothing is captured: :meth:`GraphSampler.sample` runs the same step
 function eagerly over the same static buffers. That is what the CPU tests check against the ordinary
