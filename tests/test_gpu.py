@@ -81,7 +81,7 @@ def test_the_decode_loop_as_a_cuda_graph_samples_what_the_eager_loop_samples(pro
         runs.append((r, gen.get_state()))
     (a, sa), (b, sb), (c, sc) = runs
     (sampler,) = gpu.model.__dict__["_ablate_graph_samplers"].values()
-    assert sampler.graph is not None and sampler.capture_s > 0  # captured once, then replayed
+    assert sampler.graph is not None and sampler.capture_s > 0, sampler.capture_error  # captured once, then replayed
     assert capture_seconds(gpu.model) == sampler.capture_s  # what perf/graph_capture_s logs
     assert torch.equal(sa, sb) and torch.equal(sb, sc)
     assert torch.equal(b.completion_ids, c.completion_ids)  # a replay reproduces itself exactly

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -105,6 +106,7 @@ class GraphSampler:
         self.graph: Any = None
         self.params: list[int] = []  # storage of the model's parameters when captured
         self.capture_s = 0.0  # seconds spent capturing (warm-up included), all captures
+        self.capture_error = ""  # why a capture failed (the sampler then runs eagerly), else ""
 
     # ---- the step -------------------------------------------------------------------------------
     def _step(self) -> None:
@@ -182,7 +184,12 @@ class GraphSampler:
         self.decoder.weights_refresh()
         if self.capture and (self.graph is None or self.params != self._param_storage()):
             self._start(prompt_ids, prompt_mask)  # the warm-up needs valid logits; it dirties the state
-            self._capture()
+            try:
+                self._capture()
+            except RuntimeError as exc:  # the same step then runs eagerly: the same draws, without the speed
+                self.capture, self.graph, self.capture_error = False, None, f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"rollout.cuda_graph: capturing the decode step failed ({str(exc)[:300]}); "
+                              "this shape decodes eagerly over the same buffers", RuntimeWarning, stacklevel=2)
         self._start(prompt_ids, prompt_mask)
         if generator is None:  # the device's default generator, as the eager loop draws from
             generator = (torch.cuda.default_generators[self.device.index if self.device.index is not None

@@ -10,9 +10,9 @@ from test_rollout import EOS, eos_biased_policy
 
 from ablate.config import TrialConfig
 from ablate.models import Policy, load_policy
-from ablate.models.decode_graph import MAX_SAMPLERS, PROMPT_BUCKET, graph_sampler, padded_width
-from ablate.models.fast_decode import FastLlamaDecoder
-from ablate.models.rollout import generate_rollouts, left_pad
+from ablate.models.decode_graph import MAX_SAMPLERS, PROMPT_BUCKET, GraphSampler, graph_sampler, padded_width
+from ablate.models.fast_decode import FastLlamaDecoder, layer_weights
+from ablate.models.rollout import generate_rollouts, left_pad, sample_completions
 from ablate.tasks import TASKS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -130,3 +130,21 @@ def test_static_loop_under_bf16_autocast(prompts):
     assert rows.float().mean() >= 0.9 and torch.equal(state_a, state_b)  # bf16 ties may break otherwise
     (key,) = samplers(policy)
     assert key[-1] == (True, torch.bfloat16)  # a sampler per autocast state
+
+
+def test_a_failed_capture_falls_back_to_the_eager_step_with_a_warning(prompts):
+    """A capture that raises (here: CUDA streams on a CPU-only torch) leaves the sampler decoding eagerly over
+    the same buffers, with the same draws, and says why once."""
+    policy = load_policy("micro-llama", seed=0)
+    ids, mask = left_pad([policy.encode_prompt(p) for p in prompts], policy.pad_token_id)
+    ids, mask = torch.nn.functional.pad(ids, (16 - ids.shape[1], 0)), torch.nn.functional.pad(mask, (16 - mask.shape[1], 0))
+    sampler = GraphSampler(policy.model.eval(), layer_weights(policy.model), batch=3, width=16, max_new_tokens=6,
+                           temperature=1.0, top_p=1.0, logp_temperature=None, stop_ids=[0, 2], pad_id=0, capture=True)
+    gen = torch.Generator().manual_seed(1)
+    with pytest.warns(RuntimeWarning, match="capturing the decode step failed"):
+        out, m, steps, _ = sampler.sample(ids, mask, gen)
+    assert not sampler.capture and sampler.graph is None and "CUDA" in sampler.capture_error
+    ref_gen = torch.Generator().manual_seed(1)
+    ref, ref_mask, ref_steps = sample_completions(policy.model, ids, mask, max_new_tokens=6, stop_ids=[0, 2], pad_id=0,
+                                                  generator=ref_gen)
+    assert steps == ref_steps and torch.equal(out, ref) and torch.equal(gen.get_state(), ref_gen.get_state())
