@@ -160,7 +160,11 @@ def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
     if args.compile and first_call("compile", lambda s: ours(True, compile=True, seed=s)):
         variants["ours (lean decoder, torch.compile), sampling"] = lambda s: ours(True, compile=True, seed=s)
     if args.cuda_graph and first_call("graph", lambda s: ours(True, seed=s, cuda_graph=True)):
-        variants["ours (lean decoder, CUDA graph), sampling"] = lambda s: ours(True, seed=s, cuda_graph=True)
+        failed = [g.capture_error for g in model.__dict__.get("_ablate_graph_samplers", {}).values() if g.capture_error]
+        if failed and device.type == "cuda":  # the loop fell back to eager steps: no graph to time
+            extra["graph_error"] = failed[0][:300]
+        else:
+            variants["ours (lean decoder, CUDA graph), sampling"] = lambda s: ours(True, seed=s, cuda_graph=True)
     if args.hf_compile and first_call("hf_compile", lambda s: hf(s, static=True)):
         variants["model.generate (static cache, compiled on CUDA)"] = lambda s: hf(s, static=True)
     for fn in variants.values():  # warm-up: first-call costs (lazy imports, kernel selection)
