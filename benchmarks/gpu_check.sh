@@ -118,6 +118,7 @@ EOF
     du -sh .whl .whl-study "$MODEL_SHAPE" .gguf1 .gguf2
     echo "first call: carry [\".gguf1\"], command: bash benchmarks/gpu_check.sh stage"
     echo "second call (while the machine is warm): carry [\".whl\", \".gpu\", \".gguf2\"], command: bash benchmarks/gpu_check.sh run"
+    echo "or, for the SmolLM2 study: a second call carrying [\".whl-study\"] with 'stage', then a third carrying [\".whl\", \".gpu\", \".gguf2\"] with 'study'"
 }
 
 stage() {  # keep what this call carried where the next call finds it: the GGUF's first half, the study's wheels
