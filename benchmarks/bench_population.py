@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def member_configs(k: int, steps: int, device: str, study: str, overrides: dict | None = None) -> list:
-    """The K members: the study's baseline arm at seeds 0..K-1, packed, without warm start (``overrides``
-    on top)."""
+def member_configs(k: int, steps: int, device: str, study: str, overrides: list[str] | None = None) -> list:
+    """The K members: the study's baseline arm at seeds 0..K-1, packed, without warm start, then
+    ``overrides`` (``KEY=VALUE`` strings, read as ``ablate train --set`` reads them)."""
     from ablate.config import ConfigWarning
     from ablate.study import load_study
 
@@ -41,8 +41,8 @@ def member_configs(k: int, steps: int, device: str, study: str, overrides: dict 
         warnings.simplefilter("ignore", ConfigWarning)
         return [s.config(s.baseline_levels, "default", seed=i).with_overrides(
             {"train.packed": True, "train.steps": steps, "device": device, "warmstart.enabled": False,
-             "eval.every": 0, "threads": 1 if device == "cpu" else 0, "train.checkpoint_every": 0,
-             **(overrides or {})})
+             "eval.every": 0, "threads": 1 if device == "cpu" else 0, "train.checkpoint_every": 0})
+            .with_overrides(overrides or [])
             for i in range(k)]
 
 
@@ -55,7 +55,7 @@ def peak_bytes(device: str) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(k: int, steps: int, device: str, study: str, overrides: dict | None = None) -> dict:
+def measure(k: int, steps: int, device: str, study: str, overrides: list[str] | None = None) -> dict:
     """Train one population of K members; its seconds, failures, step time and peak memory."""
     import torch
 
@@ -100,14 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="override an option of every member (a YAML value), e.g. rollout.prompts_per_step=2")
     parser.add_argument("--write", metavar="FILE", help="write the markdown table there")
     args = parser.parse_args(argv)
-    import yaml
-
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--set {item!r}: expected KEY=VALUE, e.g. rollout.prompts_per_step=2")
-        overrides[key.strip()] = yaml.safe_load(value)
+    overrides = args.set
     import torch
 
     torch.set_num_threads(1 if args.device == "cpu" else max(1, (os.cpu_count() or 2) // 2))
