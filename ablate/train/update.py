@@ -205,7 +205,7 @@ def micro_batch_loss(
     with autocast(state):
         logp, entropy = token_logprobs_and_entropy(
             state.model, ids, attn, num_prompt_tokens=p, temperature=c.rollout.temperature
-        )  # (b, T), (b, T)
+        )  # (b, t), (b, t)
     if x.old_logp is not None:
         old_logp = rows_of(x.old_logp)  # (b, t) the trainer's recomputation
     else:
@@ -244,8 +244,9 @@ def minibatch_step(
     sums = dict.fromkeys(LOSS_PARTS, 0.0)
     buckets = micro_positions(x, rows, c.algo.grad_accum)
     for pos in buckets:
-        micro = rows[pos.to(rows.device)]
-        agg = dict(group_ids=batch.group_ids[micro], max_len=c.loss_max_len, **totals.for_rows(pos.to(rows.device)))
+        pos = pos.to(rows.device)
+        micro = rows[pos]
+        agg = dict(group_ids=batch.group_ids[micro], max_len=c.loss_max_len, **totals.for_rows(pos))
         parts, pm, entropy = micro_batch_loss(state, batch, x, micro, agg, totals, cut=len(buckets) > 1)
         check_finite(parts["total"].detach(), "loss", step)
         backward(parts["total"])  # joined with the other members' in a population
