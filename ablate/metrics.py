@@ -71,7 +71,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "perf/step_s": ("wall seconds of the whole step", "s"),
     "perf/rollout_tokens_per_s": ("generated tokens per second of sampling", "tokens/s"),
     "perf/graph_capture_s": ("seconds spent capturing the decode loop's CUDA graphs so far in the trial, warm-up included "
-                             "(logged with rollout.cuda_graph; 0 off CUDA)", "s"),
+                             "(logged with rollout.cuda_graph; 0 off CUDA, and for shapes an earlier trial of the "
+                             "worker captured)", "s"),
 }
 
 

@@ -65,6 +65,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ablate.models import load_policy  # noqa: E402
+from ablate.models.decode_graph import samplers_for  # noqa: E402
 from ablate.models.logprobs import position_ids_from_mask, token_logprobs  # noqa: E402
 from ablate.models.rollout import generate_rollouts, left_pad, sample_completions  # noqa: E402
 from ablate.tasks import TASKS  # noqa: E402
@@ -160,7 +161,7 @@ def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
     if args.compile and first_call("compile", lambda s: ours(True, compile=True, seed=s)):
         variants["ours (lean decoder, torch.compile), sampling"] = lambda s: ours(True, compile=True, seed=s)
     if args.cuda_graph and first_call("graph", lambda s: ours(True, seed=s, cuda_graph=True)):
-        failed = [g.capture_error for g in model.__dict__.get("_ablate_graph_samplers", {}).values() if g.capture_error]
+        failed = [g.capture_error for g in samplers_for(model) if g.capture_error]
         if failed and device.type == "cuda":  # the loop fell back to eager steps: no graph to time
             extra["graph_error"] = failed[0][:300]
         else:

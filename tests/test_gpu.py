@@ -8,7 +8,7 @@ import torch
 
 from ablate.config import TrialConfig
 from ablate.models import load_policy
-from ablate.models.decode_graph import capture_seconds
+from ablate.models.decode_graph import capture_seconds, clear_samplers, samplers_for
 from ablate.models.fast_decode import FastLlamaDecoder, GenericDecoder
 from ablate.models.logprobs import naive_token_logprobs, token_logprobs
 from ablate.models.rollout import generate_rollouts, left_pad
@@ -70,24 +70,30 @@ def test_a_trial_trains_on_cuda():
 
 
 def test_the_decode_loop_as_a_cuda_graph_samples_what_the_eager_loop_samples(prompts):
-    """rollout.cuda_graph on CUDA: captured once, replayed per step and reused by the next rollout; the same
-    tokens and generator state as the eager lean decoder (TF32 aside: the attention sums in another order)."""
+    """rollout.cuda_graph on CUDA: captured once, replayed per step and reused by the next rollout, also by
+    another model of the same shape (the next trial's); the same tokens and generator state as the eager
+    lean decoder (TF32 aside: the attention sums in another order)."""
+    clear_samplers()
     gpu = load_policy("tiny-llama", seed=1, device="cuda")
+    other = load_policy("tiny-llama", seed=2, device="cuda")  # the next trial: same shape, other weights
     runs = []
-    for graph in (False, True, True):
+    for policy, graph in ((gpu, False), (gpu, True), (gpu, True), (other, False), (other, True)):
         gen = torch.Generator(device="cuda").manual_seed(0)
-        r = generate_rollouts(gpu, prompts, group_size=4, max_new_tokens=24, generator=gen, cuda_graph=graph,
+        r = generate_rollouts(policy, prompts, group_size=4, max_new_tokens=24, generator=gen, cuda_graph=graph,
                               behaviour_logp="sampler")
         runs.append((r, gen.get_state()))
-    (a, sa), (b, sb), (c, sc) = runs
-    (sampler,) = gpu.model.__dict__["_ablate_graph_samplers"].values()
+    (a, sa), (b, sb), (c, sc), (d, sd), (e, se) = runs
+    (sampler,) = samplers_for(gpu.model)
     assert sampler.graph is not None and sampler.capture_s > 0, sampler.capture_error  # captured once, then replayed
     assert capture_seconds(gpu.model) == sampler.capture_s  # what perf/graph_capture_s logs
-    assert torch.equal(sa, sb) and torch.equal(sb, sc)
+    assert capture_seconds(other.model) == 0.0 and samplers_for(other.model) == [sampler]  # reused, not captured
+    assert torch.equal(sa, sb) and torch.equal(sb, sc) and torch.equal(sd, se)
     assert torch.equal(b.completion_ids, c.completion_ids)  # a replay reproduces itself exactly
-    rows = (a.completion_ids == b.completion_ids).all(-1)
-    assert rows.float().mean().item() >= 0.9, rows  # the eager loop's tokens, but for a near-tie broken by rounding
-    assert torch.allclose(a.old_logp[rows], b.old_logp[rows], atol=2e-3, rtol=0)
+    assert not torch.equal(b.completion_ids, e.completion_ids)  # the other model's weights were copied in
+    for eager, replayed in ((a, b), (d, e)):
+        rows = (eager.completion_ids == replayed.completion_ids).all(-1)
+        assert rows.float().mean().item() >= 0.9, rows  # the eager loop's tokens, but for a near-tie broken by rounding
+        assert torch.allclose(eager.old_logp[rows], replayed.old_logp[rows], atol=2e-3, rtol=0)
 
 
 def test_a_trial_with_cuda_graph_decoding_trains_on_cuda():

@@ -9,12 +9,18 @@ the rollout's generator), record it, append it to the KV cache and compute the n
 
 Static shapes: the graph attends over the whole preallocated cache [P + max_new_tokens] (the additive
 bias hides the empty slots) and computes every row (no compaction of stopped rows). Prompts are
-left-padded to a bucket of :data:`PROMPT_BUCKET` tokens, so that a trial's steps share few shapes.
-A sampler is captured once per (model, batch, prompt bucket, max_new_tokens, sampling options,
-autocast) and kept on the model (:func:`graph_sampler`, up to :data:`MAX_SAMPLERS` per model), so
-every later rollout of the trial replays it: the concatenated q/k/v and gate/up weights are copied
-from the model before each rollout, and the model's other parameters, which the optimizer updates in
-place, are read where they are. If a parameter's storage moved, the sampler is captured again.
+left-padded to a bucket of :data:`PROMPT_BUCKET` tokens, so that a study's rollouts share few shapes.
+
+Reuse across trials: a graph reads fixed addresses, so a sampler decodes from its own copy of the
+model's weights (:class:`_Shadow`, one per worker process and model shape, made by ``copy.deepcopy``
+of the first model of that shape) and, before each rollout, copies the weights of the model it samples
+for into that copy (and into the concatenated q/k/v and gate/up weights). The samplers are kept per
+process (:func:`graph_sampler`, up to :data:`MAX_SAMPLERS`), keyed by (model shape, batch, prompt
+bucket, max_new_tokens, sampling options, autocast): a worker captures each shape once, and every later
+rollout of that shape replays it -- the same trial's later steps and the next trials' (whose
+``perf/graph_capture_s`` then stays 0). A model's shape is :func:`~ablate.models.stacked.shape_signature`
+(architecture, every parameter's name, shape and dtype, device, rotary configuration), so two models
+of one shape differ in their weights only, which the copy brings over.
 
 The random draws: a replay draws from the sampler's own generator, registered with the graph. Its
 state is set from the rollout's generator before the loop and copied back after it, so the rollout
@@ -32,25 +38,30 @@ loop (same tokens, logits to rounding); it has no speed benefit there.
 
 from __future__ import annotations
 
+import copy
 import math
+import threading
 import time
 import warnings
+from collections import OrderedDict
 from typing import Any
 
 import torch
 from torch import nn
 
-from ablate.models.fast_decode import FastLlamaDecoder, _LayerWeights, layer_weights
+from ablate.models.fast_decode import FastLlamaDecoder, fast_decoder_unsupported_reason, layer_weights
 from ablate.models.sampling import sample_next
+from ablate.models.stacked import shape_signature
 
 #: Prompts are left-padded to a multiple of this many tokens in graph mode (fewer shapes to capture).
 PROMPT_BUCKET = 16
-#: Samplers kept per model (least recently used dropped first); each holds a KV cache of its shape.
+#: Samplers kept per process (least recently used dropped first); each holds a KV cache of its shape.
 MAX_SAMPLERS = 8
 #: Eager runs of the step on a side stream before a capture (CUDA's recommended warm-up).
 WARMUP_STEPS = 2
 
-__all__ = ["GraphSampler", "MAX_SAMPLERS", "PROMPT_BUCKET", "capture_seconds", "graph_sampler", "padded_width"]
+__all__ = ["GraphSampler", "MAX_SAMPLERS", "PROMPT_BUCKET", "capture_seconds", "clear_samplers", "graph_sampler",
+           "padded_width", "samplers_for"]
 
 
 def padded_width(width: int, max_new_tokens: int, limit: int | None) -> int:
@@ -66,12 +77,47 @@ def _autocast_state(device: torch.device) -> tuple[bool, torch.dtype | None]:
     return True, torch.get_autocast_dtype(device.type)
 
 
+def _shape_key(model: nn.Module) -> tuple:
+    """What models sharing a :class:`_Shadow` must agree on: :func:`~ablate.models.stacked.shape_signature`
+    plus the rotary scaling options and the attention scale, which the decoder's tables are built from."""
+    config = model.config
+    return (shape_signature(model), repr(getattr(config, "rope_scaling", None)),
+            repr(getattr(config, "rope_parameters", None)), float(model.model.layers[0].self_attn.scaling))
+
+
+class _Shadow:
+    """The decode graphs' own copy of one model shape in this process: ``model``, a deep copy of the
+    first model of that shape (eval mode, no gradients), and its concatenated layer ``weights``.
+    :meth:`load` copies the weights of any model of the same shape into both, in place, so that a graph
+    captured over them serves every such model. ``lock``: one rollout at a time decodes through them."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = copy.deepcopy(model).eval().requires_grad_(False)
+        for param in self.model.parameters():
+            param.grad = None
+        self.params = list(self.model.parameters())
+        self.weights = layer_weights(self.model)
+        self.lock = threading.Lock()
+
+    @torch.no_grad()
+    def load(self, model: nn.Module) -> None:
+        """Copy ``model``'s current parameters (same shape) into the copy and its concatenated weights."""
+        if model is not self.model:
+            source = list(model.parameters())
+            if len(source) != len(self.params):
+                raise ValueError(f"decode graph: a model with {len(source)} parameter tensors, the copy has "
+                                 f"{len(self.params)}")
+            for dst, src in zip(self.params, source):
+                dst.copy_(src)
+        for w in self.weights:
+            w.refresh()
+
+
 class GraphSampler:
-    """One captured decode step of ``model`` at one shape, replayed for every rollout of that shape.
+    """One captured decode step at one shape, replayed for every rollout of that shape in this process.
 
     Args:
-        model: a model the lean decoder supports, in eval mode.
-        weights: the model's :func:`~ablate.models.fast_decode.layer_weights`, shared by its samplers.
+        shadow: the copy of the model shape it decodes with (see :class:`_Shadow`).
         batch, width, max_new_tokens: B rows, prompts left-padded to ``width`` tokens, at most
             ``max_new_tokens`` steps.
         temperature, top_p: the sampling options (0 = greedy); ``logp_temperature``: also record the
@@ -80,18 +126,19 @@ class GraphSampler:
         capture: capture a CUDA graph (True only on a CUDA device); False runs the step eagerly.
     """
 
-    def __init__(self, model: nn.Module, weights: list[_LayerWeights], *, batch: int, width: int,
-                 max_new_tokens: int, temperature: float, top_p: float, logp_temperature: float | None,
-                 stop_ids: list[int], pad_id: int, capture: bool) -> None:
+    def __init__(self, shadow: _Shadow, *, batch: int, width: int, max_new_tokens: int, temperature: float,
+                 top_p: float, logp_temperature: float | None, stop_ids: list[int], pad_id: int,
+                 capture: bool) -> None:
+        model = shadow.model
         device = model.get_output_embeddings().weight.device
-        self.model, self.device, self.capture = model, device, capture
+        self.shadow, self.model, self.device, self.capture = shadow, model, device, capture
         self.B, self.P, self.N = batch, width, max_new_tokens
         self.temperature, self.top_p, self.logp_temperature = temperature, top_p, logp_temperature
         self.pad_id = pad_id
         self.autocast = _autocast_state(device)
         ids = torch.full((batch, width), pad_id, dtype=torch.long, device=device)
         mask = torch.ones((batch, width), dtype=torch.long, device=device)
-        self.decoder = FastLlamaDecoder(model, ids, mask, max_new_tokens, weights=weights)
+        self.decoder = FastLlamaDecoder(model, ids, mask, max_new_tokens, weights=shadow.weights)
         self.stops = torch.tensor(stop_ids, dtype=torch.long, device=device)
         # the loop's state, all static: what a replay reads and writes
         self.logits: torch.Tensor | None = None  # [B, V] float32, allocated at the first prefill
@@ -104,7 +151,6 @@ class GraphSampler:
         self.pos = torch.zeros(batch, dtype=torch.long, device=device)  # its rotary position per row
         self.generator = torch.Generator(device=device)
         self.graph: Any = None
-        self.params: list[int] = []  # storage of the model's parameters when captured
         self.capture_s = 0.0  # seconds spent capturing (warm-up included), all captures
         self.capture_error = ""  # why a capture failed (the sampler then runs eagerly), else ""
 
@@ -145,9 +191,6 @@ class GraphSampler:
         self.slot.fill_(self.P)
         self.pos.copy_(d.next_pos)
 
-    def _param_storage(self) -> list[int]:
-        return [p.data_ptr() for p in self.model.parameters()]
-
     def _capture(self) -> None:
         """Capture :meth:`_step` as a CUDA graph (after a warm-up on a side stream), under the autocast
         state the sampler was made for, with autocast's weight cache off (required inside a capture)."""
@@ -167,29 +210,36 @@ class GraphSampler:
                 torch.autocast(kind, dtype=dtype, enabled=enabled, cache_enabled=False):
             self._step()
         torch.cuda.synchronize(self.device)
-        self.graph, self.params = graph, self._param_storage()
-        seconds = time.perf_counter() - t0
-        self.capture_s += seconds
-        self.model.__dict__["_ablate_graph_capture_s"] = capture_seconds(self.model) + seconds
+        self.graph = graph
+        self.capture_s += time.perf_counter() - t0
 
     @torch.no_grad()
-    def sample(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, generator: torch.Generator | None
-               ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
-        """The decode loop over ``prompt_ids`` [B, width] (left-padded; ``prompt_mask`` the same shape).
+    def sample(self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
+        """The decode loop of ``model`` (of the sampler's shape: its current weights are copied in first)
+        over ``prompt_ids`` [B, width] (left-padded; ``prompt_mask`` the same shape). A capture made
+        here (the shape's first rollout in this process) is counted in ``model``'s :func:`capture_seconds`.
 
         Returns:
             ``(completion_ids [B, T], mask [B, T] float32, T, logp [B, T] or None)``, new tensors, with
             T <= max_new_tokens the steps run: what the ordinary loop returns.
         """
-        self.decoder.weights_refresh()
-        if self.capture and (self.graph is None or self.params != self._param_storage()):
-            self._start(prompt_ids, prompt_mask)  # the warm-up needs valid logits; it dirties the state
-            try:
-                self._capture()
-            except RuntimeError as exc:  # the same step then runs eagerly: the same draws, without the speed
-                self.capture, self.graph, self.capture_error = False, None, f"{type(exc).__name__}: {exc}"
-                warnings.warn(f"rollout.cuda_graph: capturing the decode step failed ({str(exc)[:300]}); "
-                              "this shape decodes eagerly over the same buffers", RuntimeWarning, stacklevel=2)
+        with self.shadow.lock:
+            self.shadow.load(model)
+            if self.capture and self.graph is None:
+                self._start(prompt_ids, prompt_mask)  # the warm-up needs valid logits; it dirties the state
+                before = self.capture_s
+                try:
+                    self._capture()
+                except RuntimeError as exc:  # the same step then runs eagerly: the same draws, without the speed
+                    self.capture, self.graph, self.capture_error = False, None, f"{type(exc).__name__}: {exc}"
+                    warnings.warn(f"rollout.cuda_graph: capturing the decode step failed ({str(exc)[:300]}); "
+                                  "this shape decodes eagerly over the same buffers", RuntimeWarning, stacklevel=2)
+                model.__dict__["_ablate_graph_capture_s"] = capture_seconds(model) + self.capture_s - before
+            return self._loop(prompt_ids, prompt_mask, generator)
+
+    def _loop(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, generator: torch.Generator | None
+              ) -> tuple[torch.Tensor, torch.Tensor, int, torch.Tensor | None]:
         self._start(prompt_ids, prompt_mask)
         if generator is None:  # the device's default generator, as the eager loop draws from
             generator = (torch.cuda.default_generators[self.device.index if self.device.index is not None
@@ -215,21 +265,51 @@ def capture_seconds(model: nn.Module) -> float:
     return float(model.__dict__.get("_ablate_graph_capture_s", 0.0))
 
 
+#: this process's copies of model shapes and its samplers (least recently used first); _LOCK guards both
+_SHADOWS: dict[tuple, _Shadow] = {}
+_SAMPLERS: OrderedDict[tuple, GraphSampler] = OrderedDict()
+_LOCK = threading.Lock()
+
+
 def graph_sampler(model: nn.Module, *, batch: int, width: int, max_new_tokens: int, temperature: float,
                   top_p: float, logp_temperature: float | None, stop_ids: list[int], pad_id: int) -> GraphSampler:
-    """The model's :class:`GraphSampler` for this shape and these options, made (and on CUDA captured
-    at its first use) when missing; kept on the model, at most :data:`MAX_SAMPLERS` of them."""
+    """This process's :class:`GraphSampler` for ``model``'s shape, this batch shape and these options, made
+    (and on CUDA captured at its first use) when missing; at most :data:`MAX_SAMPLERS` are kept, and a
+    shape's copy of the weights while one of its samplers is. Sample with ``sampler.sample(model, ...)``."""
     device = model.get_output_embeddings().weight.device
-    key = (batch, width, max_new_tokens, float(temperature), float(top_p), logp_temperature, tuple(stop_ids),
-           pad_id, _autocast_state(device))
-    cache: dict[tuple, GraphSampler] = model.__dict__.setdefault("_ablate_graph_samplers", {})
-    sampler = cache.pop(key, None)
-    if sampler is None:
-        weights = next((s.decoder.weights for s in cache.values()), None) or layer_weights(model)
-        sampler = GraphSampler(model, weights, batch=batch, width=width, max_new_tokens=max_new_tokens,
-                               temperature=temperature, top_p=top_p, logp_temperature=logp_temperature,
-                               stop_ids=stop_ids, pad_id=pad_id, capture=device.type == "cuda")
-        while len(cache) >= MAX_SAMPLERS:
-            cache.pop(next(iter(cache)))
-    cache[key] = sampler  # most recently used last
+    shape = _shape_key(model)
+    key = (shape, batch, width, max_new_tokens, float(temperature), float(top_p), logp_temperature,
+           tuple(stop_ids), pad_id, _autocast_state(device))
+    with _LOCK:
+        sampler = _SAMPLERS.pop(key, None)
+        if sampler is None:
+            shadow = _SHADOWS.get(shape)
+            if shadow is None:
+                shadow = _SHADOWS[shape] = _Shadow(model)
+            sampler = GraphSampler(shadow, batch=batch, width=width, max_new_tokens=max_new_tokens,
+                                   temperature=temperature, top_p=top_p, logp_temperature=logp_temperature,
+                                   stop_ids=stop_ids, pad_id=pad_id, capture=device.type == "cuda")
+            while len(_SAMPLERS) >= MAX_SAMPLERS:
+                _SAMPLERS.popitem(last=False)
+            used = {id(s.shadow) for s in _SAMPLERS.values()} | {id(shadow)}
+            for k in [k for k, v in _SHADOWS.items() if id(v) not in used]:
+                del _SHADOWS[k]
+        _SAMPLERS[key] = sampler  # most recently used last
     return sampler
+
+
+def samplers_for(model: nn.Module) -> list[GraphSampler]:
+    """The samplers this process keeps for ``model``'s shape (least recently used first; none for a model
+    the lean decoder does not run)."""
+    if fast_decoder_unsupported_reason(model) is not None:
+        return []
+    shape = _shape_key(model)
+    with _LOCK:
+        return [s for k, s in _SAMPLERS.items() if k[0] == shape]
+
+
+def clear_samplers() -> None:
+    """Drop every sampler and copy of weights this process keeps (their graphs and caches are freed)."""
+    with _LOCK:
+        _SAMPLERS.clear()
+        _SHADOWS.clear()

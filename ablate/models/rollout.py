@@ -235,7 +235,7 @@ def _decode_loop(
             prompt_mask = torch.nn.functional.pad(prompt_mask, (extra, 0), value=0)
         sampler = graph_sampler(model, batch=B, width=width, max_new_tokens=max_new_tokens, temperature=temperature,
                                 top_p=top_p, logp_temperature=logp_temperature, stop_ids=stop_ids, pad_id=pad_id)
-        return sampler.sample(prompt_ids, prompt_mask, generator)
+        return sampler.sample(model, prompt_ids, prompt_mask, generator)
     decoder = make_decoder(model, prompt_ids, prompt_mask, max_new_tokens, fast=fast, compile=compile)
     out = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)

@@ -10,12 +10,30 @@ from test_rollout import EOS, eos_biased_policy
 
 from ablate.config import TrialConfig
 from ablate.models import Policy, load_policy
-from ablate.models.decode_graph import MAX_SAMPLERS, PROMPT_BUCKET, GraphSampler, graph_sampler, padded_width
-from ablate.models.fast_decode import FastLlamaDecoder, layer_weights
+from ablate.models.decode_graph import (
+    MAX_SAMPLERS,
+    PROMPT_BUCKET,
+    GraphSampler,
+    _Shadow,
+    capture_seconds,
+    clear_samplers,
+    graph_sampler,
+    padded_width,
+    samplers_for,
+)
+from ablate.models.fast_decode import FastLlamaDecoder
 from ablate.models.rollout import generate_rollouts, left_pad, sample_completions
 from ablate.tasks import TASKS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(autouse=True)
+def no_samplers():
+    """Each test starts without the samplers that earlier tests (in this process) left."""
+    clear_samplers()
+    yield
+    clear_samplers()
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +51,8 @@ def both(policy: Policy, prompts: list[str], seed: int = 3, **kw):
     return out
 
 
-def samplers(policy: Policy) -> dict:
-    return policy.model.__dict__.get("_ablate_graph_samplers", {})
+def samplers(policy: Policy) -> list[GraphSampler]:
+    return samplers_for(policy.model)
 
 
 @pytest.mark.parametrize(("temperature", "top_p", "behaviour"),
@@ -50,8 +68,9 @@ def test_static_loop_samples_what_the_ordinary_loop_samples(prompts, temperature
     # the sampler's log-probs come from logits summed over more (masked) slots: equal up to rounding
     assert torch.allclose(a.old_logp, b.old_logp, atol=1e-5, rtol=0)
     assert b.prompt_ids.shape == a.prompt_ids.shape  # the bucket's extra padding stays inside the loop
-    (key, sampler), = samplers(policy).items()
+    (sampler,) = samplers(policy)
     assert sampler.P == PROMPT_BUCKET and sampler.graph is None  # CPU: nothing captured
+    assert sampler.model is not policy.model and capture_seconds(policy.model) == 0.0
 
 
 def test_early_stop(prompts):
@@ -65,12 +84,12 @@ def test_early_stop(prompts):
 def test_a_sampler_is_reused_with_the_weights_of_the_moment(prompts):
     policy = load_policy("tiny-llama", seed=0)
     (a, _), _ = both(policy, prompts, max_new_tokens=20)
-    first = next(iter(samplers(policy).values()))
+    (first,) = samplers(policy)
     with torch.no_grad():  # an optimizer step: the parameters change in place
         for p in policy.model.parameters():
             p.mul_(1.5)
     (c, _), (d, _) = both(policy, prompts, max_new_tokens=20)
-    assert next(iter(samplers(policy).values())) is first  # the same sampler, with the new weights
+    assert samplers(policy) == [first]  # the same sampler, with the new weights
     assert not torch.equal(a.completion_ids, c.completion_ids) and torch.equal(c.completion_ids, d.completion_ids)
 
 
@@ -88,9 +107,27 @@ def test_samplers_are_kept_per_shape_and_options_at_most_max(prompts):
     assert graph_sampler(policy.model, batch=3, temperature=0.5, **common) is not a
     for b in range(4, 4 + MAX_SAMPLERS):
         graph_sampler(policy.model, batch=b, temperature=1.0, **common)
-    assert len(samplers(policy)) == MAX_SAMPLERS and a not in samplers(policy).values()  # least recently used
-    weights = {id(s.decoder.weights) for s in samplers(policy).values()}
-    assert len(weights) == 1  # the concatenated weights are shared by a model's samplers
+    assert len(samplers(policy)) == MAX_SAMPLERS and a not in samplers(policy)  # least recently used
+    shadows = {id(s.shadow) for s in samplers(policy)}
+    assert len(shadows) == 1  # one copy of the weights (and concatenated weights) per model shape
+
+
+def test_a_sampler_serves_every_model_of_its_shape(prompts):
+    """The next trial's model (same shape, other weights) samples through the sampler the first one made,
+    with its own weights: what the ordinary loop samples for it."""
+    first, second = load_policy("tiny-llama", seed=0), load_policy("tiny-llama", seed=1)
+    (a, state_a), (b, state_b) = both(first, prompts, max_new_tokens=20)
+    (c, state_c), (d, state_d) = both(second, prompts, max_new_tokens=20)
+    (sampler,) = samplers(first)
+    assert samplers(second) == [sampler] and sampler.model is not second.model
+    assert torch.equal(c.completion_ids, d.completion_ids) and torch.equal(state_c, state_d)
+    assert not torch.equal(a.completion_ids, c.completion_ids)  # the weights differ, and so do the samples
+    _, (e, _) = both(first, prompts, max_new_tokens=20)  # back to the first model: its samples again
+    assert torch.equal(e.completion_ids, b.completion_ids)
+    micro = load_policy("micro-llama", seed=0)  # another shape: its own copy and sampler
+    generate_rollouts(micro, prompts, group_size=2, max_new_tokens=4, cuda_graph=True)
+    (m,) = samplers(micro)
+    assert m.shadow is not sampler.shadow and samplers(first) == [sampler]
 
 
 def test_ordinary_loop_where_the_static_one_does_not_apply(prompts):
@@ -128,8 +165,8 @@ def test_static_loop_under_bf16_autocast(prompts):
         (a, state_a), (b, state_b) = both(policy, prompts, max_new_tokens=12)
     rows = (a.completion_ids == b.completion_ids).all(-1)
     assert rows.float().mean() >= 0.9 and torch.equal(state_a, state_b)  # bf16 ties may break otherwise
-    (key,) = samplers(policy)
-    assert key[-1] == (True, torch.bfloat16)  # a sampler per autocast state
+    (sampler,) = samplers(policy)
+    assert sampler.autocast == (True, torch.bfloat16)  # a sampler per autocast state
 
 
 def test_a_failed_capture_falls_back_to_the_eager_step_with_a_warning(prompts):
@@ -138,11 +175,11 @@ def test_a_failed_capture_falls_back_to_the_eager_step_with_a_warning(prompts):
     policy = load_policy("micro-llama", seed=0)
     ids, mask = left_pad([policy.encode_prompt(p) for p in prompts], policy.pad_token_id)
     ids, mask = torch.nn.functional.pad(ids, (16 - ids.shape[1], 0)), torch.nn.functional.pad(mask, (16 - mask.shape[1], 0))
-    sampler = GraphSampler(policy.model.eval(), layer_weights(policy.model), batch=3, width=16, max_new_tokens=6,
-                           temperature=1.0, top_p=1.0, logp_temperature=None, stop_ids=[0, 2], pad_id=0, capture=True)
+    sampler = GraphSampler(_Shadow(policy.model), batch=3, width=16, max_new_tokens=6, temperature=1.0, top_p=1.0,
+                           logp_temperature=None, stop_ids=[0, 2], pad_id=0, capture=True)
     gen = torch.Generator().manual_seed(1)
     with pytest.warns(RuntimeWarning, match="capturing the decode step failed"):
-        out, m, steps, _ = sampler.sample(ids, mask, gen)
+        out, m, steps, _ = sampler.sample(policy.model.eval(), ids, mask, gen)
     assert not sampler.capture and sampler.graph is None and "CUDA" in sampler.capture_error
     ref_gen = torch.Generator().manual_seed(1)
     ref, ref_mask, ref_steps = sample_completions(policy.model, ids, mask, max_new_tokens=6, stop_ids=[0, 2], pad_id=0,
