@@ -14,6 +14,7 @@ from conftest import TINY_TRIAL
 from ablate.cli import main
 from ablate.config import TrialConfig
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
+from ablate.models import decode_graph
 from ablate.rewards import REWARDS
 from ablate.train import (
     METRICS,
@@ -165,6 +166,12 @@ def test_static_decode_loop_trains_the_same_trial_on_cpu(ws_cache):
     assert "eval/accuracy" in b.final
     # the capture time is logged with the option (nothing is captured on a CPU), and only with it
     assert b.final["perf/graph_capture_s"] == 0.0 and "perf/graph_capture_s" not in a.final
+    # the next trial (same model shape, other weights) samples through the samplers this one left
+    kept = dict(decode_graph._SAMPLERS)
+    c = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1", "seed=1"))
+    d = run_trial(tiny(ws_cache, "train.steps=2", "eval.every=1", "seed=1", "rollout.cuda_graph=true"))
+    _same(_stable(c.history), _stable(d.history))
+    assert dict(decode_graph._SAMPLERS) == kept and kept  # reused: no sampler made or dropped
 
 
 def test_resume_equals_uninterrupted(ws_cache, tmp_path):
