@@ -9,7 +9,9 @@ from typing import Any
 HELP = "list the tasks with an example problem and its reference solution"
 DESCRIPTION = """\
 List the registered tasks: what each one asks, its difficulty knob, its options and an example
-problem (prompt, reference completion, answer) from its train split.
+problem (prompt, reference completion, answer) from its train split. A task that needs an option
+shows its example with the task's example options when none are given (reasoning_gym: the
+basic_arithmetic generator), or says which option it needs (jsonl: path).
 
 Name tasks to show only those; options (--option KEY=VALUE, values read as JSON when they parse,
 else as strings) then apply to each named task, e.g.
@@ -50,7 +52,9 @@ def describe(name: str, difficulty: int | None, seed: int, options: dict[str, An
     """One task as a JSON-able dict: name, description, difficulty, options and an example.
 
     With ``strict`` an error building the task or its example propagates; otherwise it becomes the
-    ``note`` of an entry without example (e.g. ``jsonl`` without its ``path`` option).
+    ``note`` of an entry without example (e.g. ``jsonl`` without its ``path`` option). Without
+    ``options``, a task class's ``EXAMPLE_OPTIONS`` (if any) build the example; the entry then names
+    them (``example_options``).
     """
     from ablate.errors import AblateError
     from ablate.tasks import TASKS
@@ -63,6 +67,9 @@ def describe(name: str, difficulty: int | None, seed: int, options: dict[str, An
         "options": dict(getattr(cls, "OPTIONS", {}) or {}),
         "example": None,
     }
+    if not options and getattr(cls, "EXAMPLE_OPTIONS", None):
+        options = dict(cls.EXAMPLE_OPTIONS)
+        entry["example_options"] = options
     try:
         task = cls(difficulty=difficulty, seed=seed, **options)
         p = task.example() if hasattr(task, "example") else task.sample("train", 1, seed=0)[0]
@@ -118,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
         if ex is None:
             print(f"  example: (none: {e.get('note', '')})")
         else:
-            print(f"  prompt:   {ex['prompt']}")
+            if e.get("example_options"):
+                shown = ", ".join(f"{k}={v}" for k, v in e["example_options"].items())
+                print(f"  example with option {shown}:")
+            print(f"  prompt:   {_indent(ex['prompt'], '            ')}")
             print(f"  solution: {_indent(ex['solution'], '            ')}")
             print(f"  answer:   {ex['answer']}")
         print()

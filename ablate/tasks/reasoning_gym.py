@@ -72,6 +72,8 @@ class ReasoningGymTask(GeneratedTask):
     }
     #: no verifiable intermediate steps: prm is refused for it (ablate.config.rules reads this)
     has_steps: ClassVar[bool] = False
+    #: the options ``ablate tasks`` shows an example with when none are given
+    EXAMPLE_OPTIONS: ClassVar[dict[str, Any]] = {"dataset": "basic_arithmetic"}
 
     @classmethod
     def option_problems(cls, options: dict[str, Any]) -> list[tuple[str, str]]:

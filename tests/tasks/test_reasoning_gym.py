@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from ablate.cli import main
 from ablate.errors import AblateError
 from ablate.tasks import TASKS
 
@@ -90,3 +93,16 @@ def test_a_trial_trains_on_a_generator_with_format_and_partial_rewards():
     result = run_trial(cfg)
     last = result.history[-1][1]
     assert {"reward/partial", "reward/format", "eval/accuracy", "eval/partial"} <= set(last)
+
+
+def test_ablate_tasks_shows_an_example_with_and_without_a_generator_named(capsys):
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    section = out[out.index("reasoning_gym: "):].split("\n\n")[0]
+    example = TASKS.get("reasoning_gym")(dataset="basic_arithmetic").example()
+    assert "example with option dataset=basic_arithmetic:" in section
+    assert f"prompt:   {example.prompt}" in section and f"answer:   {example.answer}" in section
+    assert main(["tasks", "reasoning_gym", "--option", "dataset=leg_counting", "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)["tasks"]
+    assert "example_options" not in entry and "legs" in entry["example"]["prompt"]
+    assert entry["example"]["answer"] == TASKS.get("reasoning_gym")(dataset="leg_counting").example().answer

@@ -17,7 +17,7 @@ def test_json_lists_every_registered_task(capsys):
         if e["example"] is None:
             assert e["note"]
             continue
-        task = TASKS.get(e["name"])()
+        task = TASKS.get(e["name"])(**e.get("example_options", {}))  # reasoning_gym's: a generator
         p = task.example()
         assert e["example"]["prompt"] == p.prompt and e["example"]["solution"] == p.solution
         assert e["example"]["answer"] == p.answer
