@@ -18,9 +18,13 @@ for into that copy (and into the concatenated q/k/v and gate/up weights). The sa
 process (:func:`graph_sampler`, up to :data:`MAX_SAMPLERS`), keyed by (model shape, batch, prompt
 bucket, max_new_tokens, sampling options, autocast): a worker captures each shape once, and every later
 rollout of that shape replays it -- the same trial's later steps and the next trials' (whose
-``perf/graph_capture_s`` then stays 0). A model's shape is :func:`~ablate.models.stacked.shape_signature`
-(architecture, every parameter's name, shape and dtype, device, rotary configuration), so two models
-of one shape differ in their weights only, which the copy brings over.
+``perf/graph_capture_s`` then stays 0). A model's shape (:func:`_shape_key`) is
+:func:`~ablate.models.stacked.shape_signature` (architecture, every parameter's name, shape and dtype,
+device, rotary configuration) with every module's class, every buffer's name, shape and dtype, and the
+attention scale and activation, so two models of one shape differ in their weights only, which the
+copy brings over. A capture that fails leaves the shape decoding eagerly for that trial; the next
+trial's model tries again. The kept samplers (KV caches, graph memory, one copy of the weights per
+shape) stay allocated between trials: that is the memory the reuse costs.
 
 The random draws: a replay draws from the sampler's own generator, registered with the graph. Its
 state is set from the rollout's generator before the loop and copied back after it, so the rollout
@@ -43,6 +47,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -78,11 +83,17 @@ def _autocast_state(device: torch.device) -> tuple[bool, torch.dtype | None]:
 
 
 def _shape_key(model: nn.Module) -> tuple:
-    """What models sharing a :class:`_Shadow` must agree on: :func:`~ablate.models.stacked.shape_signature`
-    plus the rotary scaling options and the attention scale, which the decoder's tables are built from."""
+    """What models sharing a :class:`_Shadow` must agree on: :func:`~ablate.models.stacked.shape_signature`,
+    the class of every module (``model.lm_head_dtype=float32`` swaps the head's class, not its weights),
+    every buffer's name, shape and dtype (the rotary ``inv_freq`` is one: not copied, so its inputs are in
+    the key), the rotary scaling options, the attention scale and the MLP activation, from which the
+    decoder's tables and step are built."""
     config = model.config
-    return (shape_signature(model), repr(getattr(config, "rope_scaling", None)),
-            repr(getattr(config, "rope_parameters", None)), float(model.model.layers[0].self_attn.scaling))
+    modules = tuple((name, type(module).__qualname__) for name, module in model.named_modules())
+    buffers = tuple((name, tuple(b.shape), str(b.dtype)) for name, b in model.named_buffers())
+    return (shape_signature(model), modules, buffers, repr(getattr(config, "rope_scaling", None)),
+            repr(getattr(config, "rope_parameters", None)), float(model.model.layers[0].self_attn.scaling),
+            str(getattr(config, "hidden_act", None)))
 
 
 class _Shadow:
@@ -152,7 +163,8 @@ class GraphSampler:
         self.generator = torch.Generator(device=device)
         self.graph: Any = None
         self.capture_s = 0.0  # seconds spent capturing (warm-up included), all captures
-        self.capture_error = ""  # why a capture failed (the sampler then runs eagerly), else ""
+        self.capture_error = ""  # why the last capture failed (the sampler then runs eagerly), else ""
+        self._failed_for: weakref.ref | None = None  # the model whose rollout saw that failure
 
     # ---- the step -------------------------------------------------------------------------------
     def _step(self) -> None:
@@ -195,6 +207,12 @@ class GraphSampler:
         """Capture :meth:`_step` as a CUDA graph (after a warm-up on a side stream), under the autocast
         state the sampler was made for, with autocast's weight cache off (required inside a capture)."""
         t0 = time.perf_counter()
+        try:
+            self._capture_graph()
+        finally:  # warm-up and capture, also when it failed
+            self.capture_s += time.perf_counter() - t0
+
+    def _capture_graph(self) -> None:
         enabled, dtype = self.autocast
         kind = self.device.type
         side = torch.cuda.Stream(self.device)
@@ -211,7 +229,6 @@ class GraphSampler:
             self._step()
         torch.cuda.synchronize(self.device)
         self.graph = graph
-        self.capture_s += time.perf_counter() - t0
 
     @torch.no_grad()
     def sample(self, model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
@@ -226,16 +243,19 @@ class GraphSampler:
         """
         with self.shadow.lock:
             self.shadow.load(model)
-            if self.capture and self.graph is None:
+            failed_for = self._failed_for() if self._failed_for is not None else None
+            if self.capture and self.graph is None and failed_for is not model:
                 self._start(prompt_ids, prompt_mask)  # the warm-up needs valid logits; it dirties the state
                 before = self.capture_s
                 try:
                     self._capture()
                 except RuntimeError as exc:  # the same step then runs eagerly: the same draws, without the speed
-                    self.capture, self.graph, self.capture_error = False, None, f"{type(exc).__name__}: {exc}"
+                    # tried again for the next model (trial) that samples at this shape, not for this one
+                    self._failed_for, self.capture_error = weakref.ref(model), f"{type(exc).__name__}: {exc}"
                     warnings.warn(f"rollout.cuda_graph: capturing the decode step failed ({str(exc)[:300]}); "
                                   "this shape decodes eagerly over the same buffers", RuntimeWarning, stacklevel=2)
-                model.__dict__["_ablate_graph_capture_s"] = capture_seconds(model) + self.capture_s - before
+                finally:
+                    model.__dict__["_ablate_graph_capture_s"] = capture_seconds(model) + self.capture_s - before
             return self._loop(prompt_ids, prompt_mask, generator)
 
     def _loop(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, generator: torch.Generator | None

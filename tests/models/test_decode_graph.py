@@ -4,6 +4,8 @@ captured graph on CUDA."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from test_rollout import EOS, eos_biased_policy
@@ -22,6 +24,7 @@ from ablate.models.decode_graph import (
     samplers_for,
 )
 from ablate.models.fast_decode import FastLlamaDecoder
+from ablate.models.precision import is_float32_head, use_float32_lm_head
 from ablate.models.rollout import generate_rollouts, left_pad, sample_completions
 from ablate.tasks import TASKS
 
@@ -128,6 +131,11 @@ def test_a_sampler_serves_every_model_of_its_shape(prompts):
     generate_rollouts(micro, prompts, group_size=2, max_new_tokens=4, cuda_graph=True)
     (m,) = samplers(micro)
     assert m.shadow is not sampler.shadow and samplers(first) == [sampler]
+    head32 = load_policy("tiny-llama", seed=0)
+    use_float32_lm_head(head32.model)  # the same weights, another head class: not the first model's copy
+    generate_rollouts(head32, prompts, group_size=4, max_new_tokens=20, cuda_graph=True)
+    (h,) = samplers(head32)
+    assert h.shadow is not sampler.shadow and is_float32_head(h.model.get_output_embeddings())
 
 
 def test_ordinary_loop_where_the_static_one_does_not_apply(prompts):
@@ -171,7 +179,8 @@ def test_static_loop_under_bf16_autocast(prompts):
 
 def test_a_failed_capture_falls_back_to_the_eager_step_with_a_warning(prompts):
     """A capture that raises (here: CUDA streams on a CPU-only torch) leaves the sampler decoding eagerly over
-    the same buffers, with the same draws, and says why once."""
+    the same buffers, with the same draws, and says why; the time spent is counted, and the next model
+    (trial) at that shape tries the capture again, this one does not."""
     policy = load_policy("micro-llama", seed=0)
     ids, mask = left_pad([policy.encode_prompt(p) for p in prompts], policy.pad_token_id)
     ids, mask = torch.nn.functional.pad(ids, (16 - ids.shape[1], 0)), torch.nn.functional.pad(mask, (16 - mask.shape[1], 0))
@@ -180,7 +189,15 @@ def test_a_failed_capture_falls_back_to_the_eager_step_with_a_warning(prompts):
     gen = torch.Generator().manual_seed(1)
     with pytest.warns(RuntimeWarning, match="capturing the decode step failed"):
         out, m, steps, _ = sampler.sample(policy.model.eval(), ids, mask, gen)
-    assert not sampler.capture and sampler.graph is None and "CUDA" in sampler.capture_error
+    assert sampler.graph is None and "CUDA" in sampler.capture_error
+    assert capture_seconds(policy.model) == sampler.capture_s > 0.0  # the failed attempt's time, logged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same model again: no second attempt, no warning
+        again, *_ = sampler.sample(policy.model, ids, mask, torch.Generator().manual_seed(1))
+    assert torch.equal(again, out)
+    other = load_policy("micro-llama", seed=1)
+    with pytest.warns(RuntimeWarning, match="capturing the decode step failed"):  # another trial: tried again
+        sampler.sample(other.model.eval(), ids, mask, torch.Generator().manual_seed(1))
     ref_gen = torch.Generator().manual_seed(1)
     ref, ref_mask, ref_steps = sample_completions(policy.model, ids, mask, max_new_tokens=6, stop_ids=[0, 2], pad_id=0,
                                                   generator=ref_gen)
