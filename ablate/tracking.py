@@ -78,6 +78,7 @@ from mlflow.utils.mlflow_tags import MLFLOW_GIT_COMMIT, MLFLOW_PARENT_RUN_ID, ML
 
 from ablate.disk import disk_full_error, is_disk_full, local_tracking_folder
 from ablate.errors import AblateError
+from ablate.machine import cpu_name
 from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 
 if TYPE_CHECKING:
@@ -319,16 +320,7 @@ def machine_tags() -> dict[str, str]:
     ``ablate.machine.cpu_capability`` (the vector instruction set torch's CPU kernels use). Float rounding,
     and so an RL trajectory, can differ between processor models: the same trial key gave other results
     on an Intel Xeon and an AMD EPYC, both AVX512 (README, behaviour_logp)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    tags = {"ablate.machine.cpu": cpu}
+    tags = {"ablate.machine.cpu": cpu_name()}
     try:
         import torch
 

@@ -306,13 +306,9 @@ def _fwer_mark(rate: float, draws: int) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} CPU cores, Python {platform.python_version()}"
+    from ablate.machine import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}"
 
 
 def versions() -> str:

@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ablate.config import TrialConfig  # noqa: E402
+from ablate.machine import cpu_name  # noqa: E402
 from ablate.models.evaluate import evaluate  # noqa: E402
 from ablate.train import build_policy, build_task  # noqa: E402
 
@@ -44,17 +45,6 @@ QUICKSTART = {
 }
 #: Evaluations of one quickstart trial at its default budget: steps 0, 10, ..., 60.
 QUICKSTART_EVALS = 7
-
-
-def cpu_name() -> str:
-    """The CPU's model name from /proc/cpuinfo (else platform.processor())."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def measure(sizes: list[int], repeats: int, threads: int) -> dict:

@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ablate.machine import cpu_name  # noqa: E402
 from ablate.models import load_policy  # noqa: E402
 from ablate.models.decode_graph import samplers_for  # noqa: E402
 from ablate.models.logprobs import position_ids_from_mask, token_logprobs  # noqa: E402
@@ -274,12 +275,7 @@ def bench_memory(args: argparse.Namespace) -> list[dict]:
 # report
 # ---------------------------------------------------------------------------------------------------
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     import transformers
 
     gpu = f"{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}), " if torch.cuda.is_available() else ""

@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     "timing": 2,
     "plan": 2, "study": 2, "designs": 2,
     "config": 1, "registry": 1, "yamlio": 1, "metrics": 1, "cache": 1, "config_docs": 1,
-    "errors": 0, "disk": 0, "paths": 0, "states": 0, "objective": 0, "memory": 0, "__init__": 0,
+    "errors": 0, "disk": 0, "paths": 0, "states": 0, "objective": 0, "memory": 0, "machine": 0, "__init__": 0,
 }
 #: Modules on their own paths (read and write results, never train): they may import the foundations
 #: (layers 0-2) and each other, never the chain above the study (train, worker, tuner, runner, commands).
