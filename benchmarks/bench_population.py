@@ -100,15 +100,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="override an option of every member (a YAML value), e.g. rollout.prompts_per_step=2")
     parser.add_argument("--write", metavar="FILE", help="write the markdown table there")
     args = parser.parse_args(argv)
-    overrides = args.set
     import torch
 
     torch.set_num_threads(1 if args.device == "cpu" else max(1, (os.cpu_count() or 2) // 2))
     name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU"
     rows, base = "", None
-    measure(1, 1, args.device, args.study, overrides)  # warm-up: imports, kernels, the tokenizer
+    measure(1, 1, args.device, args.study, args.set)  # warm-up: imports, kernels, the tokenizer
     for k in [int(x) for x in args.k.split(",")]:
-        r = measure(k, args.steps, args.device, args.study, overrides)
+        r = measure(k, args.steps, args.device, args.study, args.set)
         if k == 1:
             base = r["peak"]
         rows += row(r, args.steps, base)

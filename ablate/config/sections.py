@@ -266,10 +266,11 @@ class RolloutConfig(Section):
         attention runs over the whole preallocated cache and prompts are left-padded to a multiple of 16
         tokens, so results differ from the eager loop in float rounding: part of the trial key when
         true. A worker process captures a graph once per model shape and decode shape (batch, prompt
-        bucket, max_new_tokens, sampling options), over its own copy of the weights, and replays it at every later rollout of that shape, the next trials' included
-        (the model's weights are copied in first; perf/graph_capture_s: the seconds this trial spent
-        capturing so far, 0 where it reused earlier trials' graphs). Off CUDA the same static loop runs eagerly, without speed-up
-        (what the CPU tests check)."""),
+        bucket, max_new_tokens, sampling options), over its own copy of the weights, and replays it at
+        every later rollout of that shape, the next trials' included (the model's weights are copied in
+        first; perf/graph_capture_s: the seconds this trial spent capturing so far, 0 where it reused
+        earlier trials' graphs). Off CUDA the same static loop runs eagerly, without speed-up (what the
+        CPU tests check)."""),
     )
 
 

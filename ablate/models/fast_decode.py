@@ -302,11 +302,6 @@ class FastLlamaDecoder:
         self.next_pos = prompt_mask.long().sum(-1)  # (B,) rotary position of the next token
         self.slot = self.P  # cache slot of the next token (the same for every row)
 
-    def weights_refresh(self) -> None:
-        """Copy the model's current weights into the concatenated ones (after optimizer steps)."""
-        for w in self.weights:
-            w.refresh()
-
     # ---- prefill: the layers' own modules -------------------------------------------------------
     def _attend_prefill(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
                         ) -> torch.Tensor:
