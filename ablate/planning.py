@@ -7,7 +7,8 @@ of one seed's difference** (level - baseline), ``Contrast.sd_per_seed``: with n 
 difference's standard error is ``sd / sqrt(n)``. From it:
 
 - **Seeds per arm** for a two-sided paired t-test to detect a true difference ``effect`` with
-  probability ``power`` (:func:`ablate.inference.seeds_for_power`, statsmodels' ``TTestPower``);
+  probability ``power`` (:func:`ablate.inference.seeds_for_power`, the exact power of
+  :func:`ablate.inference.paired_t_power`);
   ``effect`` is the study's ``min_effect`` (the smallest difference worth finding), or, when the
   study declares none, each contrast's observed difference (which makes the plan only as good as
   a noisy pilot estimate: say ``min_effect:``).

@@ -130,6 +130,30 @@ def test_seeds_for_power_hand_values():
     assert math.isnan(inf.seeds_for_power(NAN, 1.0))
 
 
+def test_seeds_for_power_where_statsmodels_power_is_nan():
+    """behaviour_logp's claim (reports/behaviour_logp: SD of one seed's difference 1.073 points, min_effect
+    5 points, d = 4.66, alpha 0.05): 3 seeds have power 0.96, 2 seeds 0.39, so 3 are needed. statsmodels'
+    TTestPower.power is NaN at 3-6 seeds there (and 8), and the report said 5. By hand from scipy's
+    noncentral t: at n = 3 its upper tail alone (the lower tail is NaN in scipy, and below 1e-12) is 0.960."""
+    from ablate.planning import read_report_pilot
+    from ablate.study import load_study
+
+    pilot = read_report_pilot(load_study(ROOT / "studies" / "behaviour_logp.yaml"), ROOT / "reports" / "behaviour_logp")
+    (claim,) = pilot.inference.family.claims
+    sd, effect = claim.contrast.sd_per_seed, 0.05
+    assert sd == pytest.approx(0.010730, abs=1e-6)
+    d = effect / sd
+    assert stats.nct.sf(stats.t.ppf(0.975, 2), 2, d * math.sqrt(3)) == pytest.approx(0.9603, abs=1e-4)  # n = 3
+    assert _power(d, 2, 0.05) == pytest.approx(0.3949, abs=1e-4)  # n = 2: both tails finite, below 0.8
+    assert inf.paired_t_power(d, 3) == pytest.approx(0.9603, abs=1e-4)
+    assert inf.seeds_for_power(sd, effect) == 3
+    assert claim.seeds_needed == 3
+    # the z-test's n is a lower bound; where both differ from it the search still lands on the exact n
+    for d, alpha in ((3.805, 0.05 / 3), (6.0, 0.01), (30.0, 0.05), (0.2, 0.05 / 6)):
+        n = int(inf.seeds_for_power(1.0, d, alpha=alpha))
+        assert inf.paired_t_power(d, n, alpha) >= 0.8 and (n == 2 or inf.paired_t_power(d, n - 1, alpha) < 0.8)
+
+
 def test_resolvable_effect_is_the_effect_at_which_n_seeds_reach_the_power():
     """The minimum detectable effect inverts the power: at that effect the power (noncentral t, written
     out above, independently of statsmodels) is 0.8; it scales with the SD and shrinks with n."""
