@@ -1,0 +1,219 @@
+"""ablate.sequential: stage scores from closed-form t CDFs, boundaries against the classical O'Brien-Fleming
+table and scipy's bivariate normal, the stage-wise p-value against the boundary test, and the design's size
+by Monte Carlo."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from ablate import sequential as sq
+
+Z975 = 1.959963984540054  # Phi^{-1}(0.975)
+
+
+def t2_cdf(t: float) -> float:
+    """CDF of Student's t with 2 df in closed form: 1/2 + t / (2 sqrt(2 + t^2))."""
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+def t3_cdf(t: float) -> float:
+    """CDF of Student's t with 3 df in closed form: 1/2 + (x / (1 + x^2) + atan x) / pi, x = t / sqrt(3)."""
+    x = t / math.sqrt(3)
+    return 0.5 + (x / (1 + x * x) + math.atan(x)) / math.pi
+
+
+def inside(c1: float, q: float, w1: float) -> float:
+    """P(|Z1| < c1, |Z| < q) for bivariate standard normals of correlation w1 (scipy's Genz integration)."""
+    mvn = stats.multivariate_normal([0, 0], [[1, w1], [w1, 1]], abseps=1e-10, releps=1e-10, maxpts=10**7)
+    return float(mvn.cdf([c1, q], lower_limit=[-c1, -q]))
+
+
+# ------------------------------------------------------------------------------------ stage_z
+
+
+def test_stage_z_by_hand():
+    # d = [1, 2, 3]: mean 2, sd 1, t = 2 / (1 / sqrt 3) = 2 sqrt 3 on 2 df
+    assert sq.stage_z([1, 2, 3]) == pytest.approx(stats.norm.ppf(t2_cdf(2 * math.sqrt(3))), abs=1e-12)
+    assert sq.stage_z([1, 2, 3]) == pytest.approx(1.786, abs=1e-3)
+    # d = [2, -1, 4, 3]: mean 2, sd sqrt(14 / 3), t = 2 / (sd / 2) on 3 df
+    t = 2 / (math.sqrt(14 / 3) / 2)
+    assert sq.stage_z([2, -1, 4, 3]) == pytest.approx(stats.norm.ppf(t3_cdf(t)), abs=1e-12)
+
+
+def test_stage_z_is_odd_and_keeps_far_tails():
+    d = np.array([0.3, 1.2, -0.4, 0.9, 2.1])
+    assert sq.stage_z(-d) == -sq.stage_z(d)
+    big = sq.stage_z([10.0, 10.001, 10.002, 9.999])  # t ~ 1.5e4 on 3 df: P(T >= t) ~ 1e-13, not rounded to 1
+    assert math.isfinite(big) and big > 7
+
+
+def test_stage_z_without_a_t_statistic():
+    assert math.isnan(sq.stage_z([1.0]))
+    assert math.isnan(sq.stage_z([]))
+    assert sq.stage_z([0.0, 0.0, 0.0]) == 0.0           # identical samples: no evidence
+    assert sq.stage_z([2.0, 2.0, 2.0]) == math.inf      # constant shift: the limit as sd -> 0
+    assert sq.stage_z([-2.0, -2.0]) == -math.inf
+    assert sq.stage_z([1, 2, 3, math.nan]) == sq.stage_z([1, 2, 3])  # non-finite values dropped
+
+
+# ------------------------------------------------------------------------------------ boundaries
+
+
+def test_boundaries_at_half_information():
+    c1, c2, alpha1 = sq.boundaries(math.sqrt(0.5))
+    assert c1 == pytest.approx(Z975 * math.sqrt(2), abs=1e-12)           # 2.7718
+    assert alpha1 == pytest.approx(2 * stats.norm.sf(Z975 * math.sqrt(2)), abs=1e-15)  # 0.00557
+    assert c1 == pytest.approx(2.7718, abs=1e-4) and alpha1 == pytest.approx(0.00557, abs=1e-5)
+    assert c2 == pytest.approx(1.9793, abs=1e-4)
+    # the whole design spends exactly alpha (scipy's bivariate normal, independent of the module's integral)
+    p_stage1 = 2 * stats.norm.cdf(c1) - 1
+    assert alpha1 + p_stage1 - inside(c1, c2, math.sqrt(0.5)) == pytest.approx(0.05, abs=1e-8)
+
+
+def test_the_integral_reproduces_the_classical_obrien_fleming_table():
+    # two equally spaced looks, boundaries C sqrt(2) and C, total level 0.05 two-sided: C = 1.977, C sqrt 2 = 2.797
+    # (Jennison and Turnbull 2000, Table 2.3)
+    from scipy.optimize import brentq
+
+    w = math.sqrt(0.5)
+
+    def size(c: float) -> float:
+        return 2 * stats.norm.sf(c * math.sqrt(2)) + sq._continue_tail(c * math.sqrt(2), w, c) - 0.05
+
+    c = brentq(size, 1.5, 3.0, xtol=1e-12)
+    assert c == pytest.approx(1.977, abs=5e-4) and c * math.sqrt(2) == pytest.approx(2.797, abs=5e-4)
+
+
+@pytest.mark.parametrize("w1", [0.2, 0.45, math.sqrt(0.5), 0.8, 0.95])
+def test_boundaries_spend_alpha(w1):
+    c1, c2, alpha1 = sq.boundaries(w1)
+    assert c1 == pytest.approx(Z975 / w1, rel=1e-12)
+    assert alpha1 + (2 * stats.norm.cdf(c1) - 1) - inside(c1, c2, w1) == pytest.approx(0.05, abs=2e-7)
+    assert c2 >= Z975 - 1e-9  # never below the single-stage value
+
+
+def test_boundaries_limits():
+    assert sq.boundaries(0.0) == (math.inf, pytest.approx(Z975), 0.0)
+    c1, c2, a1 = sq.boundaries(1.0)
+    assert (c1, c2, a1) == (pytest.approx(Z975), math.inf, 0.05)
+    c1, c2, a1 = sq.boundaries(0.01)
+    assert c1 > 190 and a1 == 0.0 and c2 == pytest.approx(Z975, abs=1e-9)
+    assert sq.boundaries(0.3)[1] == pytest.approx(Z975, abs=1e-6)  # alpha1 ~ 6e-11: c2 ~ z
+    assert sq.boundaries(math.sqrt(0.5), 0.01)[0] == pytest.approx(stats.norm.isf(0.005) * math.sqrt(2))
+
+
+@pytest.mark.parametrize("w1, alpha", [(-0.1, 0.05), (1.1, 0.05), (math.nan, 0.05), (0.5, 0.0), (0.5, 1.0)])
+def test_boundaries_reject_bad_arguments(w1, alpha):
+    with pytest.raises(ValueError, match="w1|alpha"):
+        sq.boundaries(w1, alpha)
+
+
+def test_default_w1():
+    assert sq.default_w1(20, 47) == pytest.approx(math.sqrt(20 / 47))
+    assert sq.default_w1(5, 5) == 1.0
+    with pytest.raises(ValueError, match="n1"):
+        sq.default_w1(10, 5)
+    with pytest.raises(ValueError, match="n1"):
+        sq.default_w1(0, 5)
+
+
+# ------------------------------------------------------------------------------------ two_stage
+
+
+def test_two_stage_by_hand():
+    d1, d2 = [1.0, 2.0, 3.0], [2.0, -1.0, 4.0, 3.0, 1.0, 0.0, -2.0]
+    w1 = math.sqrt(3 / 10)
+    r = sq.two_stage(d1, d2, w1=w1)
+    z1 = stats.norm.ppf(t2_cdf(2 * math.sqrt(3)))
+    d = np.array(d2)
+    t2 = d.mean() / (d.std(ddof=1) / math.sqrt(7))
+    z2 = stats.norm.ppf(stats.t.cdf(t2, 6))
+    z = w1 * z1 + math.sqrt(0.7) * z2
+    assert (r.n1, r.n2, r.w1) == (3, 7, w1)
+    assert r.z1 == pytest.approx(z1, abs=1e-12) and r.z2 == pytest.approx(z2, abs=1e-12)
+    assert r.z == pytest.approx(z, abs=1e-12)
+    assert r.mean1 == 2.0 and r.mean2 == pytest.approx(1.0)
+    half = stats.t.ppf(0.975, 2) * 1 / math.sqrt(3)
+    assert (r.ci1_low, r.ci1_high) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    c1, c2, alpha1 = sq.boundaries(w1)
+    assert (r.c1, r.c2, r.alpha1) == (c1, c2, alpha1)
+    assert not r.stopped  # z1 = 1.79 < c1 = 3.58
+    p = alpha1 + (2 * stats.norm.cdf(c1) - 1) - inside(c1, abs(z), w1)
+    assert r.p == pytest.approx(p, abs=1e-8)
+    assert r.rejected == (abs(z) >= c2) == (r.p <= 0.05)
+
+
+def test_stopped_at_stage_one_uses_stage_one_alone():
+    d1 = [3.0, 3.1, 2.9, 3.2, 2.8, 3.05]  # t ~ 51 on 5 df: |z1| far beyond c1
+    r = sq.two_stage(d1, [-5.0, 1.0, -3.0], w1=math.sqrt(0.5))
+    assert r.stopped and r.rejected
+    assert r.p == pytest.approx(2 * stats.norm.sf(abs(r.z1)))
+    assert r.p <= r.alpha1
+    interim = sq.two_stage(d1, [], w1=math.sqrt(0.5))  # the interim analysis, before any extension
+    assert interim.stopped and interim.p == r.p and interim.n2 == 0 and math.isnan(interim.z2)
+
+
+def test_interim_without_a_crossing_has_no_p_yet():
+    r = sq.two_stage([1.0, -1.0, 2.0, 0.5], [], w1=0.6)
+    assert not r.stopped and math.isnan(r.p) and math.isnan(r.z) and not r.rejected
+
+
+def test_w1_one_is_the_single_stage_paired_t():
+    d = [0.4, 1.1, -0.2, 0.9, 0.3]
+    r = sq.two_stage(d, [], w1=1.0)
+    assert r.p == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue, abs=1e-12)
+    assert r.stopped == (r.p <= 0.05)
+
+
+def test_w1_zero_is_the_single_stage_test_of_the_extension():
+    d2 = [0.4, 1.1, -0.2, 0.9, 0.3]
+    r = sq.two_stage([5.0, 5.0, 5.1], d2, w1=0.0)
+    assert not r.stopped and r.z == r.z2
+    assert r.p == pytest.approx(stats.ttest_1samp(d2, 0.0).pvalue, abs=1e-9)
+
+
+def test_symmetric_in_the_sign_of_the_differences():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        d1, d2 = rng.normal(0.5, 1, 6), rng.normal(0.5, 1, 9)
+        w1 = sq.default_w1(6, 15)
+        a, b = sq.two_stage(d1, d2, w1=w1), sq.two_stage(-d1, -d2, w1=w1)
+        assert (b.z1, b.z2, b.z) == (-a.z1, -a.z2, pytest.approx(-a.z, abs=1e-15))
+        assert b.p == pytest.approx(a.p, abs=1e-15) and b.stopped == a.stopped
+        assert (b.mean1, b.ci1_low, b.ci1_high) == (pytest.approx(-a.mean1), pytest.approx(-a.ci1_high),
+                                                    pytest.approx(-a.ci1_low))
+
+
+def test_p_at_most_alpha_exactly_when_the_boundaries_reject():
+    rng = np.random.default_rng(7)
+    seen = set()
+    for _ in range(400):
+        n1, n2 = int(rng.integers(3, 12)), int(rng.integers(3, 30))
+        effect = rng.choice([0.0, 0.4, 0.8, 1.5])
+        w1 = sq.default_w1(n1, n1 + n2)
+        r = sq.two_stage(rng.normal(effect, 1, n1), rng.normal(effect, 1, n2), w1=w1)
+        near = abs(abs(r.z) - r.c2) < 1e-7 or abs(abs(r.z1) - r.c1) < 1e-7
+        if not near:
+            assert (r.p <= 0.05) == r.rejected, r
+            seen.add((r.stopped, r.rejected))
+        assert 0.0 <= r.p <= 1.0
+    assert seen == {(True, True), (False, True), (False, False)}  # every branch was met
+
+
+def test_the_design_holds_its_size_under_no_difference():
+    # 20000 null studies, 4 + 6 seeds of normal differences at w1 = sqrt(0.4): the rejection rate is 5%
+    # within Monte-Carlo error (SE 0.15 points; 3.5 SE allowed)
+    rng = np.random.default_rng(11)
+    draws, n1, n2 = 20000, 4, 6
+    w1 = sq.default_w1(n1, n1 + n2)
+    d = rng.normal(0.0, 1.7, (draws, n1 + n2))
+    p = np.array([sq.two_stage(x[:n1], x[n1:], w1=w1).p for x in d])
+    rate = float(np.mean(p <= 0.05))
+    se = math.sqrt(0.05 * 0.95 / draws)
+    assert abs(rate - 0.05) < 3.5 * se, rate
+    # and the p-value is uniform below alpha: a third of the way, a third of the rejections
+    assert float(np.mean(p <= 0.05 / 3)) == pytest.approx(0.05 / 3, abs=3.5 * math.sqrt(0.05 / 3 / draws))
