@@ -627,3 +627,117 @@ def test_the_trainer_passes_constant_groups_to_the_advantages():
     new, _ = _advantages(fmt, batch)
     old, _ = _advantages(fmt.with_overrides(["algo.constant_groups=rounding"]), batch)
     assert bool((new == 0).all()) and float(old.abs().max()) > 0
+
+
+# ------------------------------------------------ balanced-mean and groups whose rewards are all equal
+
+
+def _equal_group_batch():
+    """2 groups of 8 completions (a real step's group size), the reward at the last token: group 0 all
+    0.3 (not exact in binary: the float32 group mean rounds), group 1 0.3, 0.7, 0.1, 0.7, 0.3, 0.9, 0.1, 0.5."""
+    from ablate.train.batch import StepBatch
+
+    token_rewards = torch.zeros(16, 3)
+    token_rewards[:, -1] = torch.tensor([0.3] * 8 + [0.3, 0.7, 0.1, 0.7, 0.3, 0.9, 0.1, 0.5])
+    return StepBatch(
+        prompt_ids=torch.ones(16, 2, dtype=torch.long), prompt_mask=torch.ones(16, 2, dtype=torch.long),
+        completion_ids=torch.ones(16, 3, dtype=torch.long), mask=torch.ones(16, 3), old_logp=None,
+        group_ids=torch.tensor([0] * 8 + [1] * 8), truncated=torch.zeros(16, dtype=torch.bool),
+        token_rewards=token_rewards, step_mask=torch.zeros(16, 3), parts={}, grades=[], texts=[""] * 16,
+        prompts=["p0", "p1"])
+
+
+def _update_inputs(overrides):
+    from types import SimpleNamespace
+
+    from ablate.train.update import update_inputs
+
+    cfg = TrialConfig.from_overrides(["reward.components=[final_answer, format]", "loss.aggregation=balanced-mean",
+                                      *overrides])
+    return update_inputs(SimpleNamespace(config=cfg, critic=None, measures_mismatch=False), _equal_group_batch(), step=1)
+
+
+def _balanced_grad(adv, mask, group_ids, signs):
+    """d/dtheta of the balanced-mean loss of L_it = -A_it theta_it at theta = 1: each token's weight
+    times -A_it (the policy gradient's shape, without a model); and the step's count of groups."""
+    from ablate.rl import aggregate_loss, step_totals
+
+    theta = torch.ones(mask.shape, dtype=torch.float64, requires_grad=True)
+    totals = step_totals(mask, group_ids, signs)
+    aggregate_loss(-adv.to(torch.float64) * theta, mask, "balanced-mean", group_ids=group_ids,
+                   **totals.for_rows()).backward()
+    return theta.grad, totals.balanced_groups
+
+
+BALANCED_ESTIMATORS = {  # -> whether group 0's float32 advantage is the group mean's rounding (not 0)
+    "grpo-std-group": (["algo.advantage=grpo"], False), "grpo-std-none": (["algo.adv_std=none"], True),
+    "grpo-std-batch": (["algo.adv_std=batch"], True), "dr_grpo": (["algo.advantage=dr_grpo"], True),
+    "rloo": (["algo.advantage=rloo"], True),
+}
+
+
+@pytest.mark.parametrize("name", list(BALANCED_ESTIMATORS))
+def test_balanced_mean_counts_a_group_of_equal_rewards_as_zero_advantage(ws_cache, name, monkeypatch):
+    """Under every group-baseline estimator group 0 (all 0.3) has advantage 0 by definition; in float32
+    dr_grpo, rloo and grpo with std none or batch compute the group mean's rounding (1e-8 to 1e-7;
+    grpo with a group std zeroes it exactly). The trainer's balanced-mean gradients (ppo_update on a
+    micro-llama, 2 minibatches, each optimizer step's gradient) equal those of the same batch with group
+    0's advantages set exactly to 0. Before the fix the signs came from the float advantages, which
+    put group 0 into balanced-mean's subsets and its count of groups (2 instead of 1): the gradient of
+    every minibatch holding both groups was halved."""
+    import ablate.train.update as update
+    from ablate.rl import row_signs
+
+    overrides, rounds = BALANCED_ESTIMATORS[name]
+    cfg = tiny(ws_cache, "reward.components=[final_answer, format]", "loss.aggregation=balanced-mean", *overrides)
+    x = _update_inputs(overrides)
+    rounding = float(x.advantages[:8].abs().max())
+    assert x.advantages.dtype == torch.float32 and rounding < 1e-6 and (rounding > 0) == rounds
+    assert torch.equal(x.signs[:8], torch.zeros(8)) and bool((x.signs[8:] != 0).all())
+    if rounds:  # the float advantages' own signs count group 0 (what the trainer used before the fix)
+        assert bool((row_signs(x.advantages, x.loss_mask)[:8] != 0).all())
+
+    states = [setup_trial(cfg), setup_trial(cfg)]  # the same start (the warm start trains before the recording)
+    grads: list[list[torch.Tensor]] = []
+    clip = torch.nn.utils.clip_grad_norm_
+
+    def record(params, max_norm):
+        params = list(params)
+        grads[-1].append(torch.cat([q.grad.flatten() for q in params if q.grad is not None]))
+        return clip(params, max_norm)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", record)
+    advantages = update.compute_advantages
+
+    def zero_group_0(*args, **kwargs):
+        adv, ret = advantages(*args, **kwargs)
+        adv[:8] = 0.0
+        return adv, ret
+
+    for zeroed, state in zip((False, True), states):
+        if zeroed:
+            monkeypatch.setattr(update, "compute_advantages", zero_group_0)
+        grads.append([])
+        update.ppo_update(state, _equal_group_batch(), step=1)
+    got, expected = grads
+    assert len(got) == len(expected) == cfg.algo.minibatches == 2
+    for g, e in zip(got, expected):
+        assert float(e.abs().max()) > 0
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-9)
+
+
+def test_balanced_mean_keeps_the_signs_where_an_equal_group_has_a_real_advantage():
+    """grpo with a batch mean (group 0's 0.3 lies below the batch mean 0.3875: a real negative
+    advantage), grpo's constant_groups: rounding (its 0.029 kept on purpose) and whitening (over
+    tokens: with unequal lengths an equal group's whitened advantage is not 0) give the equal group
+    the signs of its float advantages, as before; the process estimators are not group-baseline ones."""
+    from ablate.rl import row_signs
+    from ablate.rl.advantages import constant_groups_have_zero_advantage
+
+    for overrides in (["algo.adv_mean=batch", "algo.adv_std=batch"], ["algo.constant_groups=rounding"],
+                      ["algo.advantage=dr_grpo", "algo.whiten=true"]):
+        x = _update_inputs(overrides)
+        assert torch.equal(x.signs, row_signs(x.advantages, x.loss_mask)), overrides
+        if "algo.whiten=true" not in overrides:
+            assert bool((x.signs[:8] != 0).all()), overrides
+    assert not constant_groups_have_zero_advantage("grpo_process") and not constant_groups_have_zero_advantage("gae")

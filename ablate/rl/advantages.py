@@ -30,8 +30,8 @@ from ablate.registry import Registry
 from ablate.rl.masking import as_bool_mask, check_same_shape, masked_whiten, zero_padding
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS", "GROUP_STD_EPS", "MEAN_SCOPES", "SCOPED_ESTIMATORS", "STD_SCOPES", "AdvantageFn",
-    "compute_advantages",
+    "ADVANTAGE_ESTIMATORS", "GROUP_BASELINE_ESTIMATORS", "GROUP_STD_EPS", "MEAN_SCOPES", "SCOPED_ESTIMATORS",
+    "STD_SCOPES", "AdvantageFn", "compute_advantages", "constant_group_rows", "constant_groups_have_zero_advantage",
 ]
 
 #: Added to the standard deviation (a group's or the batch's) by ``grpo`` and ``grpo_process``, as in
@@ -113,6 +113,17 @@ def _sequence_scores(
     return score, valid, inverse, g, count, total, mean
 
 
+def _all_equal(score: torch.Tensor, valid: torch.Tensor, inverse: torch.Tensor, g: int) -> torch.Tensor:
+    """[G] whether the valid members of each group all have the same ``score`` [B], exactly (the largest
+    and the smallest agree; a group without a valid member counts as all-equal)."""
+    big = torch.finfo(score.dtype).max
+    hi = torch.full((g,), -big, dtype=score.dtype, device=score.device).scatter_reduce(
+        0, inverse, torch.where(valid, score, torch.full_like(score, -big)), reduce="amax")
+    lo = torch.full((g,), big, dtype=score.dtype, device=score.device).scatter_reduce(
+        0, inverse, torch.where(valid, score, torch.full_like(score, big)), reduce="amin")
+    return hi <= lo
+
+
 def _broadcast(per_seq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return zero_padding(per_seq.unsqueeze(-1).expand(mask.shape), mask)  # (B, T)
 
@@ -183,12 +194,7 @@ def _scoped_normalization(
         sq = _group_sum(((score - mean) ** 2) * valid.to(score.dtype), inverse, g)[inverse]
         std = torch.sqrt(sq / (count - 1).clamp(min=1))
         if exact_constant:  # a group whose valid members all scored the same gets exactly 0
-            big = torch.finfo(score.dtype).max
-            hi = torch.full((g,), -big, dtype=score.dtype, device=score.device).scatter_reduce(
-                0, inverse, torch.where(valid, score, torch.full_like(score, -big)), reduce="amax")
-            lo = torch.full((g,), big, dtype=score.dtype, device=score.device).scatter_reduce(
-                0, inverse, torch.where(valid, score, torch.full_like(score, big)), reduce="amin")
-            ok = ok & (hi != lo)[inverse]
+            ok = ok & ~_all_equal(score, valid, inverse, g)[inverse]
         return torch.where(ok, centred / (std + GROUP_STD_EPS), zero), score
     _, b_std, n, constant = _batch_stats(score, valid)
     ok = ok & (n > 1) & ~constant
@@ -378,6 +384,43 @@ def gae_advantages(
         next_value = torch.where(active, values[:, t], next_value)
         next_adv = torch.where(active, a, next_adv)
     return adv, zero_padding(adv + values, mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# groups that scored the same
+
+#: Estimators whose baseline is the row's own group (``grpo`` only with ``mean_scope="group"``): a group
+#: whose members all scored the same has advantage 0 by their definition.
+GROUP_BASELINE_ESTIMATORS: frozenset[str] = frozenset({"grpo", "dr_grpo", "rloo"})
+
+
+def constant_groups_have_zero_advantage(estimator: str, *, mean_scope: str = "group", std_scope: str = "group",
+                                        exact_constant: bool = True, whiten: bool = False) -> bool:
+    """Whether under these settings a group whose members all scored the same has advantage 0 by the
+    estimator's definition: its baseline is the group's own mean (:data:`GROUP_BASELINE_ESTIMATORS`,
+    ``grpo`` with ``mean_scope="group"``) and no whitening shifts it afterwards; not ``grpo`` with a
+    group std and ``exact_constant=False`` (``algo.constant_groups: rounding``), which keeps that
+    group's rounding advantage on purpose. In floats the computed advantage of such a group is the
+    group mean's rounding (~1e-8 in float32) wherever ``grpo``'s exact zero does not apply (``dr_grpo``,
+    ``rloo``, ``grpo`` with std ``none`` or ``batch``); :func:`constant_group_rows` finds its rows."""
+    if estimator not in GROUP_BASELINE_ESTIMATORS or whiten:
+        return False
+    if estimator == "grpo":
+        return mean_scope == "group" and (exact_constant or std_scope != "group")
+    return True
+
+
+@torch.no_grad()
+def constant_group_rows(token_rewards: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """[B] bool: the rows with an active token whose group's members (its rows with an active token) all
+    have the same score, the sum of their ``token_rewards`` [B, T] over ``mask`` [B, T] (exactly: the
+    largest and the smallest agree). Decided from the rewards, not from the advantages, whose rounding
+    can give such a group signs; pass the mask the advantages' group statistics used."""
+    m = as_bool_mask(mask)
+    check_same_shape(token_rewards=token_rewards, mask=m)
+    score, valid, inverse, g, _, _, _ = _sequence_scores(zero_padding(token_rewards.detach(), m), m, group_ids,
+                                                         "constant_group_rows")
+    return valid & _all_equal(score, valid, inverse, g)[inverse]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -588,10 +588,20 @@ def prompt_mean(per_token: torch.Tensor, mask: torch.Tensor, ctx: AggregationCon
     return (per_token.sum(dim=-1) / row_tokens).sum() / _total(num_groups, torch.tensor(0), per_token)
 
 
-def row_signs(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def row_signs(advantages: torch.Tensor, mask: torch.Tensor, zero: torch.Tensor | None = None) -> torch.Tensor:
     """[B] the sign (+1, -1, 0) of each row's advantage: of the sum of ``advantages`` [B, T] over its
-    active tokens (``mask`` [B, T]); outcome estimators give every token of a row the same advantage."""
-    return torch.sign((advantages * as_bool_mask(mask).to(advantages.dtype)).sum(dim=-1))
+    active tokens (``mask`` [B, T]); outcome estimators give every token of a row the same advantage.
+
+    ``zero`` [B] bool: rows whose advantage is 0 by definition, which get sign 0 whatever their float
+    advantage: the rows of a group whose rewards are all equal under a group-baseline estimator
+    (:func:`ablate.rl.advantages.constant_group_rows`), where the group mean's rounding (~1e-8 in
+    float32) would otherwise count the group as positive or negative in ``"balanced-mean"``."""
+    signs = torch.sign((advantages * as_bool_mask(mask).to(advantages.dtype)).sum(dim=-1))
+    if zero is None:
+        return signs
+    if tuple(zero.shape) != (signs.shape[0],):
+        raise ValueError(f"zero must be [B] = [{signs.shape[0]}], got {list(zero.shape)}")
+    return torch.where(zero.to(device=signs.device, dtype=torch.bool), torch.zeros_like(signs), signs)
 
 
 def balanced_row_weights(mask: torch.Tensor, group_ids: torch.Tensor,

@@ -33,6 +33,7 @@ from ablate.rl import (
     step_totals,
     value_loss,
 )
+from ablate.rl.advantages import constant_group_rows, constant_groups_have_zero_advantage
 from ablate.train.batch import StepBatch, truncated_leave_statistics
 from ablate.train.guards import check_finite
 from ablate.train.seeds import seeded_generator, trial_stream
@@ -62,6 +63,9 @@ class UpdateInputs:
             rollout's are used).
         correction: [B, T] the constant weight of ``loss.rollout_correction`` (None when none).
         mismatch: the ``mismatch/*`` metrics (empty when the mismatch is not measured).
+        signs: [B] the sign of each row's advantage (``loss.aggregation: balanced-mean``, else None):
+            0 for every row of a group whose rewards are all equal under a group-baseline estimator
+            (:func:`advantage_signs`).
     """
 
     input_ids: torch.Tensor
@@ -74,6 +78,7 @@ class UpdateInputs:
     old_logp: torch.Tensor | None = None
     correction: torch.Tensor | None = None
     mismatch: dict[str, float] = field(default_factory=dict)
+    signs: torch.Tensor | None = None
 
 
 @dataclass
@@ -119,9 +124,27 @@ def update_inputs(state: TrialState, batch: StepBatch, step: int) -> UpdateInput
         returns = returns * loss_mask if returns is not None else None
     check_finite(adv, "advantages", step)
     x = UpdateInputs(input_ids, attn, p, loss_mask, adv, returns, old_values)
+    if c.loss.aggregation == "balanced-mean":
+        x.signs = advantage_signs(state, batch, adv, loss_mask, stats_mask)  # (B,)
     if state.measures_mismatch:
         measure_mismatch(state, batch, x)
     return x
+
+
+def advantage_signs(state: TrialState, batch: StepBatch, adv: torch.Tensor, loss_mask: torch.Tensor,
+                    stats_mask: torch.Tensor) -> torch.Tensor:
+    """[B] the sign of each row's advantage ``adv`` [B, T] over ``loss_mask`` [B, T] (balanced-mean's
+    subsets), with sign 0 for every row of a group whose rewards (over ``stats_mask``, the rows the group
+    statistics used) are all equal, where the estimator's baseline is the group's own
+    (:func:`ablate.rl.advantages.constant_groups_have_zero_advantage`): decided from the rewards, so the
+    group mean's rounding (~1e-8 in float32 under dr_grpo, rloo, grpo with std none or batch) cannot put
+    such a group into the step's denominator."""
+    c = state.config
+    zero = None
+    if constant_groups_have_zero_advantage(c.algo.advantage, mean_scope=c.algo.adv_mean, std_scope=c.algo.adv_std,
+                                           exact_constant=c.algo.constant_groups == "zero", whiten=c.algo.whiten):
+        zero = constant_group_rows(batch.token_rewards, stats_mask, batch.group_ids)  # (B,)
+    return row_signs(adv, loss_mask, zero)
 
 
 def measure_mismatch(state: TrialState, batch: StepBatch, x: UpdateInputs) -> None:
@@ -238,7 +261,7 @@ def minibatch_step(
     """One optimizer step on the minibatch ``rows``: accumulate the gradients of its
     ``algo.grad_accum`` micro-batches, clip the gradient norm, step optimizer and scheduler."""
     c = state.config
-    signs = row_signs(x.advantages[rows], x.loss_mask[rows]) if c.loss.aggregation == "balanced-mean" else None
+    signs = x.signs[rows] if x.signs is not None else None  # (b,) balanced-mean's
     totals = step_totals(x.loss_mask[rows], batch.group_ids[rows], signs)  # (balanced-mean: the step's weights)
     state.optimizer.zero_grad(set_to_none=True)
     sums = dict.fromkeys(LOSS_PARTS, 0.0)
