@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "status": "ablate.commands.status",
     "plan": "ablate.commands.plan",
     "report": "ablate.commands.report",
+    "ledger": "ablate.commands.ledger",
 }
 
 #: Commands that read no registry but the tasks' own: they do not load the built-ins (nor torch).

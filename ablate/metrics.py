@@ -7,7 +7,10 @@ and a test compares both with what a trial actually logs.
 
 from __future__ import annotations
 
+import hashlib
+import math
 import re
+from collections.abc import Mapping
 
 #: Metric names a trial logs, with their meaning and unit (the glossary; docs/metrics.md is
 #: generated from it and a test compares it with what a trial actually logs). ``{c}`` stands for a
@@ -127,6 +130,34 @@ eval split) and of the quickstart's task (2-digit addition: 822 of 8,100); `task
 evaluation may ask for, is 500.
 The predefined studies set their own `eval.n_problems` (100 at the default budget, 200 at full).
 """
+
+
+#: Metrics that measure time, not what a trial computed: left out of its content fingerprint.
+TIMING_PREFIX = "perf/"
+
+
+def content_fingerprint(final: Mapping[str, object]) -> str:
+    """A trial's content fingerprint: 12 hex digits of a SHA-256 over the last logged value of every
+    metric it logged (``TrialResult.final``, or a results.csv row's metric columns), timing metrics
+    (``perf/...``) left out, as ``name=repr(float(value))`` lines in name order. Non-metric entries
+    (names without ``/``) and missing or non-finite values are skipped, so a results.csv row (where a
+    metric the trial never logged is empty) gives the fingerprint its run recorded.
+
+    Two trials with one fingerprint computed the same thing to the last bit of every final metric
+    (loss, gradient norm, entropy, rewards, evaluation ...): they are one piece of evidence, whatever
+    their keys. Float rounding on another processor or code version gives another fingerprint.
+    """
+    lines = []
+    for name in sorted(final):
+        if "/" not in name or name.startswith(TIMING_PREFIX):
+            continue
+        try:
+            value = float(final[name])  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value):
+            lines.append(f"{name}={value!r}")
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]
 
 
 def glossary_pattern(name: str) -> re.Pattern[str]:

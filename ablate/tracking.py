@@ -97,6 +97,9 @@ TAG_SEED = "ablate.seed"
 TAG_WORKER = "ablate.worker"
 TAG_ERROR = "ablate.error"
 TAG_OBJECTIVE = "ablate.objective"
+#: A finished trial's content fingerprint (:func:`ablate.metrics.content_fingerprint`): the same value
+#: for two trials that computed the same thing, whatever their keys (reports/SHARED.md lists them).
+TAG_FINGERPRINT = "ablate.fingerprint"
 TAG_LOGGED_STEP = "ablate.logged_step"
 TAG_STORAGE = "ablate.storage"
 TAG_COMMAND = "ablate.command"
@@ -905,6 +908,8 @@ class Tracker:
             files[EVAL_PROBLEMS_FILE] = eval_problems_csv(eval_problems)
         self._log_files(run_id, files)
         self.client.set_tag(run_id, TAG_OBJECTIVE, "null" if objective is None else repr(float(objective)))
+        if result.get("fingerprint"):
+            self.client.set_tag(run_id, TAG_FINGERPRINT, str(result["fingerprint"]))
         self.client.set_terminated(run_id, status="FINISHED")
 
     def fail_trial(self, run_id: str, error: str, *, status: str = "FAILED") -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.disk import DISK_FULL_EXIT, disk_full_error, is_disk_full
+from ablate.metrics import content_fingerprint
 from ablate.objective import direction, summarize_history
 from ablate.outbox import upload_unsent
 from ablate.paths import RUNS_DIR, trial_dir
@@ -473,6 +474,7 @@ def finish_logged(tracker: Tracker, logger: TrialLogger, parent: str, spec: Tria
         "config_yaml": config.to_yaml(), "samples": list(result.samples), "eval_problems": result.eval_problems,
         "result": {**record, "key": spec.key, "arm": spec.arm, "seed": spec.seed, "budget": spec.budget,
                    "levels": spec.levels, "objective": value, "objective_metric": obj.metric,
+                   "fingerprint": content_fingerprint(result.final),
                    "final": dict(result.final), "warmstart": warm, "learned_prm": prm},
         "objective": value,
     }

@@ -199,28 +199,3 @@ def test_aa_objective_reproduces_aa_control_on_the_same_processor_model_at_a_lat
     _, commit_control, _ = provenance(ROOT / "reports" / "aa_control")
     _, commit_objective, _ = provenance(ROOT / "reports" / "aa_objective")
     assert commit_control != commit_objective
-
-
-def _shared_note(report: Path) -> str:
-    """The "Shared trials: ..." note of a committed report's README ("" when it has none)."""
-    m = re.search(r"^> Shared trials: (.*)$", (report / "README.md").read_text(encoding="utf-8"), re.M)
-    return m.group(1).replace("\\_", "_") if m else ""  # the Markdown escapes underscores
-
-
-def test_every_pair_of_committed_reports_that_share_trials_says_so_in_one_of_them():
-    """ablate.report.shared finds, for each committed report, the others that ran some of its trials; a
-    report lists those committed before it, so of every such pair the later one names the other in its
-    "Shared trials" note (a report's "none" speaks for the reports before it: a later one names it)."""
-    from ablate.report.shared import committed_report, shared_trials
-
-    pairs = set()
-    for folder in REPORTS:
-        rep = committed_report(folder)
-        if rep is None:
-            continue
-        shared = shared_trials(rep.plan, rep.trials, ROOT / "reports")
-        pairs |= {tuple(sorted((folder.name, other))) for other in shared["report"]}
-    assert ("aa_control", "reward_granularity") in pairs  # the check finds real pairs
-    for a, b in sorted(pairs):
-        note_a, note_b = _shared_note(ROOT / "reports" / a), _shared_note(ROOT / "reports" / b)
-        assert f"= {b}'s " in note_a or f"= {a}'s " in note_b, f"neither {a} nor {b} names the trials they share"

@@ -26,7 +26,7 @@ from ablate.report.findings import claim_sentence, phrase
 from ablate.report.html import render_html
 from ablate.report.markdown import md
 from ablate.report.page import ReportPage, Section
-from ablate.report.shared import computation_key, seed_ranges, shared_trials
+from ablate.report.shared import computation_key, seed_ranges
 from ablate.report.statistics import Scale, compute_statistics, metric_unit
 from ablate.results import Results, build_table, level_column
 from ablate.study import load_study
@@ -532,10 +532,15 @@ def test_the_answer_and_the_claims_figure_sit_above_the_fold_in_chromium(tmp_pat
 # ------------------------------------------------------------------------------------ shared trials
 
 
-def test_a_report_lists_the_trials_it_shares_with_a_committed_report_beside_it(study, tmp_path):
-    """A report written into reports/<study>/ finds a committed report in reports/ that ran the same
-    trials (its README's provenance names the study file, its results.csv the keys) and lists them,
-    with how many shared seeds hold the same objective; its curves.csv holds the objective's history."""
+def test_a_report_lists_the_trials_it_shares_by_content_with_a_committed_report_beside_it(study, tmp_path):
+    """A report written into reports/<study>/ finds, by content fingerprint, the trials a committed report
+    beside it in reports/ also ran (same content, whatever the key) and says so in its generated evidence
+    block, which links the ledger; a trial whose content differs (as if run on another processor model) is
+    not shared. Its results.csv records each trial's fingerprint; its curves.csv the objective's history."""
+    from ablate.metrics import content_fingerprint
+    from ablate.report.ledger import BEGIN, END
+    from ablate.report.markdown import md
+
     res = synthetic(study, np.random.default_rng(3))
     plan = Plan.of(study, res.budget)
     reports = tmp_path / "reports"
@@ -543,25 +548,28 @@ def test_a_report_lists_the_trials_it_shares_with_a_committed_report_beside_it(s
     curves = pd.read_csv(first / "curves.csv")
     assert list(curves.columns) == ["key", "arm", "seed", "step", "value"]
     assert len(curves) == len(res.table[res.table["metric"] == "eval/accuracy"])
+    results = pd.read_csv(first / "results.csv", dtype={"key": str})
+    metrics = [c for c in results.columns if "/" in c]
+    assert list(results["fingerprint"]) == [content_fingerprint(r) for r in results[metrics].to_dict("records")]
     alone = (first / "README.md").read_text()
-    assert "Trials shared" not in alone  # nothing beside it yet: no table, and the note says so
-    assert "Shared trials: none. No other report in reports/ ran any of this report's finished trials" in alone
+    assert alone.count(BEGIN) == 1 and alone.count(END) == 1
+    assert "Shared trials: none of this report's" in alone and "Shared trials: 0" not in alone
     other = reports / "earlier_run"
     other.mkdir()
-    results = pd.read_csv(first / "results.csv", dtype={"key": str})
-    results.loc[results["seed"] == 0, "objective"] += 0.01  # as if run on another processor model
-    results.to_csv(other / "results.csv", index=False)
+    copied = results.drop(columns=["fingerprint"])  # as a report written before fingerprints were recorded
+    seed0 = copied["seed"] == 0
+    copied.loc[seed0, metrics[0]] = copied.loc[seed0, metrics[0]] + 1e-9  # another processor: other content
+    copied.to_csv(other / "results.csv", index=False)
     (other / "README.md").write_text(f"# earlier\n\nproduced by: `ablate run {study.path}` · at commit: `{'a' * 40}`\n")
     text = (write_report(plan, res, reports / study.name, **FAST).parent / "README.md").read_text()
-    assert "Trials shared with other committed reports" in text and "Shared trials: " in text
-    assert "Shared trials: none" not in text
-    shared = shared_trials(plan, pd.read_csv(first / "results.csv", dtype={"key": str}), reports)
-    n_seeds, arms = len(study.seeds), {s.arm for s in plan.specs}
-    assert set(shared["other_arm"]) == arms and (shared["arm"] == shared["other_arm"]).all()
-    assert set(shared["report"]) == {"earlier_run"} and set(shared["how"]) == {"same trial key"}
-    assert set(shared["seeds"]) == {f"0-{n_seeds - 1}"} and set(shared["n"]) == {n_seeds}
-    assert set(shared["same_objective"]) == {n_seeds - 1}  # seed 0 differs in every arm
-    assert text.count("same trial key") >= len(arms)
+    n_seeds, arms = len(study.seeds), sorted({s.arm for s in plan.specs})
+    n_trials = len(results)
+    assert f"Shared trials: {n_trials - len(arms)} of this report's {n_trials} finished trials" in text
+    for arm in arms:  # as the Markdown prints it (escaped)
+        assert md(f"{arm} at seeds 1-{n_seeds - 1} = earlier_run's {arm} (same key)") in text, arm
+    assert "(../SHARED.md#" in text and text.count(BEGIN) == 1  # the block replaced, not added twice
+    html = (first / "index.html").read_text()
+    assert html.count(BEGIN) == 1 and "SHARED.md#" in html
 
 
 def test_computation_key_resolves_what_a_setting_computes_on_the_device():

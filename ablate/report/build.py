@@ -27,21 +27,21 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ablate import analysis
+from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir
 from ablate.report import figures as figs
 from ablate.report.findings import Findings, num, phrase
 from ablate.report.folder import TUNED_FILE
 from ablate.report.html import render_html
+from ablate.report.ledger import report_block, spliced_report
 from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table
-from ablate.report.shared import shared_trials
 from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
 from ablate.results import Results
 
@@ -152,6 +152,9 @@ def trial_summary(results: Results, per_trial: pd.DataFrame) -> pd.DataFrame:
         return base
     last = (results.table.sort_values("step", kind="stable").groupby(["key", "metric"])["value"].last()
             .unstack("metric").reset_index())
+    last.columns.name = None
+    metrics = [c for c in last.columns if c != "key"]
+    last.insert(1, "fingerprint", [content_fingerprint(row) for row in last[metrics].to_dict("records")])
     return base.merge(last, on="key", how="left")
 
 
@@ -275,33 +278,6 @@ def objective_curves(table: pd.DataFrame, metric: str) -> pd.DataFrame:
     return rows[cols].sort_values(["arm", "seed", "step"], kind="stable").reset_index(drop=True)
 
 
-def shared_note(shared: pd.DataFrame, reports: str = "reports/") -> str:
-    """One sentence naming the committed reports this one shares trials with (see the table), or saying
-    that none of the reports in ``reports`` (the folder searched) ran any of its trials."""
-    if shared.empty:
-        return (f"Shared trials: none. No other report in {reports} ran any of this report's finished "
-                "trials (the same trial key, or the same computation on a CPU), so its evidence is its own.")
-    return ("Shared trials: " + "; ".join(
-        f"{r.arm} at seeds {r.seeds} = {r.report}'s {r.other_arm} ({r.how}; the same objective in {r.same_objective} "
-        f"of {r.n})" for r in shared.itertuples()) + ". Shared trials are one piece of evidence, not several; an "
-        "objective that differs between two reports comes from another processor model or code version (RL "
-        "amplifies float rounding).")
-
-
-def shared_table(shared: pd.DataFrame) -> Table:
-    """The shared trials as a report table."""
-    frame = shared.assign(same_objective=[f"{r.same_objective} of {r.n}" for r in shared.itertuples()]).drop(
-        columns=["n"]).rename(columns={"arm": "arm", "seeds": "seeds", "report": "also in report",
-                                       "other_arm": "as its arm", "how": "found by",
-                                       "same_objective": "same objective"})
-    return Table("Trials shared with other committed reports", frame,
-                 "Trials of this report that another report under the same folder also ran: the same trial key, or "
-                 "keys that differ only in a setting that resolves to the same computation on a CPU (model.dtype "
-                 "auto is float32 there); found by ablate.report.shared from each report's results.csv and study "
-                 "file. 'same objective' counts the shared seeds whose objective is equal in both reports.",
-                 "shared")
-
-
 def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot: int = 200,
                  formats: Sequence[str] = ("png",), seed: int = 0) -> Path:
     """Compute the statistics, phrase the findings, draw the figures and write the report files
@@ -352,14 +328,13 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
         files.append("samples.json")
     files += [p.name for f in figures for p in f.files.values()]
     page = build_page(study, results, stats, findings, figures, [*tuned_notes, *figure_notes], files)
-    reports = out.resolve().parent  # the committed reports beside this one
-    shared = shared_trials(ran, summary, reports, labels=stats.labels)
-    page = replace(page, notes=(*page.notes, shared_note(shared, f"{reports.name}/")))
-    if not shared.empty:
-        page = replace(page, tables=(*page.tables, shared_table(shared)))
-    (out / "README.md").write_text(render_markdown(page), encoding="utf-8")
+    # the evidence across the reports beside this one (reports/): its shared trials, by content, and its
+    # claims' project-wide p; `ablate ledger` refreshes the other reports' blocks and reports/SHARED.md
+    block = report_block(out)
+    text_md, text_html = spliced_report(render_markdown(page), render_html(page), block)
+    (out / "README.md").write_text(text_md, encoding="utf-8")
     index = out / "index.html"
-    index.write_text(render_html(page), encoding="utf-8")
+    index.write_text(text_html, encoding="utf-8")
     return index
 
 

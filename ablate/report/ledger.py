@@ -1,0 +1,449 @@
+"""Evidence across the committed reports: one ledger of shared trials, found by content, and one
+correction over every claim the project states side by side.
+
+Each committed report (``reports/<study>/`` with README.md and results.csv) is read from its files
+alone. Two trials are one piece of evidence when they computed the same thing: the same content
+fingerprint (:func:`ablate.metrics.content_fingerprint`, every non-timing metric's last value), whatever
+their keys. The ledger (:func:`shared_pairs`) lists every such pair across reports, and the trials with
+one key but other content (another processor model or code version). Every tested claim of every
+committed report is corrected once more, together (Holm over all of them: :func:`project_claims`).
+
+``ablate ledger`` writes what is generated from these (:func:`write_all`): ``reports/SHARED.md``, the
+block of every committed report between :data:`BEGIN` and :data:`END` (its shared trials and its claims'
+project-wide p), and the claims table of ``docs/findings.md``. ``ablate ledger --check`` (and the test
+suite) fails when any of them is stale, so these notes cannot drift from the reports they describe.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ablate.metrics import content_fingerprint
+
+__all__ = ["BEGIN", "END", "LEDGER_FILE", "committed_trials", "evidence_block", "project_claims", "report_block",
+           "shared_pairs", "spliced_report", "stale_files", "write_all"]
+
+#: The ledger's file, in the reports folder.
+LEDGER_FILE = "SHARED.md"
+#: Markers of the generated block in a report's README.md and index.html, and in docs/findings.md.
+BEGIN, END = "<!-- ablate:evidence:begin -->", "<!-- ablate:evidence:end -->"
+CLAIMS_BEGIN, CLAIMS_END = "<!-- ablate:claims:begin -->", "<!-- ablate:claims:end -->"
+#: The family-wise error rate of the project-wide correction.
+ALPHA = 0.05
+#: Where the generated block goes in a report written before it had one: before the first of these.
+_MD_ANCHORS = ("\n## Figures\n", "\n## Tables\n", "\n## Sample completions\n", "\n## Configuration\n")
+_HTML_ANCHORS = ("<h2>Figures</h2>", "<h2>Tables</h2>", "<h2>Sample completions</h2>", "<h2>Configuration</h2>")
+#: The per-report copies of shared trials that reports carried before the ledger (removed by write_all).
+_OLD_NOTE_MD = re.compile(r"^> Shared trials: .*\n\n?", re.M)
+_OLD_TABLE_MD = re.compile(r"^### Trials shared with other committed reports\n.*?(?=^## |\Z)", re.M | re.S)
+_OLD_NOTE_HTML = re.compile(r'<p class="note">Shared trials: .*?</p>\n?', re.S)
+_OLD_TABLE_HTML = re.compile(r"<details><summary>Trials shared with other committed reports</summary>.*?</details>\n?",
+                             re.S)
+
+
+def report_folders(reports: Path) -> list[Path]:
+    """The committed report folders under ``reports`` (README.md and results.csv), by name."""
+    return sorted(p for p in reports.iterdir() if (p / "README.md").is_file() and (p / "results.csv").is_file())
+
+
+def committed_trials(reports: Path) -> pd.DataFrame:
+    """Every finished trial of every committed report under ``reports``: ``report, key, arm, seed,
+    fingerprint, objective, cpu``, by report then arm then seed. The fingerprint is results.csv's
+    ``fingerprint`` column where the report recorded one, else computed from the row's metric columns
+    (the same function; a test checks that both agree on a report that records it)."""
+    frames = [_trials_of(folder) for folder in report_folders(reports)]
+    if not frames:
+        return pd.DataFrame(columns=_TRIAL_COLUMNS)
+    return pd.concat(frames, ignore_index=True)
+
+
+_TRIAL_COLUMNS = ["report", "key", "arm", "seed", "fingerprint", "objective", "cpu"]
+
+
+def _trials_of(folder: Path) -> pd.DataFrame:
+    """The finished trials of the report folder's results.csv (see :func:`committed_trials`)."""
+    t = pd.read_csv(folder / "results.csv", dtype={"key": str, "arm": str})
+    t = t[t["state"] == "done"] if "state" in t else t
+    if "fingerprint" in t:
+        fp = t["fingerprint"].astype(str).to_numpy()
+    else:
+        metrics = [c for c in t.columns if "/" in c]
+        fp = [content_fingerprint(r) for r in t[metrics].to_dict("records")]
+    return pd.DataFrame({
+        "report": folder.name, "key": t["key"], "arm": t["arm"], "seed": t["seed"].astype(int), "fingerprint": fp,
+        "objective": t["objective"] if "objective" in t else math.nan,
+        "cpu": t["cpu"].astype(str) if "cpu" in t else "",
+    })[_TRIAL_COLUMNS]
+
+
+def seed_text(seeds: Sequence[int]) -> str:
+    """``0-3, 5`` for seeds 0, 1, 2, 3, 5."""
+    from ablate.report.shared import seed_ranges
+
+    return seed_ranges(pd.Series(list(seeds)))
+
+
+def shared_pairs(trials: pd.DataFrame) -> pd.DataFrame:
+    """The content-identical trials of two different reports (or two arms of one), one row per
+    (report, arm, other report, other arm), in both directions: ``report, arm, seeds, other, other_arm,
+    other_seeds, n, keys`` (``same key``, ``other keys`` or ``same and other keys``)."""
+    cols = ["report", "arm", "seeds", "other", "other_arm", "other_seeds", "n", "keys"]
+    if trials.empty:
+        return pd.DataFrame(columns=cols)
+    t = trials[["report", "arm", "seed", "key", "fingerprint"]]
+    pairs = t.merge(t, on="fingerprint", suffixes=("", "_o"))
+    pairs = pairs[(pairs["report"] != pairs["report_o"]) | (pairs["arm"] != pairs["arm_o"])]
+    rows = []
+    for (rep, arm, other, other_arm), g in pairs.groupby(["report", "arm", "report_o", "arm_o"], sort=True):
+        same = g["key"] == g["key_o"]
+        keys = "same key" if same.all() else "other keys" if not same.any() else "same and other keys"
+        rows.append({"report": rep, "arm": arm, "seeds": seed_text(g["seed"]), "other": other, "other_arm": other_arm,
+                     "other_seeds": seed_text(g["seed_o"]), "n": len(g), "keys": keys})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def same_key_other_content(trials: pd.DataFrame) -> pd.DataFrame:
+    """Trials with one key in two reports whose content differs (another processor model or code
+    version: RL amplifies float rounding), one row per (report, arm, other report, other arm) with
+    ``report < other``: ``report, arm, other, other_arm, seeds, n, cpu, other_cpu``."""
+    cols = ["report", "arm", "other", "other_arm", "seeds", "n", "cpu", "other_cpu"]
+    t = trials[["report", "arm", "seed", "key", "fingerprint", "cpu"]]
+    pairs = t.merge(t, on="key", suffixes=("", "_o"))
+    pairs = pairs[(pairs["report"] < pairs["report_o"]) & (pairs["fingerprint"] != pairs["fingerprint_o"])]
+    rows = [{"report": rep, "arm": arm, "other": other, "other_arm": other_arm, "seeds": seed_text(g["seed"]),
+             "n": len(g), "cpu": ", ".join(sorted(set(g["cpu"]))), "other_cpu": ", ".join(sorted(set(g["cpu_o"])))}
+            for (rep, arm, other, other_arm), g in pairs.groupby(["report", "arm", "report_o", "arm_o"], sort=True)]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# ------------------------------------------------------------------------------ project-wide claims
+
+
+@dataclass(frozen=True)
+class ReportClaims:
+    """One committed report's claims: ``claims`` with columns ``report, claim, primary, n, estimate,
+    ci_low, ci_high, p, p_report, verdict`` (estimates in the objective's units); the study's
+    ``min_effect``; ``unit_factor`` (100 for a fraction: points)."""
+
+    report: str
+    claims: pd.DataFrame
+    unit_factor: float
+
+
+def report_claims(folder: Path, root: Path) -> ReportClaims | None:
+    """The family of claims of the committed report in ``folder``, recomputed from its results.csv by
+    today's statistics (what ``ablate plan --from`` reads); None when its study file cannot be read."""
+    from ablate.planning import read_report_pilot
+    from ablate.report.shared import committed_report
+
+    rep = committed_report(folder, root)
+    if rep is None:
+        return None
+    study = rep.plan.study
+    family = read_report_pilot(study, folder).inference.family
+    rows = []
+    for c in family.claims:
+        k = c.contrast
+        p = k.p if k is not None else (c.term.p if c.term is not None else math.nan)
+        rows.append({"report": folder.name, "claim": c.name, "primary": c.primary,
+                     "n": k.n_seeds if k is not None else int(family.n_seeds),
+                     "estimate": k.estimate if k is not None else math.nan,
+                     "ci_low": k.ci_low if k is not None else math.nan,
+                     "ci_high": k.ci_high if k is not None else math.nan,
+                     "p": p, "p_report": c.p_holm, "verdict": c.verdict})
+    from ablate.report.statistics import Scale
+
+    return ReportClaims(folder.name, pd.DataFrame(rows), Scale.of(study.objective.metric).factor)
+
+
+def project_claims(reports: Path, root: Path) -> pd.DataFrame:
+    """Every claim of every committed report, with ``p_project``: Holm over every *tested* claim of
+    all of them together (a claim with a finite p), and ``holds``: whether a claim detected in its
+    report is still detected project-wide (p_project < :data:`ALPHA`); ``scale`` converts estimates to
+    the report's printed units (points for a fraction)."""
+    from ablate.inference import holm
+
+    frames = []
+    for folder in report_folders(reports):
+        rc = report_claims(folder, root)
+        if rc is not None and not rc.claims.empty:
+            frames.append(rc.claims.assign(scale=rc.unit_factor))
+    if not frames:
+        return pd.DataFrame()
+    claims = pd.concat(frames, ignore_index=True)
+    claims["p_project"] = holm(claims["p"].to_numpy(dtype=float))
+    claims["holds"] = (claims["verdict"] == "detected") & (claims["p_project"] < ALPHA)
+    return claims
+
+
+# ------------------------------------------------------------------------------------------ rendering
+
+
+def _p(value: float) -> str:
+    if not np.isfinite(value):
+        return "–"
+    return "< 0.001" if value < 0.001 else f"{value:.3g}"
+
+
+def _interval(row: pd.Series) -> str:
+    f = float(row["scale"])
+    if not np.isfinite(row["estimate"]):
+        return "–"
+    lo, hi = row["ci_low"] * f, row["ci_high"] * f
+    ci = f" [{lo:+.3g}, {hi:+.3g}]" if np.isfinite(lo) else ""
+    return f"{row['estimate'] * f:+.3g}{ci}".replace("-", "−")
+
+
+def _verdict_here(row: pd.Series) -> str:
+    if row["verdict"] != "detected":
+        return str(row["verdict"])
+    return "detected; holds project-wide" if row["holds"] else "detected here; a lead project-wide"
+
+
+def claims_frame(claims: pd.DataFrame, shared: dict[str, str]) -> pd.DataFrame:
+    """The claims as printed: one row per claim."""
+    return pd.DataFrame({
+        "report": claims["report"], "claim": claims["claim"] + np.where(claims["primary"], " ★", ""),
+        "seeds": claims["n"].astype(int).astype(str),
+        "estimate [95% CI]": [_interval(r) for _, r in claims.iterrows()],
+        "p": claims["p"].map(_p), "p (Holm, report)": claims["p_report"].map(_p),
+        "p (Holm, project)": claims["p_project"].map(_p),
+        "verdict": [_verdict_here(r) for _, r in claims.iterrows()],
+        "shares trials with": claims["report"].map(lambda r: shared.get(r, "")),
+    })
+
+
+def _shared_with(pairs: pd.DataFrame) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for rep, g in pairs[pairs["report"] != pairs["other"]].groupby("report"):
+        out[str(rep)] = ", ".join(sorted(set(g["other"])))
+    return out
+
+
+def _md_table(frame: pd.DataFrame) -> str:
+    from ablate.report.markdown import frame_md
+
+    return frame_md(frame.astype(str))
+
+
+def _tested_summary(claims: pd.DataFrame) -> str:
+    tested = claims[np.isfinite(claims["p"].astype(float))]
+    det = tested[tested["verdict"] == "detected"]
+    prim = det[det["primary"]]
+    return (f"{len(tested)} tested claims in {claims['report'].nunique()} committed reports; of the "
+            f"{len(det)} detected in their own report, {int(det['holds'].sum())} hold under Holm over all "
+            f"{len(tested)} (of the {len(prim)} detected primary claims, {int(prim['holds'].sum())})")
+
+
+def ledger_markdown(trials: pd.DataFrame, pairs: pd.DataFrame, mismatch: pd.DataFrame) -> str:
+    """reports/SHARED.md."""
+    across = pairs[pairs["report"] != pairs["other"]]
+    fp_reports = trials.groupby("fingerprint")["report"].nunique()
+    multi = trials[trials["fingerprint"].map(fp_reports) > 1]
+    lines = [
+        "# Shared trials: one ledger, found by content", "",
+        "<!-- Generated by `ablate ledger` from reports/*/results.csv; do not edit by hand. "
+        "`ablate ledger --check` and tests/test_ledger.py fail when it is stale. -->", "",
+        "Two trials are one piece of evidence when they computed the same thing: the same *content "
+        "fingerprint*, a hash of the last value of every metric the trial logged except timings (`perf/...`), "
+        "recorded with each trial (MLflow tag `ablate.fingerprint`, results.csv column `fingerprint`). Found "
+        "by content, not by key: two keys can name one computation (a setting that resolves alike on a CPU, "
+        "another study's name for the same arm), and one key can give other content on another processor "
+        "model or code version (RL amplifies float rounding).", "",
+        f"{len(trials)} finished trials in {trials['report'].nunique()} committed reports; {len(multi)} of them "
+        f"({multi['fingerprint'].nunique()} distinct computations) are content-identical to a trial of another "
+        f"report. A claim that rests on shared trials is not independent evidence beside the claims of the "
+        f"reports it shares them with.", "",
+        "## Content-identical trials across reports", "",
+    ]
+    if across.empty:
+        lines += ["None.", ""]
+    else:
+        view = across[across["report"] < across["other"]]
+        lines += [_md_table(view.rename(columns={"other": "= report", "other_arm": "its arm",
+                                                 "other_seeds": "its seeds", "n": "trials"})), ""]
+    within = pairs[(pairs["report"] == pairs["other"]) & (pairs["arm"] < pairs["other_arm"])]
+    if not within.empty:
+        lines += ["## Content-identical trials of two arms of one report", "",
+                  _md_table(within.drop(columns=["other"]).rename(columns={
+                      "other_arm": "= arm", "other_seeds": "its seeds", "n": "trials"})), ""]
+    lines += ["## One key, other content", "",
+              "The same trial key in two reports with different content: another processor model or code version "
+              "computed it. These are two runs of one configuration, not one piece of evidence.", ""]
+    lines += [_md_table(mismatch.rename(columns={"other": "report 2", "other_arm": "its arm", "n": "trials",
+                                                 "cpu": "processor", "other_cpu": "processor 2"})) if not
+              mismatch.empty else "None.", ""]
+    lines += ["## By report", ""]
+    for rep in sorted(trials["report"].unique()):
+        mine = across[across["report"] == rep]
+        n = int((trials["report"] == rep).sum())
+        k = int((multi["report"] == rep).sum())
+        lines += [f"### {rep}", ""]
+        if mine.empty:
+            lines += [f"None of its {n} finished trials is content-identical to a trial of another committed "
+                      "report: its evidence is its own.", ""]
+        else:
+            lines += [f"{k} of its {n} finished trials are content-identical to trials of other committed reports:", ""]
+            lines += [f"- {r.arm} at seeds {r.seeds} = {r.other}'s {r.other_arm} at seeds {r.other_seeds} "
+                      f"({r.n} trials, {r.keys})" for r in mine.itertuples()]
+            lines += [""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+@dataclass(frozen=True)
+class Block:
+    """The generated block of one report: paragraphs, each with an optional table under it, rendered to
+    Markdown and HTML alike; the first paragraph ends with a link to the report's ledger entry."""
+
+    parts: tuple[tuple[str, pd.DataFrame | None], ...]
+    ledger_link: str
+
+    def markdown(self) -> str:
+        from ablate.report.markdown import md
+
+        out = [BEGIN, "## Evidence across the committed reports", ""]
+        for i, (text, table) in enumerate(self.parts):
+            out += [md(text) + (f" [The ledger]({self.ledger_link})." if i == 0 else ""), ""]
+            if table is not None:
+                out += [_md_table(table), ""]
+        return "\n".join(out) + END
+
+    def html(self) -> str:
+        from ablate.report.html import e, frame_html
+
+        out = [BEGIN, "<h2>Evidence across the committed reports</h2>"]
+        for i, (text, table) in enumerate(self.parts):
+            link = f' <a href="{e(self.ledger_link)}">The ledger</a>.' if i == 0 else ""
+            out.append(f"<p>{e(text)}{link}</p>")
+            if table is not None:
+                out.append(frame_html(table.astype(str)))
+        return "\n".join(out) + END
+
+
+def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, claims: pd.DataFrame) -> Block:
+    """The generated block of ``report``: the trials it shares with other committed reports (by
+    content) and its claims' project-wide adjusted p."""
+    mine = pairs[(pairs["report"] == report) & (pairs["other"] != report)]
+    own = trials[trials["report"] == report]
+    head = ("Generated by `ablate ledger` from every committed report's results.csv, and regenerated whenever "
+            "one of them changes. ")
+    if mine.empty:
+        shared = head + (f"Shared trials: none of this report's {len(own)} finished trials is content-identical to a "
+                         "trial of another committed report (same content fingerprint): its evidence is its own.")
+    else:
+        k = int(own["fingerprint"].isin(set(trials.loc[trials["report"] != report, "fingerprint"])).sum())
+        shared = head + (f"Shared trials: {k} of this report's {len(own)} finished trials are content-identical to "
+                         "trials of other committed reports (the same content fingerprint): " + "; ".join(
+                             f"{r.arm} at seeds {r.seeds} = {r.other}'s {r.other_arm} ({r.keys})"
+                             for r in mine.itertuples()) + ". Shared trials are one piece of evidence, not several.")
+    parts: list[tuple[str, pd.DataFrame | None]] = [(shared, None)]
+    here = claims[claims["report"] == report] if not claims.empty else claims
+    if not here.empty:
+        parts.append((
+            "Error control across the project: each claim of this report beside the Holm correction over every "
+            f"tested claim of every committed report ({_tested_summary(claims)}); docs/findings.md lists them "
+            "all. A claim detected here that does not hold project-wide reads as a lead, not a finding.",
+            claims_frame(here, {}).drop(columns=["report", "shares trials with"])))
+    return Block(tuple(parts), f"../{LEDGER_FILE}#{report}")
+
+
+def findings_block(claims: pd.DataFrame, pairs: pd.DataFrame) -> str:
+    """The claims table of docs/findings.md, between :data:`CLAIMS_BEGIN` and :data:`CLAIMS_END`."""
+    lines = [CLAIMS_BEGIN, "",
+             "<!-- Generated by `ablate ledger` from the committed reports; do not edit by hand. -->", "",
+             f"{_tested_summary(claims)}. Project-wide p: Holm over every tested claim of every committed report, "
+             "family-wise alpha 0.05; per-report p: Holm within the report's own family, as the report prints it. "
+             "Estimates in points of the objective (a fraction x 100) against the study's baseline, 95% paired "
+             "t-intervals over the seeds column; ★ primary. A detection that does not hold project-wide reads as a "
+             "lead. 'shares trials with': reports holding content-identical trials "
+             "([reports/SHARED.md](../reports/SHARED.md)).", "",
+             _md_table(claims_frame(claims, _shared_with(pairs))), "", CLAIMS_END]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def _splice(text: str, block: str, anchors: Sequence[str]) -> str:
+    """``text`` with its generated block replaced by ``block`` (or inserted before the first anchor,
+    else appended)."""
+    i, j = text.find(BEGIN), text.find(END)
+    if i >= 0 and j > i:
+        return text[:i] + block + text[j + len(END):]
+    for a in anchors:
+        k = text.find(a)
+        if k >= 0:
+            k += 1 if a.startswith("\n") else 0
+            return text[:k] + block + "\n\n" + text[k:]
+    return text.rstrip() + "\n\n" + block + "\n"
+
+
+def spliced_report(md_text: str, html_text: str, block: Block) -> tuple[str, str]:
+    """A report's README.md and index.html with ``block`` in place and the per-report copies of shared
+    trials that reports carried before the ledger removed."""
+    md_text = _OLD_TABLE_MD.sub("", _OLD_NOTE_MD.sub("", md_text))
+    html_text = _OLD_TABLE_HTML.sub("", _OLD_NOTE_HTML.sub("", html_text))
+    return _splice(md_text, block.markdown(), _MD_ANCHORS), _splice(html_text, block.html(), _HTML_ANCHORS)
+
+
+def report_block(folder: Path) -> Block:
+    """The generated block of the report in ``folder`` (its results.csv written), computed over the
+    committed reports beside it (``folder``'s parent) and itself. A folder whose README.md is not yet
+    written counts as a report by its results.csv: :func:`report_folders` needs both, so it is added."""
+    reports = folder.parent
+    trials = committed_trials(reports)
+    if folder.name not in set(trials["report"]):
+        mine = _trials_of(folder)
+        trials = pd.concat([trials, mine], ignore_index=True) if not trials.empty else mine
+    claims = project_claims(reports, reports.resolve().parent)
+    return evidence_block(folder.name, trials, shared_pairs(trials), claims)
+
+
+def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
+                    claims: pd.DataFrame | None = None) -> dict[Path, str]:
+    """Every file ``ablate ledger`` writes, with its text: SHARED.md, each committed report's README.md and
+    index.html with its block, and docs/findings.md with its claims table (when ``findings`` exists).
+    ``claims``: :func:`project_claims` of ``reports`` when the caller has it already."""
+    trials = committed_trials(reports)
+    pairs = shared_pairs(trials)
+    claims = project_claims(reports, root) if claims is None else claims
+    out = {reports / LEDGER_FILE: ledger_markdown(trials, pairs, same_key_other_content(trials))}
+    for folder in report_folders(reports):
+        block = evidence_block(folder.name, trials, pairs, claims)
+        md_path, html_path = folder / "README.md", folder / "index.html"
+        html_text = html_path.read_text(encoding="utf-8") if html_path.is_file() else ""
+        md_new, html_new = spliced_report(md_path.read_text(encoding="utf-8"), html_text, block)
+        out[md_path] = md_new
+        if html_path.is_file():
+            out[html_path] = html_new
+    if findings is not None and findings.is_file() and not claims.empty:
+        text = findings.read_text(encoding="utf-8")
+        block = findings_block(claims, pairs)
+        i, j = text.find(CLAIMS_BEGIN), text.find(CLAIMS_END)
+        out[findings] = (text[:i] + block + text[j + len(CLAIMS_END):]) if i >= 0 and j > i else (
+            text.rstrip() + "\n\n" + block + "\n")
+    return out
+
+
+def stale_files(reports: Path, root: Path, findings: Path | None = None, *,
+                claims: pd.DataFrame | None = None) -> list[Path]:
+    """The generated files whose text on disk differs from what :func:`generated_files` gives."""
+    return [p for p, text in generated_files(reports, root, findings, claims=claims).items()
+            if not p.is_file() or p.read_text(encoding="utf-8") != text]
+
+
+def write_all(reports: Path, root: Path, findings: Path | None = None) -> list[Path]:
+    """Write every generated file that changed; returns those written."""
+    written = []
+    for p, text in generated_files(reports, root, findings).items():
+        if not p.is_file() or p.read_text(encoding="utf-8") != text:
+            p.write_text(text, encoding="utf-8")
+            written.append(p)
+    return written
