@@ -113,6 +113,14 @@ def test_study_runs_at_its_smoke_budget(path, smoke_root, ablate_cli):
     results = pd.read_csv(report / "results.csv")
     assert len(results) == len(Plan.of(study, "smoke")) and set(results["state"]) == {"done"}
     assert results["eval/accuracy"].between(0, 1).all()
+    # each trial's content fingerprint, recorded by its run (tag), is the one results.csv's row gives
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{cwd / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    tagged = {r.data.tags["ablate.trial_key"]: r.data.tags.get("ablate.fingerprint") for r in runs
+              if "ablate.trial_key" in r.data.tags}
+    assert tagged == dict(zip(results["key"].astype(str), results["fingerprint"])), (tagged, results["fingerprint"])
     readme = (report / "README.md").read_text()
     assert f"produced by: `ablate run {path} --budget smoke --workers 1 --threads 1 --no-progress`" in readme
     assert "warning" not in err.lower() and not caught, (err, caught)  # deliberate crosses are acknowledged
