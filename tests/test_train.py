@@ -741,3 +741,45 @@ def test_balanced_mean_keeps_the_signs_where_an_equal_group_has_a_real_advantage
         if "algo.whiten=true" not in overrides:
             assert bool((x.signs[:8] != 0).all()), overrides
     assert not constant_groups_have_zero_advantage("grpo_process") and not constant_groups_have_zero_advantage("gae")
+
+
+# ------------------------------------------------ max-type metrics are the step's
+
+
+def test_step_metric_takes_the_largest_of_a_max_and_the_mean_of_the_rest():
+    from ablate.train.update import step_metric
+
+    assert step_metric("policy/ratio_max", [1.0, 2.22, math.nan, 1.3]) == 2.22
+    assert step_metric("mismatch/max_ratio", [1.5, 1.2]) == 1.5
+    assert step_metric("x/ratio_min", [0.9, 0.7]) == 0.7
+    assert step_metric("policy/ratio_mean", [1.0, 2.0, math.nan]) == 1.5
+    assert step_metric("optim/grad_norm", [1.0, 3.0]) == 2.0  # "norm" is not "min"
+    assert math.isnan(step_metric("policy/ratio_max", [math.nan]))
+
+
+def test_ratio_max_is_the_step_s_largest_ratio_whatever_the_accumulation(ws_cache, monkeypatch):
+    """policy/ratio_max is the largest token ratio exp(logp - old_logp) over every micro-batch of every
+    minibatch and epoch of the step (2 minibatches x 2 epochs: after the first optimizer step the
+    ratios leave 1), recomputed here from the log-probs the loss saw; it was the mean of the
+    micro-batches' maxima (1.61 where the step's was 2.22 in a real trial), which also changed with
+    algo.grad_accum. It is the same under grad_accum 1, 2 and 4 up to float rounding."""
+    import ablate.train.update as update
+
+    seen: list[float] = []
+    loss_fn = update.policy_loss_from_config
+
+    def record(logp, old_logp, advantages, mask, loss):
+        seen.append(float(torch.exp(logp.detach() - old_logp.detach())[mask.bool()].max()))
+        return loss_fn(logp, old_logp, advantages, mask, loss)
+
+    monkeypatch.setattr(update, "policy_loss_from_config", record)
+    logged = []
+    for accum in (1, 2, 4):
+        seen.clear()
+        state = setup_trial(tiny(ws_cache, f"algo.grad_accum={accum}", "algo.ppo_epochs=2"))
+        metrics, _ = train_step(state, 1)
+        assert len(seen) == 2 * 2 * accum  # epochs x minibatches x micro-batches
+        assert min(seen) < max(seen)  # the micro-batches' maxima differ: their mean is lower than the step's
+        assert metrics["policy/ratio_max"] == pytest.approx(max(seen), rel=1e-6), accum
+        logged.append(metrics["policy/ratio_max"])
+    assert logged == pytest.approx([logged[0]] * 3, rel=1e-4)

@@ -12,6 +12,7 @@ completion), so that its forward and backward skip the padding the whole batch c
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,25 @@ def nan_mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
+#: A metric whose last name part has one of these words (``policy/ratio_max``, ``mismatch/max_ratio``) is
+#: a largest / smallest value: :func:`step_metric` reduces it by max / min.
+EXTREME_WORDS: dict[str, Callable[[list[float]], float]] = {"max": max, "min": min}
+
+
+def step_metric(name: str, values: list[float]) -> float:
+    """One step's value of metric ``name`` from its ``values`` over the step's micro-batches and
+    minibatches (and epochs), NaNs skipped (NaN when none is left): the largest of a max-type metric,
+    the smallest of a min-type one (a word ``max`` / ``min`` in the name's last part, split at ``_``), so
+    that they are the step's, whatever ``algo.grad_accum`` and ``algo.minibatches``; the mean of
+    every other (:func:`nan_mean`)."""
+    words = name.rsplit("/", 1)[-1].split("_")
+    for word, reduce in EXTREME_WORDS.items():
+        if word in words:
+            finite = [v for v in values if not math.isnan(v)]
+            return float(reduce(finite)) if finite else float("nan")
+    return nan_mean(values)
+
+
 @dataclass
 class UpdateInputs:
     """The tensors every minibatch of an update reads.
@@ -83,8 +103,8 @@ class UpdateInputs:
 
 @dataclass
 class UpdateTally:
-    """What an update accumulates for its metrics: per-name value lists (averaged at the end, NaNs
-    skipped) and the behaviour policy's entropy summed over the first epoch's active tokens."""
+    """What an update accumulates for its metrics: per-name value lists (reduced at the end by
+    :func:`step_metric`, NaNs skipped) and the behaviour policy's entropy summed over the first epoch's active tokens."""
 
     lists: dict[str, list[float]] = field(default_factory=dict)
     entropy_sum: float = 0.0
@@ -314,8 +334,9 @@ def update_summary(x: UpdateInputs, tally: UpdateTally) -> dict[str, float]:
 def ppo_update(state: TrialState, batch: StepBatch, step: int) -> dict[str, float]:
     """``algo.ppo_epochs`` epochs over ``algo.minibatches`` minibatches of ``batch``; the update's metrics.
 
-    Metrics: the mean over micro-batches of every ``policy/*`` loss metric, the mean over minibatches
-    of ``loss/*`` and ``optim/grad_norm``, the ``mismatch/*`` metrics when measured (see
+    Metrics: the mean over micro-batches of every ``policy/*`` loss metric but the largest / smallest
+    values (``policy/ratio_max``: the step's largest ratio, :func:`step_metric`), the mean over
+    minibatches of ``loss/*`` and ``optim/grad_norm``, the ``mismatch/*`` metrics when measured (see
     :func:`measure_mismatch`), then :func:`update_summary`'s and ``optim/lr``.
 
     Raises:
@@ -330,7 +351,7 @@ def ppo_update(state: TrialState, batch: StepBatch, step: int) -> dict[str, floa
         for rows in minibatches(state, x.input_ids.shape[0], step, epoch):
             minibatch_step(state, batch, x, rows, step, epoch, tally)
     state.model.eval()
-    out = {k: nan_mean(v) for k, v in tally.lists.items()}
+    out = {k: step_metric(k, v) for k, v in tally.lists.items()}
     out.update(x.mismatch)
     out.update(update_summary(x, tally))
     out["optim/lr"] = float(state.optimizer.param_groups[0]["lr"])
