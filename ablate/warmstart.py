@@ -210,6 +210,7 @@ def warm_start(
     *,
     cache_dir: str | os.PathLike[str] | None = None,
     device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
     progress: bool = False,
 ):
     """Build or reuse the warm start described by ``spec``.
@@ -219,6 +220,10 @@ def warm_start(
         cache_dir: cache root (default :func:`default_cache_dir`); entries live in
             ``<cache_dir>/warmstart/<key>/``.
         device: where to train and where the returned policy lives.
+        dtype: the returned policy's parameter dtype (None: float32, a trial's, see
+            :func:`ablate.config.parameter_dtype`), whatever the cache entry holds: an entry built while
+            torch's default dtype was float64 holds float64 weights, which would otherwise load as
+            float64 and silently drop a study's bfloat16-rollout mismatch. The entry is written as trained.
         progress: show a progress bar while training.
 
     Returns:
@@ -232,12 +237,13 @@ def warm_start(
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / "warmstart" / spec.key()
     device = torch.device(device)
+    dtype = dtype if dtype is not None else torch.float32
 
     def load_cached():
         report = WarmStartReport(**json.loads((final / "report.json").read_text()))
         report.cached = True
         report.path = str(final)
-        return load_policy(str(final / "policy"), device=device), report
+        return load_policy(str(final / "policy"), device=device, dtype=dtype), report
 
     if (final / "report.json").exists():
         return load_cached()
@@ -255,4 +261,5 @@ def warm_start(
         (tmp / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
         os.replace(tmp, final)
         report.path = str(final)
+        policy.model.to(dtype=dtype)  # as a later load gives it
         return policy, report

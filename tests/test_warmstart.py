@@ -118,3 +118,30 @@ def test_warmstart_seed_shared_or_per_trial_seed(tmp_path):
     assert trial0[1] != trial1[1] and not same(trial0[0], trial1[0])
     assert trial0[1] == shared0[1]  # trial seed 0 trains with seed 0: the shared warm start of seed 0
     assert len(list((tmp_path / "warmstart").glob("*/report.json"))) == 2
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_warm_start_cached_in_float64_loads_in_the_configured_float32(tmp_path):
+    """A warm start built while torch's default dtype was float64 is trained and cached in float64; a trial
+    with model.dtype=float32 (auto on a CPU is the same) must still get float32 weights, else its
+    bfloat16 rollout's mismatch against a float64 trainer is not the one a precision study measures. It
+    loaded as float64 before (load_policy kept the checkpoint's dtype). The cache entry is not renamed."""
+    from safetensors.torch import load_file
+
+    tiny = ["model.name=micro-llama", "task.difficulty=1", "device=cpu", "warmstart.max_steps=3",
+            "warmstart.batch_size=8", "rollout.max_new_tokens=4", f"warmstart.cache_dir={tmp_path}"]
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        fresh, built = build_policy(TrialConfig.from_overrides(tiny), torch.device("cpu"))
+    finally:
+        torch.set_default_dtype(default)
+    (weights,) = (Path(built["path"]) / "policy").glob("*.safetensors")
+    assert {t.dtype for t in load_file(weights).values()} == {torch.float64}  # the cache holds float64
+    assert {p.dtype for p in fresh.model.parameters()} == {torch.float32}
+    for mode in ("float32", "auto"):
+        policy, report = build_policy(TrialConfig.from_overrides([*tiny, f"model.dtype={mode}"]), torch.device("cpu"))
+        assert report["cached"] and report["key"] == built["key"]
+        assert {p.dtype for p in policy.model.parameters()} == {torch.float32}, mode
+        for a, b in zip(policy.model.parameters(), fresh.model.parameters(), strict=True):
+            assert torch.equal(a, b)

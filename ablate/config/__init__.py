@@ -42,7 +42,7 @@ The package, one job per module:
 
 from __future__ import annotations
 
-from ablate.config.device import autocast_dtype, resolve_device, rollout_autocast_dtype
+from ablate.config.device import autocast_dtype, parameter_dtype, resolve_device, rollout_autocast_dtype
 from ablate.config.problems import ConfigProblem, ConfigWarning, TrialConfigError
 from ablate.config.rules import (
     CRITIC_ESTIMATORS,
@@ -117,6 +117,7 @@ __all__ = [
     "field_paths",
     "load_builtin_registries",
     "nearest_path",
+    "parameter_dtype",
     "registry_of",
     "resolve_device",
     "rollout_autocast_dtype",

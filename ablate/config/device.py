@@ -15,7 +15,7 @@ from ablate.errors import ConfigError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["autocast_dtype", "resolve_device", "rollout_autocast_dtype"]
+__all__ = ["autocast_dtype", "parameter_dtype", "resolve_device", "rollout_autocast_dtype"]
 
 
 def resolve_device(device: TrialConfig | str | torch.device) -> torch.device:
@@ -62,6 +62,17 @@ def autocast_dtype(config: TrialConfig, device: torch.device) -> torch.dtype | N
     if mode == "bfloat16" or (mode == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
+
+
+def parameter_dtype(config: TrialConfig) -> torch.dtype:
+    """The dtype of the policy's weights (and so of its optimizer state) under ``model.dtype``: float32
+    in every mode. ``auto`` and ``bfloat16`` choose the autocast of the computation
+    (:func:`autocast_dtype`), never the stored weights; and never torch's default dtype, so a warm
+    start cached while it was float64 loads as float32 (:func:`ablate.warmstart.warm_start`)."""
+    import torch
+
+    del config  # every model.dtype mode keeps float32 weights
+    return torch.float32
 
 
 def rollout_autocast_dtype(config: TrialConfig, device: torch.device) -> torch.dtype | None:

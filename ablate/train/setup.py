@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ablate.config import TrialConfig, autocast_dtype, resolve_device, rollout_autocast_dtype
+from ablate.config import TrialConfig, autocast_dtype, parameter_dtype, resolve_device, rollout_autocast_dtype
 from ablate.config.schema import task_options
 from ablate.models import Policy, load_policy
 from ablate.models.checkpoint import ATTN_IMPLEMENTATION
@@ -144,7 +144,8 @@ def build_policy(config: TrialConfig, device: torch.device, *, progress: bool = 
             lr=ws.lr,
             max_new_tokens=config.rollout.max_new_tokens,
         )
-        policy, report = warm_start(spec, cache_dir=ws.cache_dir, device=device, progress=progress)
+        policy, report = warm_start(spec, cache_dir=ws.cache_dir, device=device, dtype=parameter_dtype(config),
+                                    progress=progress)
         return policy, report.to_dict()
     return load_policy(config.model.name, seed=config.seed, device=device), {}
 
