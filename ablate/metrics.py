@@ -132,28 +132,33 @@ The predefined studies set their own `eval.n_problems` (100 at the default budge
 """
 
 
-#: Metrics that measure time, not what a trial computed: left out of its content fingerprint.
-TIMING_PREFIX = "perf/"
+#: The metrics a trial's content fingerprint hashes: what every trial logs, whose definitions are settled,
+#: and which together pin down the computation to the last bit (the final gradient norm and losses are
+#: functions of the trained weights and the last batch; the evaluation of the policy). Timings are out
+#: (they differ run to run), and so are diagnostics whose definition may still be corrected (a fix to
+#: ``policy/ratio_max`` must not make a rerun of the same computation look like other evidence).
+CONTENT_METRICS: tuple[str, ...] = (
+    "eval/accuracy", "loss/policy", "loss/entropy", "optim/grad_norm", "reward/total", "response/length",
+    "adv/std", "policy/approx_kl",
+)
 
 
 def content_fingerprint(final: Mapping[str, object]) -> str:
-    """A trial's content fingerprint: 12 hex digits of a SHA-256 over the last logged value of every
-    metric it logged (``TrialResult.final``, or a results.csv row's metric columns), timing metrics
-    (``perf/...``) left out, as ``name=repr(float(value))`` lines in name order. Non-metric entries
-    (names without ``/``) and missing or non-finite values are skipped, so a results.csv row (where a
-    metric the trial never logged is empty) gives the fingerprint its run recorded.
+    """A trial's content fingerprint: 12 hex digits of a SHA-256 over the last logged value of each of
+    :data:`CONTENT_METRICS` (``TrialResult.final``, or a results.csv row), as ``name=repr(float(value))``
+    lines in name order; a metric the trial did not log, or a non-finite value, is left out, so a
+    results.csv row (where a metric the trial never logged is empty) gives the fingerprint its run
+    recorded. Other entries are ignored.
 
-    Two trials with one fingerprint computed the same thing to the last bit of every final metric
-    (loss, gradient norm, entropy, rewards, evaluation ...): they are one piece of evidence, whatever
-    their keys. Float rounding on another processor or code version gives another fingerprint.
+    Two trials with one fingerprint computed the same thing: the same final losses, gradient norm,
+    rewards, lengths and evaluation to the last bit. They are one piece of evidence, whatever their keys.
+    Float rounding on another processor model or code version gives another fingerprint.
     """
     lines = []
-    for name in sorted(final):
-        if "/" not in name or name.startswith(TIMING_PREFIX):
-            continue
+    for name in sorted(CONTENT_METRICS):
         try:
             value = float(final[name])  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (KeyError, TypeError, ValueError):
             continue
         if math.isfinite(value):
             lines.append(f"{name}={value!r}")

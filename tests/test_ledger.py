@@ -20,17 +20,18 @@ REPORTS = ROOT / "reports"
 FINDINGS = ROOT / "docs" / "findings.md"
 
 
-def test_content_fingerprint_hashes_every_non_timing_metric_and_nothing_else():
-    a = {"loss/policy": 0.25, "eval/accuracy": 0.5, "perf/step_s": 1.0, "key": "abc", "reward/prm": math.nan}
-    # by hand: the sorted non-timing metric lines, repr of the float value
+def test_content_fingerprint_hashes_the_content_metrics_and_nothing_else():
+    a = {"loss/policy": 0.25, "eval/accuracy": 0.5, "perf/step_s": 1.0, "key": "abc", "adv/std": math.nan,
+         "policy/ratio_max": 1.5}
+    # by hand: the sorted content metrics' lines, repr of the float value; NaN, timings, diagnostics out
     import hashlib
 
     by_hand = hashlib.sha256(b"eval/accuracy=0.5\nloss/policy=0.25").hexdigest()[:12]
     assert content_fingerprint(a) == by_hand
-    assert content_fingerprint({**a, "perf/step_s": 9.0, "key": "other"}) == by_hand  # timing and non-metrics: out
+    assert content_fingerprint({**a, "perf/step_s": 9.0, "key": "other", "policy/ratio_max": 2.0}) == by_hand
     assert content_fingerprint(dict(reversed(list(a.items())))) == by_hand  # order-free
     assert content_fingerprint({**a, "loss/policy": np.nextafter(0.25, 1.0)}) != by_hand  # the last bit counts
-    assert content_fingerprint({**a, "reward/prm": 0.0}) != by_hand  # a metric logged is part of the content
+    assert content_fingerprint({**a, "adv/std": 0.0}) != by_hand  # a content metric logged is part of it
     assert content_fingerprint({**a, "loss/policy": np.float32(0.25)}) == by_hand  # float32 values as their float
 
 
@@ -55,7 +56,8 @@ def test_the_ledger_finds_trials_that_are_the_same_under_other_keys(trials):
 
 def test_content_identical_trials_agree_in_every_non_timing_metric_both_reports_hold(trials):
     """The fingerprint is not a loose match: every pair it joins across reports holds the same value of
-    every non-timing metric column the two results.csv files share (and the same objective)."""
+    every non-timing metric column the two results.csv files share (and the same objective), not only of
+    the metrics it hashes."""
     rows = {}
     for folder in L.report_folders(REPORTS):
         t = pd.read_csv(folder / "results.csv", dtype={"key": str})

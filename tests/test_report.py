@@ -537,7 +537,7 @@ def test_a_report_lists_the_trials_it_shares_by_content_with_a_committed_report_
     beside it in reports/ also ran (same content, whatever the key) and says so in its generated evidence
     block, which links the ledger; a trial whose content differs (as if run on another processor model) is
     not shared. Its results.csv records each trial's fingerprint; its curves.csv the objective's history."""
-    from ablate.metrics import content_fingerprint
+    from ablate.metrics import CONTENT_METRICS, content_fingerprint
     from ablate.report.ledger import BEGIN, END
     from ablate.report.markdown import md
 
@@ -558,7 +558,8 @@ def test_a_report_lists_the_trials_it_shares_by_content_with_a_committed_report_
     other.mkdir()
     copied = results.drop(columns=["fingerprint"])  # as a report written before fingerprints were recorded
     seed0 = copied["seed"] == 0
-    copied.loc[seed0, metrics[0]] = copied.loc[seed0, metrics[0]] + 1e-9  # another processor: other content
+    changed = next(m for m in CONTENT_METRICS if m in copied)
+    copied.loc[seed0, changed] = copied.loc[seed0, changed] + 1e-9  # as if from another processor: other content
     copied.to_csv(other / "results.csv", index=False)
     (other / "README.md").write_text(f"# earlier\n\nproduced by: `ablate run {study.path}` · at commit: `{'a' * 40}`\n")
     text = (write_report(plan, res, reports / study.name, **FAST).parent / "README.md").read_text()

@@ -11,7 +11,8 @@ Read every committed report under --reports (reports/<study>/README.md and resul
 is generated from all of them together, so that none of it is a copy that goes stale:
 
   reports/SHARED.md      the ledger: every pair of content-identical trials across reports (the same
-                         content fingerprint: every non-timing metric's last value, whatever the keys),
+                         content fingerprint: the final losses, gradient norm, rewards and evaluation to
+                         the last bit, whatever the keys),
                          and the trials with one key but other content (another processor or code)
   reports/<study>/       each report's README.md and index.html gain (or refresh) the block "Evidence
                          across the committed reports": its shared trials, and each of its claims
