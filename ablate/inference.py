@@ -57,7 +57,7 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -915,12 +915,13 @@ class StudyInference:
     contrasts: tuple[Contrast, ...]
     model: LinearModel | None
     family: Family
+    staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.sequential.TwoStage
 
 
 def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],
           baseline: Mapping[str, str], *, design: str = "full", mode: str = "max", min_effect: float | None = None,
           primary: Sequence[str] = (), alpha: float = ALPHA, value: str = "objective",
-          contrasts: str = "paired") -> StudyInference:
+          contrasts: str = "paired", extended_after: int | None = None) -> StudyInference:
     """Every level-vs-baseline contrast of a study and its family of claims.
 
     Args:
@@ -935,6 +936,9 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
             variance for every arm makes its intervals too narrow for an arm noisier than the rest
             (docs/statistics.md). Interactions follow: ``paired`` tests each with Hotelling's T² on its
             per-seed interaction contrasts (:func:`paired_interaction`), ``model`` with the pooled F-test.
+        extended_after: the seeds of the report that was read before the study's seeds were extended
+            (the last of the study's ``extended_after:``): each contrast is then tested as a two-stage design
+            (:func:`ablate.sequential.staged_contrasts`); interactions keep the test of all seeds.
     """
     if contrasts not in CONTRAST_METHODS:
         raise ValueError(f"contrasts={contrasts!r}: one of {', '.join(CONTRAST_METHODS)}")
@@ -967,8 +971,13 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
     n_min = min((c.n_seeds for c in out), default=0)
     if n_min < MIN_SEEDS:
         terms = [replace(t, p=math.nan, note=f"{n_min} seeds: not tested below {MIN_SEEDS}") for t in terms]
+    staged: dict[str, Any] = {}
+    if extended_after:
+        from ablate.sequential import staged_contrasts
+
+        out, staged = staged_contrasts(out, extended_after)
     family = make_family(out, terms, min_effect=min_effect, alpha=alpha, method=method)
-    return StudyInference(method, tuple(out), model, family)
+    return StudyInference(method, tuple(out), model, family, staged)
 
 
 def study_inference(study: Study, results: Results) -> tuple[pd.DataFrame, StudyInference]:
@@ -993,7 +1002,7 @@ def infer_study(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str
     (``factors``: factor name -> its column in ``per_trial``)."""
     return infer(per_trial, factors, {f.name: f.level_names() for f in study.factors}, study.baseline_levels,
                  design=study.design_name, mode=study.objective.mode, min_effect=study.min_effect,
-                 primary=study.primary)
+                 primary=study.primary, extended_after=study.extended_after[-1] if study.extended_after else None)
 
 
 # ------------------------------------------------------------------------------------------ per arm

@@ -29,15 +29,16 @@ Sign convention: positive differences and scores mean level > baseline; the test
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 from scipy import integrate, optimize, special
 
-from ablate.inference import ALPHA, t_interval
+from ablate.inference import ALPHA, Contrast, t_interval
 
-__all__ = ["TwoStage", "boundaries", "default_w1", "stage_z", "two_stage"]
+__all__ = ["TwoStage", "boundaries", "default_w1", "stage_z", "staged_contrasts", "two_stage"]
 
 #: Scores beyond this many standard deviations are treated as infinite in the integrals (the normal
 #: tail there is below 1e-300).
@@ -242,3 +243,31 @@ def two_stage(d1: object, d2: object, *, w1: float, alpha: float = ALPHA) -> Two
         z1=z1, z2=z2, z=float(z), c1=c1, c2=c2, alpha1=alpha1, stopped=stopped, p=p,
     )
 
+
+
+def staged_contrasts(contrasts: Sequence[Contrast], n1: int) -> tuple[list[Contrast], dict[str, TwoStage]]:
+    """The contrasts of a study extended after its ``n1``-seed report was read, each tested as a
+    two-stage design: stage 1 is seeds ``0..n1-1``, the extension the seeds after them, ``w1 =
+    sqrt(n1 / n)`` with ``n`` the contrast's seeds (:func:`default_w1`: the extended count, fixed when the
+    extension was committed). Each contrast's ``p`` becomes the stage-wise-ordering p (:func:`two_stage`),
+    which the family's Holm correction then uses; estimates, intervals and TOST stay those of all seeds.
+    A contrast without seeds beyond ``n1`` (the first stage alone, a smoke budget) is left as it is.
+
+    Returns:
+        ``(contrasts, tests)``: the contrasts in order, and claim name -> its :class:`TwoStage`.
+    """
+    from dataclasses import replace
+
+    out: list[Contrast] = []
+    tests: dict[str, TwoStage] = {}
+    for c in contrasts:
+        seeds = np.asarray(c.seeds, dtype=int)
+        d = np.asarray(c.per_seed, dtype=float)
+        first, later = d[seeds < n1], d[seeds >= n1]
+        if later.size == 0 or first.size < 2 or c.degenerate:
+            out.append(c)
+            continue
+        test = two_stage(first, later, w1=default_w1(int(first.size), int(d.size)))
+        tests[c.name] = test
+        out.append(replace(c, p=test.p))
+    return out, tests

@@ -217,3 +217,25 @@ def test_the_design_holds_its_size_under_no_difference():
     assert abs(rate - 0.05) < 3.5 * se, rate
     # and the p-value is uniform below alpha: a third of the way, a third of the rejections
     assert float(np.mean(p <= 0.05 / 3)) == pytest.approx(0.05 / 3, abs=3.5 * math.sqrt(0.05 / 3 / draws))
+
+
+def test_staged_contrasts_test_each_contrast_as_first_stage_then_extension():
+    """A contrast with seeds 0-5, extended after its 3-seed report: stage 1 is seeds 0-2, the extension
+    seeds 3-5, w1 = sqrt(3/6); its p becomes the two-stage p, estimates stay; without seeds beyond the
+    first stage (a smoke budget) the contrast is left alone."""
+    from dataclasses import replace
+
+    from ablate.inference import paired_contrast
+    from ablate.sequential import staged_contrasts
+
+    x = np.array([0.50, 0.55, 0.48, 0.61, 0.52, 0.58])
+    y = np.array([0.45, 0.50, 0.47, 0.52, 0.50, 0.51])
+    c = paired_contrast(x, y, list(range(6)), factor="f", level="b", baseline="a", mode="max", min_effect=0.05)
+    (out,), tests = staged_contrasts([c], 3)
+    d = x - y
+    expected = sq.two_stage(d[:3], d[3:], w1=math.sqrt(3 / 6))
+    assert tests[c.name] == expected and out.p == expected.p != c.p
+    assert replace(out, p=c.p) == c
+    early = paired_contrast(x[:3], y[:3], [0, 1, 2], factor="f", level="b", baseline="a", mode="max")
+    (same,), none = staged_contrasts([early], 3)
+    assert same == early and none == {}

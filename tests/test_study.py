@@ -694,3 +694,29 @@ def test_bad_budget_seeds_are_one_clear_problem(tmp_path, cli, seeds, budget_see
     rc, out, err = cli("validate", str(path))
     line = text.splitlines().index(f"    seeds: {budget_seeds}") + 1
     assert rc == 2 and f"{path}:{line}: {fragment}" in err, err
+
+
+def test_extended_after_records_the_reports_read_before_an_extension(tmp_path):
+    study = load_study(write(tmp_path, SEEDED.replace("seeds: 4", "seeds: 4\nextended_after: [2, 3]")))
+    assert study.extended_after == (2, 3)
+    assert study.fingerprint() == load_study(write(tmp_path, SEEDED)).fingerprint()  # not the study's identity
+    assert {s.key for s in Plan.of(study, "default").specs} == {s.key for s in Plan.of(load_study(
+        write(tmp_path, SEEDED)), "default").specs}  # nor its trials
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("[4]", "extended_after: must be a list of the seed counts whose report was read before the seeds were "
+            "extended, increasing, each from 2 to below the study's seed count, e.g. [20] for a 20-seed report "
+            "extended to 47 seeds (the study has 4 seeds); got [4]"),
+    ("[3, 2]", "extended_after: must be a list of the seed counts"),
+    ("[1]", "extended_after: must be a list of the seed counts"),
+    ("twenty", "extended_after: must be a list of the seed counts whose report was read before the seeds were "
+               "extended, increasing, each from 2 to below the study's seed count, e.g. [20] for a 20-seed report "
+               "extended to 47 seeds; got 'twenty'"),
+])
+def test_bad_extended_after_is_one_clear_problem(tmp_path, cli, value, fragment):
+    text = SEEDED.replace("seeds: 4", f"seeds: 4\nextended_after: {value}")
+    path = write(tmp_path, text)
+    rc, _, err = cli("validate", str(path))
+    line = text.splitlines().index(f"extended_after: {value}") + 1
+    assert rc == 2 and f"{path}:{line}: {fragment}" in err, err

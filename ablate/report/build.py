@@ -330,10 +330,10 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     page = build_page(study, results, stats, findings, figures, [*tuned_notes, *figure_notes], files)
     # the evidence across the reports beside this one (reports/): its shared trials, by content, and its
     # claims' project-wide p; `ablate ledger` refreshes the other reports' blocks and reports/SHARED.md
-    block = report_block(out)
-    text_md, text_html = spliced_report(render_markdown(page), render_html(page), block)
-    (out / "README.md").write_text(text_md, encoding="utf-8")
-    index = out / "index.html"
+    readme, index = out / "README.md", out / "index.html"
+    readme.write_text(render_markdown(page), encoding="utf-8")  # first: the block reads this report as committed
+    text_md, text_html = spliced_report(readme.read_text(encoding="utf-8"), render_html(page), report_block(out))
+    readme.write_text(text_md, encoding="utf-8")
     index.write_text(text_html, encoding="utf-8")
     return index
 

@@ -22,11 +22,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ablate.metrics import CONTENT_METRICS, content_fingerprint
+
+if TYPE_CHECKING:
+    from ablate.inference import Family, StudyInference
 
 __all__ = ["BEGIN", "END", "LEDGER_FILE", "committed_trials", "evidence_block", "project_claims", "report_block",
            "shared_pairs", "spliced_report", "stale_files", "write_all"]
@@ -130,12 +134,14 @@ def same_key_other_content(trials: pd.DataFrame) -> pd.DataFrame:
 @dataclass(frozen=True)
 class ReportClaims:
     """One committed report's claims: ``claims`` with columns ``report, claim, primary, n, estimate,
-    ci_low, ci_high, p, p_report, verdict`` (estimates in the objective's units); the study's
-    ``min_effect``; ``unit_factor`` (100 for a fraction: points)."""
+    ci_low, ci_high, p, p_report, verdict`` (estimates in the objective's units; ``p`` the claim's test:
+    the two-stage test's for an extended study); ``unit_factor`` (100 for a fraction: points); ``staged``:
+    for an extended study (``extended_after:``), one row per contrast of its two-stage test."""
 
     report: str
     claims: pd.DataFrame
     unit_factor: float
+    staged: pd.DataFrame
 
 
 def report_claims(folder: Path, root: Path) -> ReportClaims | None:
@@ -148,7 +154,8 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
     if rep is None:
         return None
     study = rep.plan.study
-    family = read_report_pilot(study, folder).inference.family
+    inference = read_report_pilot(study, folder).inference
+    family = inference.family
     rows = []
     for c in family.claims:
         k = c.contrast
@@ -161,27 +168,71 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
                      "p": p, "p_report": c.p_holm, "verdict": c.verdict})
     from ablate.report.statistics import Scale
 
-    return ReportClaims(folder.name, pd.DataFrame(rows), Scale.of(study.objective.metric).factor)
+    factor = Scale.of(study.objective.metric).factor
+    return ReportClaims(folder.name, pd.DataFrame(rows), factor,
+                        staged_frame(inference, family, factor))
 
 
-def project_claims(reports: Path, root: Path) -> pd.DataFrame:
+def staged_frame(inference: StudyInference, family: Family, factor: float) -> pd.DataFrame:
+    """The two-stage test of each contrast of an extended study, as printed (points for a fraction)."""
+    from scipy import stats
+
+    rows = []
+    verdicts = {c.name: c for c in family.claims}
+    for c in inference.contrasts:
+        t = inference.staged.get(c.name)
+        if t is None:
+            continue
+        one = float(stats.ttest_1samp(np.asarray(c.per_seed, float), 0.0).pvalue)
+        claim = verdicts[c.name]
+        rows.append({
+            "claim": c.name + (" ★" if claim.primary else ""),
+            f"first stage (seeds 0-{t.n1 - 1})": _ci(t.mean1, t.ci1_low, t.ci1_high, factor),
+            f"extension alone ({t.n2} seeds)": _ci(t.mean2, t.ci2_low, t.ci2_high, factor),
+            "all seeds as one stage: p": _p(one),
+            "z1, z2 → Z": f"{t.z1:+.2f}, {t.z2:+.2f} → {t.z:+.2f}".replace("-", "−"),
+            "boundaries c1 / c2": f"{t.c1:.2f} / {t.c2:.2f}",
+            "two-stage p": _p(t.p), "p (Holm)": _p(claim.p_holm), "verdict": claim.verdict,
+        })
+    return pd.DataFrame(rows)
+
+
+def _ci(mean: float, lo: float, hi: float, factor: float) -> str:
+    if not np.isfinite(mean):
+        return "–"
+    ci = f" [{lo * factor:+.3g}, {hi * factor:+.3g}]" if np.isfinite(lo) else ""
+    return f"{mean * factor:+.3g}{ci}".replace("-", "−")
+
+
+@dataclass(frozen=True)
+class ProjectClaims:
+    """Every claim of every committed report (``claims``: :class:`ReportClaims` columns and ``scale``,
+    ``p_project``, ``holds``), and the two-stage tables of the extended studies (report -> frame)."""
+
+    claims: pd.DataFrame
+    staged: dict[str, pd.DataFrame]
+
+
+def project_claims(reports: Path, root: Path) -> ProjectClaims:
     """Every claim of every committed report, with ``p_project``: Holm over every *tested* claim of
-    all of them together (a claim with a finite p), and ``holds``: whether a claim detected in its
-    report is still detected project-wide (p_project < :data:`ALPHA`); ``scale`` converts estimates to
-    the report's printed units (points for a fraction)."""
+    all of them together (a claim with a finite p: an extended study's two-stage p), and ``holds``:
+    whether a claim detected in its report is still detected project-wide (p_project < :data:`ALPHA`);
+    ``scale`` converts estimates to the report's printed units (points for a fraction)."""
     from ablate.inference import holm
 
-    frames = []
+    frames, staged = [], {}
     for folder in report_folders(reports):
         rc = report_claims(folder, root)
         if rc is not None and not rc.claims.empty:
             frames.append(rc.claims.assign(scale=rc.unit_factor))
+            if not rc.staged.empty:
+                staged[rc.report] = rc.staged
     if not frames:
-        return pd.DataFrame()
+        return ProjectClaims(pd.DataFrame(), staged)
     claims = pd.concat(frames, ignore_index=True)
     claims["p_project"] = holm(claims["p"].to_numpy(dtype=float))
     claims["holds"] = (claims["verdict"] == "detected") & (claims["p_project"] < ALPHA)
-    return claims
+    return ProjectClaims(claims, staged)
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -194,12 +245,7 @@ def _p(value: float) -> str:
 
 
 def _interval(row: pd.Series) -> str:
-    f = float(row["scale"])
-    if not np.isfinite(row["estimate"]):
-        return "–"
-    lo, hi = row["ci_low"] * f, row["ci_high"] * f
-    ci = f" [{lo:+.3g}, {hi:+.3g}]" if np.isfinite(lo) else ""
-    return f"{row['estimate'] * f:+.3g}{ci}".replace("-", "−")
+    return _ci(row["estimate"], row["ci_low"], row["ci_high"], float(row["scale"]))
 
 
 def _verdict_here(row: pd.Series) -> str:
@@ -328,9 +374,11 @@ class Block:
         return "\n".join(out) + END
 
 
-def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, claims: pd.DataFrame) -> Block:
+def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, project: ProjectClaims) -> Block:
     """The generated block of ``report``: the trials it shares with other committed reports (by
-    content) and its claims' project-wide adjusted p."""
+    content), its claims' project-wide adjusted p, and, for a study extended after a report was read,
+    the two-stage test of each contrast."""
+    claims = project.claims
     mine = pairs[(pairs["report"] == report) & (pairs["other"] != report)]
     own = trials[trials["report"] == report]
     head = ("Generated by `ablate ledger` from every committed report's results.csv, and regenerated whenever "
@@ -352,11 +400,24 @@ def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, claim
             f"tested claim of every committed report ({_tested_summary(claims)}); docs/findings.md lists them "
             "all. A claim detected here that does not hold project-wide reads as a lead, not a finding.",
             claims_frame(here, {}).drop(columns=["report", "shares trials with"])))
+    staged = project.staged.get(report)
+    if staged is not None:
+        parts.append((
+            "Extended seeds: the two-stage test. This study's seeds were extended after a report of its first "
+            "seeds was read (extended_after in the study file), so testing all seeds as one stage is not the test "
+            "the design ran. Each contrast is "
+            "tested as two stages: the first stage, the extension alone, and their inverse-normal combination Z "
+            "with the first stage's weight sqrt(n1/n) fixed when the extension was committed, against "
+            "O'Brien-Fleming-type boundaries for the interim look (c1 at the first stage, c2 at the end; earlier "
+            "looks at fewer seeds spend no alpha to 3 decimals and are folded into the first stage). The two-stage "
+            "p enters the Holm correction above and decides the verdict; estimates and intervals stay those of all "
+            "seeds, and equivalence (TOST) is judged on all seeds (docs/statistics.md).", staged))
     return Block(tuple(parts), f"../{LEDGER_FILE}#{report}")
 
 
-def findings_block(claims: pd.DataFrame, pairs: pd.DataFrame) -> str:
+def findings_block(project: ProjectClaims, pairs: pd.DataFrame) -> str:
     """The claims table of docs/findings.md, between :data:`CLAIMS_BEGIN` and :data:`CLAIMS_END`."""
+    claims = project.claims
     lines = [CLAIMS_BEGIN, "",
              "<!-- Generated by `ablate ledger` from the committed reports; do not edit by hand. -->", "",
              f"{_tested_summary(claims)}. Project-wide p: Holm over every tested claim of every committed report, "
@@ -395,20 +456,15 @@ def spliced_report(md_text: str, html_text: str, block: Block) -> tuple[str, str
 
 
 def report_block(folder: Path) -> Block:
-    """The generated block of the report in ``folder`` (its results.csv written), computed over the
-    committed reports beside it (``folder``'s parent) and itself. A folder whose README.md is not yet
-    written counts as a report by its results.csv: :func:`report_folders` needs both, so it is added."""
+    """The generated block of the report in ``folder`` (its README.md and results.csv written), computed
+    over the committed reports beside it (``folder``'s parent) and itself."""
     reports = folder.parent
     trials = committed_trials(reports)
-    if folder.name not in set(trials["report"]):
-        mine = _trials_of(folder)
-        trials = pd.concat([trials, mine], ignore_index=True) if not trials.empty else mine
-    claims = project_claims(reports, reports.resolve().parent)
-    return evidence_block(folder.name, trials, shared_pairs(trials), claims)
+    return evidence_block(folder.name, trials, shared_pairs(trials), project_claims(reports, reports.resolve().parent))
 
 
 def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
-                    claims: pd.DataFrame | None = None) -> dict[Path, str]:
+                    claims: ProjectClaims | None = None) -> dict[Path, str]:
     """Every file ``ablate ledger`` writes, with its text: SHARED.md, each committed report's README.md and
     index.html with its block, and docs/findings.md with its claims table (when ``findings`` exists).
     ``claims``: :func:`project_claims` of ``reports`` when the caller has it already."""
@@ -424,7 +480,7 @@ def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
         out[md_path] = md_new
         if html_path.is_file():
             out[html_path] = html_new
-    if findings is not None and findings.is_file() and not claims.empty:
+    if findings is not None and findings.is_file() and not claims.claims.empty:
         text = findings.read_text(encoding="utf-8")
         block = findings_block(claims, pairs)
         i, j = text.find(CLAIMS_BEGIN), text.find(CLAIMS_END)
@@ -434,7 +490,7 @@ def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
 
 
 def stale_files(reports: Path, root: Path, findings: Path | None = None, *,
-                claims: pd.DataFrame | None = None) -> list[Path]:
+                claims: ProjectClaims | None = None) -> list[Path]:
     """The generated files whose text on disk differs from what :func:`generated_files` gives."""
     return [p for p, text in generated_files(reports, root, findings, claims=claims).items()
             if not p.is_file() or p.read_text(encoding="utf-8") != text]

@@ -186,6 +186,33 @@ def _parse_min_effect(ck: _Checker, doc: LineDict, seed_range: SeedRange | None)
     return min_effect
 
 
+def _parse_extended_after(ck: _Checker, doc: LineDict, seeds: tuple[int, ...] | None,
+                          seed_range: SeedRange | None) -> tuple[int, ...]:
+    """``extended_after:``: the seed counts n1 < n2 < ... at which a report of the study was read before its
+    seeds were extended (a list of ints, each at least 2 and below the study's seed count; fixed seeds
+    0..n-1 only). The report then tests each contrast as a two-stage design (:mod:`ablate.sequential`)."""
+    if doc.get("extended_after") is None:
+        return ()
+    v, line = doc["extended_after"], _line(doc, "extended_after")
+    values = [v] if isinstance(v, int) and not isinstance(v, bool) else v
+    fix = ("a list of the seed counts whose report was read before the seeds were extended, increasing, each "
+           "from 2 to below the study's seed count, e.g. [20] for a 20-seed report extended to 47 seeds")
+    if not isinstance(values, list) or not values or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                            for x in values):
+        ck.add(line, "extended_after", f"must be {fix}; got {plain(v)!r}")
+        return ()
+    if seed_range is not None or (seeds is not None and tuple(seeds) != tuple(range(len(seeds)))):
+        ck.add(line, "extended_after", "applies to fixed seeds 0..n-1 (seeds: n): adaptive seeds and seed lists "
+               "plan their own stages; remove it, or give 'seeds:' as a number")
+        return ()
+    n = len(seeds) if seeds is not None else None
+    if sorted(set(values)) != values or values[0] < 2 or (n is not None and values[-1] >= n):
+        ck.add(line, "extended_after", f"must be {fix}" + (f" (the study has {n} seeds)" if n else "")
+               + f"; got {plain(v)!r}")
+        return ()
+    return tuple(values)
+
+
 def load_study(path: str | Path) -> Study:
     """Read, validate and expand the design of a study file.
 
@@ -220,6 +247,7 @@ def load_study(path: str | Path) -> Study:
     report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
     primary = _parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
     min_effect = _parse_min_effect(ck, doc, seed_range)
+    extended_after = _parse_extended_after(ck, doc, seeds, seed_range)
     acknowledge = _parse_acknowledge(ck, doc)
 
     arms: list[Arm] = []
@@ -246,5 +274,5 @@ def load_study(path: str | Path) -> Study:
         baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
         tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
         budget_seeds=budget_seeds, warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
-        configs=configs,
+        extended_after=extended_after, configs=configs,
     )

@@ -172,6 +172,8 @@ class Study:
             budget's ``seeds: n``, e.g. a cheap smoke budget); :meth:`at_budget` applies it.
         acknowledged: the warnings the file lists under ``acknowledge:`` (run on purpose), each as
             (rule, the arms it applies to).
+        extended_after: ``extended_after:``, the seed counts whose report was read before the seeds were
+            extended; the last one is the first stage of the report's two-stage test (:mod:`ablate.sequential`).
     """
 
     path: Path
@@ -200,6 +202,7 @@ class Study:
     primary: tuple[str, ...] = ()
     min_effect: float | None = None
     seed_range: SeedRange | None = None
+    extended_after: tuple[int, ...] = ()
     configs: Mapping[tuple[str, str], TrialConfig] = field(default_factory=dict, repr=False, compare=False)
 
     @property
