@@ -63,18 +63,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ablate.intervals import ALPHA, CONFIDENCE, MIN_SEEDS, t_interval
+from ablate.intervals import finite as _finite
+
 if TYPE_CHECKING:
     from ablate.results import Results
     from ablate.study import Study
 
-#: Confidence level of every interval.
-CONFIDENCE = 0.95
-#: Family-wise error rate of the claims.
-ALPHA = 0.05
 #: Power that the seed planning aims for.
 POWER = 0.8
-#: Fewer seeds than this give no interval and no verdict but "not resolved".
-MIN_SEEDS = 3
 #: The largest seed count the planner looks at.
 MAX_SEEDS = 1000
 #: Verdicts a claim can carry (no other verdict words are used).
@@ -83,30 +80,7 @@ DETECTED, EQUIVALENT, NOT_RESOLVED = "detected", "equivalent", "not resolved"
 PAIRED, MODEL = "paired t", "linear model"
 
 
-def _finite(values: object) -> np.ndarray:
-    x = np.asarray(values, dtype=float).ravel()
-    return x[np.isfinite(x)]
-
-
 # ------------------------------------------------------------------------------------- one sample
-
-
-def t_interval(values: object, confidence: float = CONFIDENCE, min_n: int = MIN_SEEDS) -> tuple[float, float]:
-    """The t-interval of the mean of ``values`` (one per seed): ``mean +- t_{n-1} sd / sqrt(n)``.
-
-    Args:
-        values: [n] finite values (non-finite ones are dropped).
-        confidence: the interval's level.
-        min_n: fewer values give ``(nan, nan)``: no interval.
-
-    Returns:
-        ``(low, high)`` in the values' units; a zero-width interval when every value is equal.
-    """
-    x = _finite(values)
-    if x.size < max(2, min_n):
-        return math.nan, math.nan
-    half = stats.t.ppf(0.5 + confidence / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
-    return float(x.mean() - half), float(x.mean() + half)
 
 
 def d_z(differences: object) -> float:

@@ -32,11 +32,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import integrate, optimize, special
 
-from ablate.inference import ALPHA, Contrast, t_interval
+from ablate.intervals import ALPHA, finite, t_interval
+
+if TYPE_CHECKING:
+    from ablate.inference import Contrast
 
 __all__ = ["TwoStage", "boundaries", "default_w1", "stage_z", "staged_contrasts", "two_stage"]
 
@@ -203,11 +207,6 @@ class TwoStage:
         return self.stopped or (math.isfinite(self.z) and abs(self.z) >= self.c2)
 
 
-def _finite(values: object) -> np.ndarray:
-    x = np.asarray(values, dtype=float).ravel()
-    return x[np.isfinite(x)]
-
-
 def two_stage(d1: object, d2: object, *, w1: float, alpha: float = ALPHA) -> TwoStage:
     """The two-stage test of one claim from its per-seed differences.
 
@@ -220,7 +219,7 @@ def two_stage(d1: object, d2: object, *, w1: float, alpha: float = ALPHA) -> Two
     Returns:
         A :class:`TwoStage`; its ``p`` is the claim's p-value in the report's Holm family.
     """
-    a, b = _finite(d1), _finite(d2)
+    a, b = finite(d1), finite(d2)
     c1, c2, alpha1 = boundaries(float(w1), alpha)
     z1, z2 = stage_z(a), stage_z(b)
     if w1 == 0.0 or w1 == 1.0:  # one stage carries all the weight

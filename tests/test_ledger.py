@@ -126,3 +126,19 @@ def test_ledger_check_fails_on_a_stale_copy_and_the_command_regenerates_it(tmp_p
     capsys.readouterr()
     assert main(["ledger", "--reports", str(reports), "--check", "--findings", str(tmp_path / "none.md")]) == 1
     assert f"stale: {readme}" in capsys.readouterr().out
+
+
+def test_the_shared_baseline_docs_findings_names_is_one_set_of_trials(trials):
+    """docs/findings.md says the GRPO baseline of aa_control, reward_granularity, adv_scope_x_aggregation,
+    precision, packing, behaviour_logp and aa_objective is one set of trials (and prm_quality's no-PRM arm at
+    9 seeds), and that ratio_level, ppo_critic, granularity_cross and granularity_cross_kl share cells: the
+    ledger holds each of those pairs."""
+    text = FINDINGS.read_text(encoding="utf-8")
+    assert "`precision`, `packing`, `behaviour_logp`, `aa_objective`'s g8 arms, and at 9 of its 16 seeds" in text
+    pairs = L.shared_pairs(trials)
+    base = pairs[(pairs["report"] == "aa_control") & (pairs["arm"] == "stream=0")]
+    assert {"reward_granularity", "adv_scope_x_aggregation", "precision", "packing", "behaviour_logp", "aa_objective",
+            "prm_quality"} <= set(base["other"])
+    assert int(base.loc[base["other"] == "prm_quality", "n"].iloc[0]) == 9
+    cells = pairs[pairs["report"] == "granularity_cross"]
+    assert {"ratio_level", "ppo_critic", "granularity_cross_kl"} <= set(cells["other"])

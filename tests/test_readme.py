@@ -120,3 +120,26 @@ def test_every_number_of_a_finding_is_in_its_report(report, measured):
     have = [abs(h) for h in have]  # a sentence may turn a difference's sign into words ("shorter by")
     missing = [str(x) for x in shown if not any(_printed_as(h, abs(x)) or _printed_as(100 * h, abs(x)) for h in have)]
     assert not missing, f"docs/findings.md's row for {report} quotes numbers its report does not hold: {missing}"
+
+
+def findings_bullets() -> list[str]:
+    """The bullets of docs/findings.md's "What reproduces at this scale" section, one string each."""
+    section = FINDINGS[FINDINGS.index("## What reproduces at this scale"):]
+    section = section[:section.index("\nWhat the non-reproductions")]
+    return [b.replace("\n  ", " ") for b in re.split(r"\n(?=- )", section)[1:]]
+
+
+def test_the_findings_bullets_are_found():
+    assert len(findings_bullets()) >= 10
+
+
+@pytest.mark.parametrize("bullet", findings_bullets(), ids=lambda b: re.sub(r"\W+", "-", b[4:40]))
+def test_every_number_of_a_findings_bullet_is_in_a_report_it_names(bullet):
+    """Each decimal of a "What reproduces" bullet occurs, rounded as quoted, in a committed report the bullet
+    names (`name` in backticks): the bullets are checked against the reports like the table's rows."""
+    named = [n for n in re.findall(r"`([a-z_0-9]+)`", bullet) if (ROOT / "reports" / n / "README.md").is_file()]
+    assert named, bullet[:80]
+    have = [abs(x) for n in named for x in _numbers((ROOT / "reports" / n / "README.md").read_text(encoding="utf-8"))]
+    shown = [Decimal(x) for x in re.findall(r"\d+\.\d+", bullet.replace("−", "-"))]
+    missing = [str(x) for x in shown if not any(_printed_as(h, x) for h in have)]
+    assert not missing, f"docs/findings.md quotes numbers the reports it names do not hold: {missing} in {bullet[:80]}"

@@ -40,6 +40,7 @@ LEDGER_FILE = "SHARED.md"
 #: Markers of the generated block in a report's README.md and index.html, and in docs/findings.md.
 BEGIN, END = "<!-- ablate:evidence:begin -->", "<!-- ablate:evidence:end -->"
 CLAIMS_BEGIN, CLAIMS_END = "<!-- ablate:claims:begin -->", "<!-- ablate:claims:end -->"
+README_BEGIN, README_END = "<!-- ablate:leads:begin -->", "<!-- ablate:leads:end -->"
 #: The family-wise error rate of the project-wide correction.
 ALPHA = 0.05
 #: Where the generated block goes in a report written before it had one: before the first of these.
@@ -165,7 +166,7 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
                      "estimate": k.estimate if k is not None else math.nan,
                      "ci_low": k.ci_low if k is not None else math.nan,
                      "ci_high": k.ci_high if k is not None else math.nan,
-                     "p": p, "p_report": c.p_holm, "verdict": c.verdict})
+                     "p": p, "p_report": c.p_holm, "verdict": c.verdict, "seeds_needed": c.seeds_needed})
     from ablate.report.statistics import Scale
 
     factor = Scale.of(study.objective.metric).factor
@@ -263,6 +264,7 @@ def claims_frame(claims: pd.DataFrame, shared: dict[str, str]) -> pd.DataFrame:
         "p": claims["p"].map(_p), "p (Holm, report)": claims["p_report"].map(_p),
         "p (Holm, project)": claims["p_project"].map(_p),
         "verdict": [_verdict_here(r) for _, r in claims.iterrows()],
+        "seeds needed": claims["seeds_needed"].map(lambda n: f"{n:.0f}" if np.isfinite(n) else "–"),
         "shares trials with": claims["report"].map(lambda r: shared.get(r, "")),
     })
 
@@ -398,7 +400,9 @@ def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, proje
         parts.append((
             "Error control across the project: each claim of this report beside the Holm correction over every "
             f"tested claim of every committed report ({_tested_summary(claims)}); docs/findings.md lists them "
-            "all. A claim detected here that does not hold project-wide reads as a lead, not a finding.",
+            "all. A claim detected here that does not hold project-wide reads as a lead, not a finding. 'seeds "
+            "needed': for 80% power at the study's min_effect at the report's Bonferroni level, from this "
+            "report's per-seed SD (today's planner).",
             claims_frame(here, {}).drop(columns=["report", "shares trials with"])))
     staged = project.staged.get(report)
     if staged is not None:
@@ -413,6 +417,20 @@ def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, proje
             "p enters the Holm correction above and decides the verdict; estimates and intervals stay those of all "
             "seeds, and equivalence (TOST) is judged on all seeds (docs/statistics.md).", staged))
     return Block(tuple(parts), f"../{LEDGER_FILE}#{report}")
+
+
+def readme_block(project: ProjectClaims) -> str:
+    """README's sentence under the studies table: how many detections hold project-wide, and which are
+    leads (between :data:`README_BEGIN` and :data:`README_END`)."""
+    claims = project.claims
+    tested = claims[np.isfinite(claims["p"].astype(float))]
+    det = tested[tested["verdict"] == "detected"]
+    held = ", ".join(f"{rep} {n}" for rep, n in det[det["holds"]].groupby("report").size().items())
+    return (f"{README_BEGIN}\nVerdicts are each report's own (Holm within it; a study extended after its report was "
+            f"read is judged by its two-stage test). Under Holm over all {len(tested)} tested claims of the "
+            f"{claims['report'].nunique()} reports, {int(det['holds'].sum())} of the {len(det)} detections hold ({held}); "
+            f"the others read as leads: [every claim](docs/findings.md#every-claim-with-project-wide-error-control)."
+            f"\n{README_END}")
 
 
 def findings_block(project: ProjectClaims, pairs: pd.DataFrame) -> str:
@@ -481,12 +499,19 @@ def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
         if html_path.is_file():
             out[html_path] = html_new
     if findings is not None and findings.is_file() and not claims.claims.empty:
-        text = findings.read_text(encoding="utf-8")
-        block = findings_block(claims, pairs)
-        i, j = text.find(CLAIMS_BEGIN), text.find(CLAIMS_END)
-        out[findings] = (text[:i] + block + text[j + len(CLAIMS_END):]) if i >= 0 and j > i else (
-            text.rstrip() + "\n\n" + block + "\n")
+        out[findings] = _replace_marked(findings.read_text(encoding="utf-8"), findings_block(claims, pairs),
+                                        CLAIMS_BEGIN, CLAIMS_END)
+    readme = root / "README.md"
+    if readme.is_file() and not claims.claims.empty and README_BEGIN in readme.read_text(encoding="utf-8"):
+        out[readme] = _replace_marked(readme.read_text(encoding="utf-8"), readme_block(claims), README_BEGIN,
+                                      README_END)
     return out
+
+
+def _replace_marked(text: str, block: str, begin: str, end: str) -> str:
+    """``text`` with the span from ``begin`` to ``end`` replaced by ``block`` (appended when absent)."""
+    i, j = text.find(begin), text.find(end)
+    return (text[:i] + block + text[j + len(end):]) if i >= 0 and j > i else text.rstrip() + "\n\n" + block + "\n"
 
 
 def stale_files(reports: Path, root: Path, findings: Path | None = None, *,
