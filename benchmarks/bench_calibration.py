@@ -8,6 +8,7 @@ family-wise alpha 0.05). Run from the repository root::
     .venv/bin/python benchmarks/bench_calibration.py --draws 200      # a quick look (MC SE 1.5 points)
     .venv/bin/python benchmarks/bench_calibration.py --write          # also replace the section of benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_calibration.py --jobs 4 --out /tmp/calibration.md
+    .venv/bin/python benchmarks/bench_calibration.py --two-stage --write  # only (vi), its own subsection (~4 min)
 
 The generator (one draw = one study, every arm run on the same seeds):
 
@@ -31,6 +32,13 @@ accuracies bounded near 1. Reported: coverage of the reported 95% intervals of e
 planted effect (target >= 75%), and, for comparison, the coverage of the interval reports used before
 the paired t (percentile bootstrap over seeds) at 2-5 seeds.
 
+Extended when not resolved (section vi, :func:`run_two_stage`; issue: ratio_level ran 20 seeds, was not
+resolved, was extended to 47 and all 47 were tested at alpha): stage 1 runs n1 seeds; a study with a claim
+neither *detected* nor *equivalent* is extended to the N seeds its report says it needs, and decided either
+the naive way (all N seeds at alpha, for comparison) or by the two-stage test of :mod:`ablate.sequential`
+(stage-1 weight ``sqrt(n1 / N)`` fixed when the extension is committed, or ``sqrt(1/2)`` fixed before stage
+1). Reported: any false *detected* (target <= 5%), the power at min_effect, the seeds run.
+
 Monte-Carlo standard error of a rate r over D draws: sqrt(r (1 - r) / D); for coverage pooled over
 a draw's contrasts this is an upper bound (the contrasts of one draw are positively correlated).
 """
@@ -53,6 +61,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -60,6 +69,7 @@ if str(ROOT) not in sys.path:
 
 from ablate import inference  # noqa: E402
 from ablate.inference import DETECTED, EQUIVALENT, infer, seeds_for_power, t_interval  # noqa: E402
+from ablate.sequential import default_w1, two_stage  # noqa: E402
 
 BEGIN = "<!-- BEGIN calibration (written by benchmarks/bench_calibration.py) -->"
 END = "<!-- END calibration -->"
@@ -278,6 +288,178 @@ def old_vs_new(rng: np.random.Generator, draws: int, noise: Noise, resamples: in
     return rows
 
 
+# ------------------------------------------------------------------------- extended when not resolved
+
+#: The two-stage subsection's own markers, inside the calibration section: ``--two-stage --write`` replaces
+#: it alone, without rerunning the rest.
+TWO_STAGE_BEGIN = "<!-- BEGIN calibration-two-stage (bench_calibration.py --two-stage) -->"
+TWO_STAGE_END = "<!-- END calibration-two-stage -->"
+#: ratio_level's noise (issue: 20 seeds, then 47): a seed's difference SD ~10 points (its report: 9.88).
+RATIO_LEVEL_NOISE = Noise(problems=100, sd_seed=0.20, sd_run=0.055)
+#: The "extend when not resolved" scenarios: first-stage seeds and the noise (None: the bench's generator).
+TWO_STAGE_SCENARIOS: tuple[tuple[int, Noise | None], ...] = ((5, None), (10, None), (20, RATIO_LEVEL_NOISE))
+#: The most seeds an extension reaches (and at most 4 x the first stage's).
+MAX_EXTENDED = 64
+#: The stage-1 weights compared: ``sqrt(n1 / N)`` fixed when the extension to N seeds is committed (N chosen
+#: from stage 1), and equal weights fixed before stage 1 ran.
+WEIGHTS = ("sqrt(n1 / N)", "sqrt(1/2)")
+
+
+def extension_cap(n1: int) -> int:
+    """The largest N a study of ``n1`` seeds is extended to: ``min(4 n1, MAX_EXTENDED)``."""
+    return min(4 * n1, MAX_EXTENDED)
+
+
+_SD_LIMITS: dict[tuple[float, int], np.ndarray] = {}
+
+
+def planned_seeds(sd: np.ndarray, effect: float, alpha: float, max_n: int) -> np.ndarray:
+    """[draws] ``seeds_for_power(sd, effect, alpha=alpha)`` for an array of SDs (inf beyond ``max_n``).
+
+    ``seeds_for_power`` is the smallest n whose paired t power at ``effect`` reaches 80%, and the power
+    rises with ``effect / sd``, so n <= k exactly when ``sd <= effect / e_k`` with ``e_k`` the effect in SDs
+    that k seeds resolve (:func:`ablate.inference.resolvable_effect`, the same power integral): one
+    root per k instead of one search per draw (55 ms each)."""
+    key = (alpha, max_n)
+    if key not in _SD_LIMITS:  # e_k for k = 2 .. max_n, decreasing in k
+        _SD_LIMITS[key] = np.array([inference.resolvable_effect(1.0, k, alpha=alpha) for k in range(2, max_n + 1)])
+    limits = effect / _SD_LIMITS[key]                          # [k]: the largest sd that k seeds resolve
+    hit = np.asarray(sd, dtype=float)[:, None] <= limits[None, :]  # [draws, k], monotone along k
+    first = np.argmax(hit, axis=1)
+    return np.where(hit.any(axis=1), first + 2.0, math.inf)
+
+
+def paired_tests(x: np.ndarray, min_effect: float) -> tuple[np.ndarray, np.ndarray]:
+    """[draws, n, claims] per-seed differences -> ``(p, p_tost)``, each [draws, claims]: the paired t's
+    two-sided p-value (scipy's ``ttest_1samp``, the test of ``paired_contrast``) and the TOST p-value at
+    ±min_effect (:func:`ablate.inference.tost_p`)."""
+    n = x.shape[1]
+    p = stats.ttest_1samp(x, 0.0, axis=1).pvalue
+    est, se = x.mean(axis=1), x.std(axis=1, ddof=1) / math.sqrt(n)
+    tost = np.vectorize(lambda e, s_: inference.tost_p(float(e), float(s_), n - 1, min_effect))(est, se)
+    return np.asarray(p, dtype=float), np.asarray(tost, dtype=float)
+
+
+def holm_rows(p: np.ndarray) -> np.ndarray:
+    """[draws, claims] p-values -> Holm-adjusted within each draw's family (:func:`ablate.inference.holm`)."""
+    return np.stack([inference.holm(row) for row in p]) if len(p) else p
+
+
+def naive_extension(d: np.ndarray, n1: int, big_n: np.ndarray, min_effect: float,
+                    alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """What the committed studies did: stage 1's report (paired t, Holm, TOST at ±min_effect); a study whose
+    claims are not all *detected* or *equivalent* is extended to N seeds and every one of them is tested at
+    ``alpha`` by the same single-stage report.
+
+    Args:
+        d: [draws, >= max N, claims] per-seed differences; big_n: [draws] N.
+
+    Returns:
+        ``(detected, extended)``: [draws, claims] a claim *detected* by the stage-1 report or by the final one
+        (a reader saw both), and [draws] whether the study was extended.
+    """
+    p1, tost1 = paired_tests(d[:, :n1], min_effect)
+    det1 = holm_rows(p1) < alpha
+    extended = ~(det1 | (holm_rows(tost1) < alpha)).all(axis=1)
+    detected = det1.copy()
+    for n in np.unique(big_n[extended]).astype(int):
+        rows = np.flatnonzero(extended & (big_n == n))
+        p, _ = paired_tests(d[rows, :n], min_effect)
+        detected[rows] |= holm_rows(p) < alpha
+    return detected, extended
+
+
+def two_stage_extension(d: np.ndarray, n1: int, big_n: np.ndarray, w1: np.ndarray, min_effect: float,
+                        alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """The design of issue "extend when not resolved": at stage 1 a claim is *detected* when it crosses c1
+    (:func:`ablate.sequential.two_stage` on stage 1 alone) and *equivalent* by the report's TOST; a study with
+    a claim neither is extended to N seeds, and each claim's stage-wise-ordering p-value (stage 1, the
+    extension alone, inverse-normal combination at ``w1``) enters Holm over the family. A claim that did not
+    cross c1 in a study that stopped at stage 1 gets p = 1 (it is not detected, and it keeps its place in the
+    family).
+
+    Args:
+        d: [draws, >= max N, claims] per-seed differences; big_n: [draws] N; w1: [draws] stage-1 weights.
+
+    Returns:
+        ``(detected, extended)`` as :func:`naive_extension`: the final verdicts, which keep stage 1's.
+    """
+    draws, _, claims = d.shape
+    _, tost1 = paired_tests(d[:, :n1], min_effect)
+    equivalent = holm_rows(tost1) < alpha
+    p = np.ones((draws, claims))
+    crossed = np.zeros((draws, claims), dtype=bool)
+    for i, j in itertools.product(range(draws), range(claims)):
+        r = two_stage(d[i, :n1, j], (), w1=float(w1[i]), alpha=alpha)
+        if r.stopped:
+            crossed[i, j], p[i, j] = True, r.p
+    extended = ~(crossed | equivalent).all(axis=1)
+    for i, j in itertools.product(np.flatnonzero(extended), range(claims)):
+        p[i, j] = two_stage(d[i, :n1, j], d[i, n1:int(big_n[i]), j], w1=float(w1[i]), alpha=alpha).p
+    return holm_rows(p) < alpha, extended
+
+
+def run_two_stage(rng: np.random.Generator, draws: int, noise: Noise, min_effect: float,
+                  scenarios: Sequence[tuple[int, Noise | None]] = TWO_STAGE_SCENARIOS, log=print) -> list[dict]:
+    """The "extend when not resolved" scenarios on the one-factor, 3-level study (Holm over its 2 contrasts):
+    under the global null and with min_effect planted on one contrast, at each first-stage size ``n1`` and
+    noise (``None``: ``noise``).
+
+    Per draw the study is simulated up to ``extension_cap(n1)`` seeds by the bench's generator; stage 1 is
+    the first n1; N is what the report's "seeds needed" says from stage 1 (``seeds_for_power`` at the
+    largest stage-1 SD of a seed's difference, min_effect, the family's Bonferroni alpha), at least n1 + 3
+    and at most the cap; the extension is seeds n1 .. N - 1. Every procedure reads the same draws.
+
+    Returns:
+        One row per (n1, truth): rates of the naive procedure and of the two-stage test at each weight rule.
+    """
+    study = ONE_FACTOR
+    alpha, size = inference.ALPHA, len(study.contrasts)
+    inference.holm([0.5, 0.5])
+    two_stage([0.0, 1.0], [0.0, 1.0], w1=0.5)
+    gc.freeze()  # after the lazy imports above: statsmodels' Holm runs gc.collect() on every call
+    rows = []
+    for n1, special in scenarios:
+        cap, nz = extension_cap(n1), special or noise
+        for planted in (False, True):
+            t0 = time.perf_counter()
+            means = planted_means(study, nz, min_effect)[0] if planted else np.full(len(study.arms), nz.p0)
+            v = simulate(rng, means, cap, draws, nz)                        # [draws, cap, arms]
+            d = v[:, :, 1:] - v[:, :, :1]                                  # [draws, cap, 2]: b, c vs base
+            sd1 = d[:, :n1].std(axis=1, ddof=1).max(axis=1)                # [draws]
+            need = planned_seeds(sd1, min_effect, alpha / size, MAX_EXTENDED)
+            for i in range(min(draws, 8)):  # the table is seeds_for_power itself
+                want = seeds_for_power(float(sd1[i]), min_effect, alpha=alpha / size, max_n=MAX_EXTENDED)
+                assert want == need[i], (sd1[i], want, need[i])
+            big_n = np.clip(need, n1 + inference.MIN_SEEDS, cap).astype(int)
+            truth = np.array([planted, False])                              # which claims are not null
+            naive, naive_ext = naive_extension(d, n1, big_n, min_effect, alpha)
+            row = {"n1": n1, "cap": cap, "planted": planted, "draws": draws, "N_median": float(np.median(big_n)),
+                   "noise": "ratio_level's" if special is RATIO_LEVEL_NOISE else ("the generator's" if special is None
+                                                                                 else "other"),
+                   "sd": study.sd_per_seed(np.full(len(study.arms), nz.p0), *study.contrasts[1], nz),
+                   "naive": _rates(naive, naive_ext, truth, n1, big_n)}
+            for rule in WEIGHTS:
+                w1 = np.sqrt(n1 / big_n) if rule == WEIGHTS[0] else np.full(draws, math.sqrt(0.5))
+                assert rule != WEIGHTS[0] or all(default_w1(n1, int(n)) == w for n, w in zip(big_n[:8], w1[:8]))
+                det, ext = two_stage_extension(d, n1, big_n, w1, min_effect, alpha)
+                row[rule] = _rates(det, ext, truth, n1, big_n)
+            row["seconds"] = time.perf_counter() - t0
+            rows.append(row)
+            log(f"two-stage, n1 {n1}, {'planted' if planted else 'null'}: naive false {_pct(row['naive']['false'])}, "
+                + ", ".join(f"{r}: false {_pct(row[r]['false'])} power {_pct(row[r]['power'])}" for r in WEIGHTS)
+                + f" ({row['seconds']:.0f} s)")
+    return rows
+
+
+def _rates(detected: np.ndarray, extended: np.ndarray, truth: np.ndarray, n1: int, big_n: np.ndarray) -> dict:
+    """Rates over draws: any null claim *detected*, the planted claim *detected* (NaN without one), extended,
+    and the mean number of seeds run."""
+    return {"false": float(detected[:, ~truth].any(axis=1).mean()),
+            "power": float(detected[:, truth].any(axis=1).mean()) if truth.any() else math.nan,
+            "extended": float(extended.mean()), "seeds": float(np.where(extended, big_n, n1).mean())}
+
+
 # ------------------------------------------------------------------------------------------- report
 
 
@@ -433,7 +615,87 @@ def markdown(result: dict) -> str:
         *old_lines,
         "",
         verdict,
+        *(["", TWO_STAGE_BEGIN, markdown_two_stage(result), TWO_STAGE_END] if result.get("two_stage") else []),
     ])
+
+
+TWO_STAGE_PROCEDURES = (
+    ("naive", "naive: all N seeds tested at alpha (what the committed studies did; for comparison)"),
+    (WEIGHTS[0], f"two-stage test, w1 = {WEIGHTS[0]} fixed when the extension is committed"),
+    (WEIGHTS[1], f"two-stage test, w1 = {WEIGHTS[1]} fixed before stage 1"),
+)
+
+
+def two_stage_failures(rows: Sequence[dict], rule: str) -> list[str]:
+    """The rows where ``rule``'s false-detection rate misses the target (:func:`fwer_ok`)."""
+    return [f"{_pct(r[rule]['false'])} at n1 = {r['n1']} ({'planted' if r['planted'] else 'global null'})"
+            for r in rows if not fwer_ok(r[rule]["false"], r["draws"])]
+
+
+def markdown_two_stage(result: dict) -> str:
+    """The "extend when not resolved" subsection (its own measured-on line: it is written alone by
+    ``--two-stage --write``)."""
+    rows, draws, me = result["two_stage"], result["draws"], result["min_effect"]
+    lines = ["| first stage n1 | noise (true SD of a seed's difference) | N: median (cap) | true effects | procedure | "
+             "extended | mean seeds run | any false *detected* | <= 5% | power: planted contrast *detected* |",
+             "|---:|---|---|---|---|---:|---:|---:|:---:|---:|"]
+    for r in rows:
+        truth = "level: b = +min_effect, c 0" if r["planted"] else "global null"
+        for key, label in TWO_STAGE_PROCEDURES:
+            x = r[key]
+            ok = _fwer_mark(x["false"], draws) if key != "naive" else ("yes" if fwer_ok(x["false"], draws) else "no")
+            lines.append(f"| {r['n1']} | {r['noise']} ({100 * r['sd']:.1f} points) | {r['N_median']:g} ({r['cap']}) | "
+                         f"{truth} | {label} | {_pct(x['extended'])} | {x['seeds']:.1f} | {_pct(x['false'], 2)} | {ok} | "
+                         f"{_pct(x['power'])} |")
+    verdicts = []
+    for rule in WEIGHTS:
+        bad = two_stage_failures(rows, rule)
+        verdicts.append(f"w1 = {rule}: " + ("every false-detection rate meets <= 5%." if not bad else
+                                              "target NOT met: " + "; ".join(bad) + "."))
+    se5 = mc_se(FWER_MAX, draws)
+    return "\n".join([
+        "### (vi) Extended when not resolved: the two-stage test (ablate/sequential.py)",
+        "",
+        f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
+        f"{draws} simulated studies per row (seed {result['seed']}); {result['two_stage_seconds']:.0f} s.",
+        "",
+        "A one-factor study with 3 levels (Holm over its 2 contrasts, min_effect "
+        f"{me:g}), the generator above; at 20 first-stage seeds with ratio_level's noise "
+        f"({RATIO_LEVEL_NOISE.problems} problems, seed spread {100 * RATIO_LEVEL_NOISE.sd_seed:g} points, run noise "
+        f"{100 * RATIO_LEVEL_NOISE.sd_run:g}: its report's SD of a seed's difference was 9.88 points, and it was "
+        "extended from 20 to 47 seeds). Stage 1 runs n1 seeds and is analysed; the study stops when every claim "
+        "is resolved (*detected*, or *equivalent* by the report's Holm-adjusted TOST at ±min_effect), else it is "
+        "extended to N seeds, N the report's \"seeds needed\" from stage 1 (`seeds_for_power` at the larger "
+        "stage-1 SD of a seed's difference, min_effect, the family's Bonferroni alpha 0.025), at least n1 + 3 and "
+        "at most min(4 n1, 64). The naive procedure detects at stage 1 with the single-stage paired t at "
+        "alpha 0.05 and, when extended, tests all N seeds the same way; a false *detected* by either report "
+        "counts. The two-stage test detects at stage 1 only across c1 (O'Brien-Fleming-type spending), and "
+        "after the extension enters each claim's stage-wise-ordering p-value (stage 1 and the extension alone, "
+        "inverse-normal combination) into Holm; a claim that stopped at stage 1 without crossing c1 keeps "
+        "p = 1. Every procedure reads the same draws; N does not depend on the procedure. A false *detected* "
+        "is one on a claim whose true value is 0; a rate above 5% counts as met within 2 MC SE "
+        f"({100 * 2 * se5:.2f} points at {draws} draws; MC SE {100 * se5:.2f} at 5%). No power target: "
+        "the power column shows what the valid test costs against the naive one. The combination holds its "
+        "level for a weight that does not depend on stage 1's data; sqrt(n1 / N) does, through N: a small "
+        "stage-1 SD both enlarges |t1| and plans a small N, hence a larger w1 and a lower c1.",
+        "",
+        *lines,
+        "",
+        " ".join(verdicts),
+    ])
+
+
+def write_two_stage_section(path: Path, body: str) -> None:
+    """Replace the two-stage subsection of ``path``; the first time, insert it at the end of the calibration
+    section (before its END marker), else at the end of the file."""
+    from benchmarks.results_md import write_section as write
+
+    text = path.read_text() if path.exists() else ""
+    if (TWO_STAGE_BEGIN in text and TWO_STAGE_END in text) or END not in text:
+        write(path, body, TWO_STAGE_BEGIN, TWO_STAGE_END)
+        return
+    at = text.index(END)
+    path.write_text(text[:at] + f"{TWO_STAGE_BEGIN}\n{body.rstrip()}\n{TWO_STAGE_END}\n" + text[at:])
 
 
 def write_section(path: Path, body: str) -> None:
@@ -444,8 +706,10 @@ def write_section(path: Path, body: str) -> None:
 
 
 def run(draws: int, seed: int, noise: Noise, min_effect: float, jobs: int = 1, resamples: int = 2000,
-        null_seeds: Sequence[int] = NULL_SEEDS, log=print, robustness: bool = True, main: bool = True) -> dict:
-    """Every scenario (``main`` False: the robustness scenarios alone); ``log`` gets one line per scenario."""
+        null_seeds: Sequence[int] = NULL_SEEDS, log=print, robustness: bool = True, main: bool = True,
+        extended: bool = True) -> dict:
+    """Every scenario (``main`` False: the robustness scenarios alone; ``extended``: the two-stage scenarios,
+    :func:`run_two_stage`, on their own random stream); ``log`` gets one line per scenario."""
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     tallies, power = [], []
@@ -480,8 +744,11 @@ def run(draws: int, seed: int, noise: Noise, min_effect: float, jobs: int = 1, r
                     log(f"{name[:40]}..., {study.name}, {n} seeds, {t.method}: coverage {_pct(t.coverage)}, any "
                         f"false detected {_pct(t.any_false_detected)} ({t.seconds:.0f} s)")
     old = old_vs_new(rng, draws, noise, resamples) if main else []
+    t1 = time.perf_counter()
+    two = run_two_stage(np.random.default_rng([seed, 2]), draws, noise, min_effect, log=log) if extended else []
     return {"draws": draws, "seed": seed, "noise": noise, "min_effect": min_effect, "tallies": tallies,
-            "power": power, "robust": robust, "old": old, "resamples": resamples, "seconds": time.perf_counter() - t0}
+            "power": power, "robust": robust, "old": old, "resamples": resamples, "seconds": time.perf_counter() - t0,
+            "two_stage": two, "two_stage_seconds": time.perf_counter() - t1}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -498,6 +765,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--robustness-only", action="store_true",
                     help="only the robustness scenarios (section iv): a quick look, not a section to write")
+    ap.add_argument("--two-stage", action="store_true",
+                    help="only the 'extend when not resolved' scenarios; with --write, replace their subsection alone")
     ap.add_argument("--write", action="store_true", help="replace (or append) the section of --out")
     ap.add_argument("--out", type=Path, default=None,
                     help="the markdown file whose section is written (implies --write; default benchmarks/RESULTS.md)")
@@ -510,16 +779,22 @@ def main(argv: list[str] | None = None) -> int:
                      robustness=True, main=False)["robust"]:
             print(f"{t.scenario} | {t.study} | {t.method} | {t.n} | {_pct(t.coverage)} | {_pct(t.any_false_detected)}")
         return 0
-    result = run(args.draws, args.seed, noise, args.min_effect, jobs=args.jobs, resamples=args.resamples, log=log)
+    if args.two_stage:
+        t0 = time.perf_counter()
+        rows = run_two_stage(np.random.default_rng([args.seed, 2]), args.draws, noise, args.min_effect, log=log)
+        result = {"draws": args.draws, "seed": args.seed, "min_effect": args.min_effect, "two_stage": rows,
+                  "two_stage_seconds": time.perf_counter() - t0}
+    else:
+        result = run(args.draws, args.seed, noise, args.min_effect, jobs=args.jobs, resamples=args.resamples, log=log)
     argv_shown = " ".join(sys.argv[1:] if argv is None else argv)
     result.update(date=datetime.date.today().isoformat(), machine=machine(), versions=versions(),
                   command=f"python benchmarks/bench_calibration.py {argv_shown}".rstrip())
-    text = markdown(result)
+    text = markdown_two_stage(result) if args.two_stage else markdown(result)
     print(text)
     out = args.out or (ROOT / "benchmarks" / "RESULTS.md" if args.write else None)
     if out is not None:
-        write_section(out, text)
-        print(f"wrote the section to {out}", file=sys.stderr)
+        (write_two_stage_section if args.two_stage else write_section)(out, text)
+        print(f"wrote the {'two-stage sub' if args.two_stage else ''}section to {out}", file=sys.stderr)
     return 0 if "NOT met" not in text else 1
 
 
