@@ -19,9 +19,10 @@ reject, which inflates the false detections). The valid test here:
   (:func:`boundaries`): 2.772 and 1.979 at ``t = 1/2``, alpha 0.05 (the classical O'Brien-Fleming
   boundaries of two equally spaced looks, 2.797 and 1.977, spend 0.0052 at the first look instead of
   0.0056).
-- **The stage-wise-ordering p-value** (:func:`two_stage`): two-sided, valid, and <= alpha exactly when
-  the boundary test rejects. It replaces the claim's single-stage paired-t p in the report's Holm
-  family.
+- **The p-value ordered by the standardized statistic at stopping** (:func:`two_stage`): two-sided,
+  valid, <= alpha exactly when the boundary test rejects, and with no floor at the level spent at the
+  interim look (the stage-wise ordering's). It replaces the claim's single-stage paired-t p in the
+  report's Holm family.
 
 Sign convention: positive differences and scores mean level > baseline; the test is two-sided.
 """
@@ -42,7 +43,7 @@ from ablate.intervals import ALPHA, finite, t_interval
 if TYPE_CHECKING:
     from ablate.inference import Contrast
 
-__all__ = ["TwoStage", "boundaries", "default_w1", "stage_z", "staged_contrasts", "two_stage"]
+__all__ = ["EXTENSION_W1", "TwoStage", "boundaries", "default_w1", "stage_z", "staged_contrasts", "two_stage"]
 
 #: Scores beyond this many standard deviations are treated as infinite in the integrals (the normal
 #: tail there is below 1e-300).
@@ -176,10 +177,13 @@ class TwoStage:
         c1, c2, alpha1: the boundaries and the level spent at stage 1 (:func:`boundaries`).
         stopped: ``|z1| >= c1``: stage 1 alone rejects, and the design stops there (the extension's
             seeds, if any ran, do not enter the test).
-        p: the two-sided stage-wise-ordering p-value: ``2 (1 - Phi(|z1|))`` when stopped, else
-            ``alpha1 + P(|Z1| < c1, |Z| >= |z|)``; ``p <= alpha`` exactly when :attr:`rejected`. NaN when
-            the design has not stopped and there is no extension yet (nothing to test), or a stage has
-            fewer than 2 seeds.
+        p: the two-sided p-value that orders outcomes by the standardized statistic at the stage the
+            design stopped (``q = |z1|`` when stopped, else ``|z|``): ``P(|Z1| >= max(c1, q)) + P(|Z1| < c1,
+            |Z| >= q)`` under no difference, uniform under it (valid), ``p <= alpha`` exactly when
+            :attr:`rejected` (since ``c1 > c2``), and with no floor: the stage-wise ordering would add
+            all of ``alpha1`` to every outcome that continued, so no extended claim could go below it. NaN
+            when the design has not stopped and there is no extension yet (nothing to test), or a stage
+            has fewer than 2 seeds.
     """
 
     n1: int
@@ -227,12 +231,8 @@ def two_stage(d1: object, d2: object, *, w1: float, alpha: float = ALPHA) -> Two
     else:
         z = w1 * z1 + math.sqrt(1.0 - w1 * w1) * z2
     stopped = math.isfinite(c1) and not math.isnan(z1) and abs(z1) >= c1
-    if stopped:
-        p = float(2 * special.ndtr(-abs(z1)))
-    elif math.isnan(z):
-        p = math.nan
-    else:
-        p = float(min(1.0, alpha1 + _continue_tail(c1, w1, abs(z))))
+    q = abs(z1) if stopped else abs(z)  # the standardized statistic at the stage the design stopped
+    p = math.nan if math.isnan(q) else float(min(1.0, 2 * special.ndtr(-max(c1, q)) + _continue_tail(c1, w1, q)))
     lo1, hi1 = t_interval(a)
     lo2, hi2 = t_interval(b)
     return TwoStage(
@@ -244,13 +244,21 @@ def two_stage(d1: object, d2: object, *, w1: float, alpha: float = ALPHA) -> Two
 
 
 
-def staged_contrasts(contrasts: Sequence[Contrast], n1: int) -> tuple[list[Contrast], dict[str, TwoStage]]:
+#: The stage-1 weight ablate uses for every extension: equal weights, fixed before any stage's data are
+#: seen. ``sqrt(n1 / n)`` with ``n`` planned from stage 1's own spread (what a report's planner does) makes
+#: the weight depend on stage 1 and lifted false detections to 5.4% in benchmarks/bench_calibration.py
+#: --two-stage (20,000 draws); equal weights kept them at 3.7-4.8% (docs/statistics.md).
+EXTENSION_W1 = math.sqrt(0.5)
+
+
+def staged_contrasts(contrasts: Sequence[Contrast], n1: int, *, w1: float = EXTENSION_W1,
+                     ) -> tuple[list[Contrast], dict[str, TwoStage]]:
     """The contrasts of a study extended after its ``n1``-seed report was read, each tested as a
-    two-stage design: stage 1 is seeds ``0..n1-1``, the extension the seeds after them, ``w1 =
-    sqrt(n1 / n)`` with ``n`` the contrast's seeds (:func:`default_w1`: the extended count, fixed when the
-    extension was committed). Each contrast's ``p`` becomes the stage-wise-ordering p (:func:`two_stage`),
-    which the family's Holm correction then uses; estimates, intervals and TOST stay those of all seeds.
-    A contrast without seeds beyond ``n1`` (the first stage alone, a smoke budget) is left as it is.
+    two-stage design: stage 1 is seeds ``0..n1-1``, the extension the seeds after them, combined with the
+    stage-1 weight ``w1`` (:data:`EXTENSION_W1`, fixed before any stage's data). Each contrast's ``p``
+    becomes the two-stage p (:func:`two_stage`), which the family's Holm correction then uses;
+    estimates, intervals and TOST stay those of all seeds. A contrast without seeds beyond ``n1`` (the
+    first stage alone, a smoke budget) is left as it is.
 
     Returns:
         ``(contrasts, tests)``: the contrasts in order, and claim name -> its :class:`TwoStage`.
@@ -266,7 +274,7 @@ def staged_contrasts(contrasts: Sequence[Contrast], n1: int) -> tuple[list[Contr
         if later.size == 0 or first.size < 2 or c.degenerate:
             out.append(c)
             continue
-        test = two_stage(first, later, w1=default_w1(int(first.size), int(d.size)))
+        test = two_stage(first, later, w1=w1)
         tests[c.name] = test
         out.append(replace(c, p=test.p))
     return out, tests

@@ -373,7 +373,7 @@ def two_stage_extension(d: np.ndarray, n1: int, big_n: np.ndarray, w1: np.ndarra
                         alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray]:
     """The design of issue "extend when not resolved": at stage 1 a claim is *detected* when it crosses c1
     (:func:`ablate.sequential.two_stage` on stage 1 alone) and *equivalent* by the report's TOST; a study with
-    a claim neither is extended to N seeds, and each claim's stage-wise-ordering p-value (stage 1, the
+    a claim neither is extended to N seeds, and each claim's two-stage p-value (stage 1, the
     extension alone, inverse-normal combination at ``w1``) enters Holm over the family. A claim that did not
     cross c1 in a study that stopped at stage 1 gets p = 1 (it is not detected, and it keeps its place in the
     family).
@@ -670,7 +670,7 @@ def markdown_two_stage(result: dict) -> str:
         "at most min(4 n1, 64). The naive procedure detects at stage 1 with the single-stage paired t at "
         "alpha 0.05 and, when extended, tests all N seeds the same way; a false *detected* by either report "
         "counts. The two-stage test detects at stage 1 only across c1 (O'Brien-Fleming-type spending), and "
-        "after the extension enters each claim's stage-wise-ordering p-value (stage 1 and the extension alone, "
+        "after the extension enters each claim's two-stage p-value (stage 1 and the extension alone, "
         "inverse-normal combination) into Holm; a claim that stopped at stage 1 without crossing c1 keeps "
         "p = 1. Every procedure reads the same draws; N does not depend on the procedure. A false *detected* "
         "is one on a claim whose true value is 0; a rate above 5% counts as met within 2 MC SE "

@@ -151,7 +151,9 @@ def test_stopped_at_stage_one_uses_stage_one_alone():
     d1 = [3.0, 3.1, 2.9, 3.2, 2.8, 3.05]  # t ~ 51 on 5 df: |z1| far beyond c1
     r = sq.two_stage(d1, [-5.0, 1.0, -3.0], w1=math.sqrt(0.5))
     assert r.stopped and r.rejected
-    assert r.p == pytest.approx(2 * stats.norm.sf(abs(r.z1)))
+    q = abs(r.z1)  # ordered by the statistic where the design stopped: stage 1's
+    tail = (2 * stats.norm.cdf(r.c1) - 1) - inside(r.c1, q, r.w1)  # P(|Z1| < c1, |Z| >= q)
+    assert r.p == pytest.approx(2 * stats.norm.sf(q) + tail, abs=1e-12)
     assert r.p <= r.alpha1
     interim = sq.two_stage(d1, [], w1=math.sqrt(0.5))  # the interim analysis, before any extension
     assert interim.stopped and interim.p == r.p and interim.n2 == 0 and math.isnan(interim.z2)
@@ -220,22 +222,39 @@ def test_the_design_holds_its_size_under_no_difference():
 
 
 def test_staged_contrasts_test_each_contrast_as_first_stage_then_extension():
-    """A contrast with seeds 0-5, extended after its 3-seed report: stage 1 is seeds 0-2, the extension
-    seeds 3-5, w1 = sqrt(3/6); its p becomes the two-stage p, estimates stay; without seeds beyond the
-    first stage (a smoke budget) the contrast is left alone."""
+    """A contrast with seeds 0-6, extended after its 3-seed report: stage 1 is seeds 0-2, the extension
+    seeds 3-6, equal weights (w1 = sqrt(1/2), whatever the stages' sizes); its p becomes the two-stage p,
+    estimates stay; without seeds beyond the first stage (a smoke budget) the contrast is left alone."""
     from dataclasses import replace
 
     from ablate.inference import paired_contrast
     from ablate.sequential import staged_contrasts
 
-    x = np.array([0.50, 0.55, 0.48, 0.61, 0.52, 0.58])
-    y = np.array([0.45, 0.50, 0.47, 0.52, 0.50, 0.51])
-    c = paired_contrast(x, y, list(range(6)), factor="f", level="b", baseline="a", mode="max", min_effect=0.05)
+    x = np.array([0.50, 0.55, 0.48, 0.61, 0.52, 0.58, 0.53])
+    y = np.array([0.45, 0.50, 0.47, 0.52, 0.50, 0.51, 0.50])
+    c = paired_contrast(x, y, list(range(7)), factor="f", level="b", baseline="a", mode="max", min_effect=0.05)
     (out,), tests = staged_contrasts([c], 3)
     d = x - y
-    expected = sq.two_stage(d[:3], d[3:], w1=math.sqrt(3 / 6))
+    expected = sq.two_stage(d[:3], d[3:], w1=math.sqrt(1 / 2))
+    assert sq.EXTENSION_W1 == math.sqrt(1 / 2)
     assert tests[c.name] == expected and out.p == expected.p != c.p
     assert replace(out, p=c.p) == c
     early = paired_contrast(x[:3], y[:3], [0, 1, 2], factor="f", level="b", baseline="a", mode="max")
     (same,), none = staged_contrasts([early], 3)
     assert same == early and none == {}
+
+
+def test_a_claim_that_continued_has_no_floor_at_the_interim_level():
+    """Ordered by the statistic where the design stopped, a continued claim whose |Z| passes c1 gets a p
+    below alpha1 (the stage-wise ordering would give it alpha1 + something: a floor of 0.0056 at equal
+    weights that no correction over many claims lets through); by hand from scipy's bivariate normal."""
+    w1 = math.sqrt(0.5)
+    rng = np.random.default_rng(0)
+    d1 = rng.normal(0.3, 1, 8)
+    d2 = rng.normal(1.5, 1, 20)
+    r = sq.two_stage(d1, d2, w1=w1)
+    assert not r.stopped and abs(r.z) > r.c1
+    q = abs(r.z)
+    tail = (2 * stats.norm.cdf(r.c1) - 1) - inside(r.c1, q, w1)
+    assert r.p == pytest.approx(2 * stats.norm.sf(q) + tail, abs=1e-10)
+    assert r.p < r.alpha1 / 10 and r.rejected

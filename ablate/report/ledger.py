@@ -411,7 +411,8 @@ def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, proje
             "seeds was read (extended_after in the study file), so testing all seeds as one stage is not the test "
             "the design ran. Each contrast is "
             "tested as two stages: the first stage, the extension alone, and their inverse-normal combination Z "
-            "with the first stage's weight sqrt(n1/n) fixed when the extension was committed, against "
+            "with equal weights (fixed before any stage's data; a weight planned from the first stage's spread "
+            "exceeds 5% false detections in benchmarks/bench_calibration.py), against "
             "O'Brien-Fleming-type boundaries for the interim look (c1 at the first stage, c2 at the end; earlier "
             "looks at fewer seeds spend no alpha to 3 decimals and are folded into the first stage). The two-stage "
             "p enters the Holm correction above and decides the verdict; estimates and intervals stay those of all "
@@ -426,8 +427,8 @@ def readme_block(project: ProjectClaims) -> str:
     tested = claims[np.isfinite(claims["p"].astype(float))]
     det = tested[tested["verdict"] == "detected"]
     held = ", ".join(f"{rep} {n}" for rep, n in det[det["holds"]].groupby("report").size().items())
-    return (f"{README_BEGIN}\nVerdicts are each report's own (Holm within it; a study extended after its report was "
-            f"read is judged by its two-stage test). Under Holm over all {len(tested)} tested claims of the "
+    return (f"{README_BEGIN}\nVerdicts are each report's own (Holm within it; a study extended after reading its "
+            f"report: its two-stage test). Under Holm over all {len(tested)} tested claims of the "
             f"{claims['report'].nunique()} reports, {int(det['holds'].sum())} of the {len(det)} detections hold ({held}); "
             f"the others read as leads: [every claim](docs/findings.md#every-claim-with-project-wide-error-control)."
             f"\n{README_END}")
