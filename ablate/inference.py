@@ -205,15 +205,22 @@ def paired_t_power(effect: float, n: int, alpha: float = ALPHA) -> float:
     """
     if n < 2 or not math.isfinite(effect):
         return math.nan
-    from scipy import integrate
+    from scipy import integrate, special
 
     df = n - 1
     nc = abs(effect) * math.sqrt(n)
     c = float(stats.t.ppf(1 - alpha / 2, df))
     root = math.sqrt(df)
+    # the chi(df) density of s * sqrt(df), times sqrt(df), in logs (scipy.special: ~50x faster per point
+    # than scipy.stats' scalar pdf and cdf calls, which made the planner the report's slowest step)
+    log_norm = math.log(root) - (df / 2 - 1) * math.log(2.0) - float(special.gammaln(df / 2))
 
     def integrand(s: float) -> float:
-        return float((stats.norm.cdf(nc - c * s) + stats.norm.cdf(-nc - c * s)) * stats.chi.pdf(s * root, df) * root)
+        if s <= 0.0:
+            return 0.0
+        x = s * root
+        density = math.exp(log_norm + (df - 1) * math.log(x) - 0.5 * x * x)
+        return float((special.ndtr(nc - c * s) + special.ndtr(-nc - c * s)) * density)
 
     value, _ = integrate.quad(integrand, 0.0, np.inf, limit=200)
     return float(min(1.0, max(0.0, value)))
