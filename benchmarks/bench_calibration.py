@@ -69,7 +69,7 @@ if str(ROOT) not in sys.path:
 
 from ablate import inference  # noqa: E402
 from ablate.inference import DETECTED, EQUIVALENT, infer, seeds_for_power, t_interval  # noqa: E402
-from ablate.sequential import default_w1, two_stage  # noqa: E402
+from ablate.sequential import EXTENSION_W1, default_w1, two_stage  # noqa: E402
 
 BEGIN = "<!-- BEGIN calibration (written by benchmarks/bench_calibration.py) -->"
 END = "<!-- END calibration -->"
@@ -440,7 +440,7 @@ def run_two_stage(rng: np.random.Generator, draws: int, noise: Noise, min_effect
                    "sd": study.sd_per_seed(np.full(len(study.arms), nz.p0), *study.contrasts[1], nz),
                    "naive": _rates(naive, naive_ext, truth, n1, big_n)}
             for rule in WEIGHTS:
-                w1 = np.sqrt(n1 / big_n) if rule == WEIGHTS[0] else np.full(draws, math.sqrt(0.5))
+                w1 = np.sqrt(n1 / big_n) if rule == WEIGHTS[0] else np.full(draws, EXTENSION_W1)
                 assert rule != WEIGHTS[0] or all(default_w1(n1, int(n)) == w for n, w in zip(big_n[:8], w1[:8]))
                 det, ext = two_stage_extension(d, n1, big_n, w1, min_effect, alpha)
                 row[rule] = _rates(det, ext, truth, n1, big_n)
@@ -621,9 +621,12 @@ def markdown(result: dict) -> str:
 
 TWO_STAGE_PROCEDURES = (
     ("naive", "naive: all N seeds tested at alpha (what the committed studies did; for comparison)"),
-    (WEIGHTS[0], f"two-stage test, w1 = {WEIGHTS[0]} fixed when the extension is committed"),
-    (WEIGHTS[1], f"two-stage test, w1 = {WEIGHTS[1]} fixed before stage 1"),
+    (WEIGHTS[0], f"two-stage test, w1 = {WEIGHTS[0]} fixed when the extension is committed (for comparison)"),
+    (WEIGHTS[1], f"two-stage test, w1 = {WEIGHTS[1]} fixed before stage 1 (ablate's: EXTENSION_W1)"),
 )
+#: The weight rule the reports use (ablate.sequential.EXTENSION_W1): the one the target applies to; the
+#: other rows are shown for comparison.
+TARGET_RULE = WEIGHTS[1]
 
 
 def two_stage_failures(rows: Sequence[dict], rule: str) -> list[str]:
@@ -643,15 +646,19 @@ def markdown_two_stage(result: dict) -> str:
         truth = "level: b = +min_effect, c 0" if r["planted"] else "global null"
         for key, label in TWO_STAGE_PROCEDURES:
             x = r[key]
-            ok = _fwer_mark(x["false"], draws) if key != "naive" else ("yes" if fwer_ok(x["false"], draws) else "no")
+            ok = _fwer_mark(x["false"], draws) if key == TARGET_RULE else ("yes" if fwer_ok(x["false"], draws) else "no")
             lines.append(f"| {r['n1']} | {r['noise']} ({100 * r['sd']:.1f} points) | {r['N_median']:g} ({r['cap']}) | "
                          f"{truth} | {label} | {_pct(x['extended'])} | {x['seeds']:.1f} | {_pct(x['false'], 2)} | {ok} | "
                          f"{_pct(x['power'])} |")
     verdicts = []
     for rule in WEIGHTS:
         bad = two_stage_failures(rows, rule)
-        verdicts.append(f"w1 = {rule}: " + ("every false-detection rate meets <= 5%." if not bad else
-                                              "target NOT met: " + "; ".join(bad) + "."))
+        if rule == TARGET_RULE:
+            verdicts.append(f"w1 = {rule} (the reports' weight): " + (
+                "every false-detection rate meets <= 5%." if not bad else "target NOT met: " + "; ".join(bad) + "."))
+        else:
+            verdicts.append(f"w1 = {rule} (for comparison, not a target): " + (
+                "every false-detection rate is within 5%." if not bad else "above 5%: " + "; ".join(bad) + "."))
     se5 = mc_se(FWER_MAX, draws)
     return "\n".join([
         "### (vi) Extended when not resolved: the two-stage test (ablate/sequential.py)",
