@@ -17,7 +17,7 @@ import pytest
 
 from ablate.plan import Plan
 from ablate.report.build import trials_provenance
-from ablate.report.folder import _parent_tags
+from ablate.report.folder import parent_tags
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def test_report_matches_its_study_file(report):
         assert ran_on.startswith("ran on ") and f"trials: `{ran_on}`" in text, report.name
         assert results["cpu"].nunique() == 1, f"reports/{report.name} mixes processor models"  # one per study
     else:
-        assert _parent_tags(text).get("ablate.version.machine.cpu"), (
+        assert parent_tags(text).get("ablate.version.machine.cpu"), (
             f"reports/{report.name} does not name the processor its trials ran on: run it again")
     analysed = ANALYSED.search(text)
     if analysed:  # analysed again by a later commit's statistics (ablate report --from): from a clean tree

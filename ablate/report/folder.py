@@ -34,7 +34,9 @@ VERSION_LINE = re.compile(r"^- (?P<name>[^:]+): (?P<value>.+)$")
 TUNED_FILE = "tuned.json"
 
 
-def _parent_tags(readme: str) -> dict[str, str]:
+def parent_tags(readme: str) -> dict[str, str]:
+    """The parent run's tags a report's README.md prints (the command and commit that produced it, its
+    code versions and machine), read back as ``ablate.*`` tags."""
     tags: dict[str, str] = {}
     m = PRODUCED.search(readme)
     if m:
@@ -83,7 +85,7 @@ def load_report_folder(study: Study, folder: str | Path) -> Results:
     samples = {}
     if (path / "samples.json").is_file():
         samples = json.loads((path / "samples.json").read_text(encoding="utf-8"))
-    parent = _parent_tags(readme)
+    parent = parent_tags(readme)
     if (path / TUNED_FILE).is_file():  # a study with tune: ran each arm at these values
         parent[TAG_TUNED] = (path / TUNED_FILE).read_text(encoding="utf-8")
     results = Results(study=study.name, budget=budget, factors=factors, columns=columns, table=table, trials=trials,

@@ -82,10 +82,17 @@ def _trials_of(folder: Path) -> pd.DataFrame:
     else:
         metrics = [c for c in t.columns if "/" in c]
         fp = [content_fingerprint(r) for r in t[metrics].to_dict("records")]
+    if "cpu" in t:
+        cpu: object = t["cpu"].astype(str)
+    else:  # a report logged before results.csv had the column: its run's record (as `ablate report --from` reads it)
+        from ablate.report.folder import parent_tags
+
+        readme = folder / "README.md"
+        tags = parent_tags(readme.read_text(encoding="utf-8")) if readme.is_file() else {}
+        cpu = tags.get("ablate.version.machine.cpu", "")
     return pd.DataFrame({
         "report": folder.name, "key": t["key"], "arm": t["arm"], "seed": t["seed"].astype(int), "fingerprint": fp,
-        "objective": t["objective"] if "objective" in t else math.nan,
-        "cpu": t["cpu"].astype(str) if "cpu" in t else "",
+        "objective": t["objective"] if "objective" in t else math.nan, "cpu": cpu,
     })[_TRIAL_COLUMNS]
 
 
@@ -147,7 +154,9 @@ class ReportClaims:
 
 def report_claims(folder: Path, root: Path) -> ReportClaims | None:
     """The family of claims of the committed report in ``folder``, recomputed from its results.csv by
-    today's statistics (what ``ablate plan --from`` reads); None when its study file cannot be read."""
+    today's statistics (what ``ablate plan --from`` reads); None when its study file cannot be read or its
+    results.csv does not hold the study's trials."""
+    from ablate.errors import AblateError
     from ablate.planning import read_report_pilot
     from ablate.report.shared import committed_report
 
@@ -155,7 +164,10 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
     if rep is None:
         return None
     study = rep.plan.study
-    inference = read_report_pilot(study, folder).inference
+    try:
+        inference = read_report_pilot(study, folder).inference
+    except AblateError:  # its results.csv does not hold the study's level columns (another study's folder)
+        return None
     family = inference.family
     rows = []
     for c in family.claims:
