@@ -720,3 +720,69 @@ def test_bad_extended_after_is_one_clear_problem(tmp_path, cli, value, fragment)
     rc, _, err = cli("validate", str(path))
     line = text.splitlines().index(f"extended_after: {value}") + 1
     assert rc == 2 and f"{path}:{line}: {fragment}" in err, err
+
+
+CONTEXTS = """\
+name: travels
+factors:
+  loss_norm:
+    levels:
+      sequence: {loss.aggregation: seq-mean-token-mean}
+      token: {loss.aggregation: token-mean}
+  ratio:
+    levels:
+      token: {loss.ratio_level: token}
+      gspo: {loss.ratio_level: sequence, loss.clip_low: 0.0003, loss.clip_high: 0.0004}
+  task: {path: task.name, values: [addition, chain]}
+  model: {path: model.name, values: [tiny-llama, tiny-gpt2, tiny-qwen2]}
+design: one_at_a_time
+baseline: {loss_norm: sequence, ratio: token, task: addition, model: tiny-llama}
+contexts: [task, model]
+primary: [loss_norm, ratio]
+objective: {metric: eval/accuracy, mode: max}
+seeds: 2
+"""
+
+
+def test_contexts_cross_every_compared_arm_with_every_context(tmp_path):
+    """The design runs over the compared factors (one at a time: 3 arms), and each of its arms runs in every
+    context (2 tasks x 3 models = 6): 18 arms, one baseline; a context study's trial keys are those of the
+    same arms without 'contexts:' (a context is a factor whose role is replication)."""
+    study = load_study(write(tmp_path, CONTEXTS))
+    assert study.contexts == ("task", "model") and [f.name for f in study.compared] == ["loss_norm", "ratio"]
+    assert len(study.arms) == 18 and sum(a.baseline for a in study.arms) == 1
+    contexts = {study.context_of(a.levels) for a in study.arms}
+    assert len(contexts) == 6 and "task=chain,model=tiny-gpt2" in contexts
+    compared = {(a.levels["loss_norm"], a.levels["ratio"]) for a in study.arms}
+    assert compared == {("sequence", "token"), ("token", "token"), ("sequence", "gspo")}
+    for ctx in contexts:  # every compared arm in every context
+        assert sum(study.context_of(a.levels) == ctx for a in study.arms) == 3
+    base = next(a for a in study.arms if a.baseline)
+    assert base.levels == {"loss_norm": "sequence", "ratio": "token", "task": "addition", "model": "tiny-llama"}
+
+
+@pytest.mark.parametrize(("edit", "fragment"), [
+    (("primary: [loss_norm, ratio]", "primary: [loss_norm, task]"),
+     "contexts[0]: 'task' is also in 'primary:': a context is replicated over, not compared; remove it from one of them"),
+    (("  model: {path: model.name, values: [tiny-llama, tiny-gpt2, tiny-qwen2]}",
+      "  model: {path: model.name, values: [tiny-llama]}"), None),
+    (("  task: {path: task.name, values: [addition, chain]}",
+      "  task:\n    levels:\n      addition: {task.name: addition, loss.aggregation: token-mean}\n"
+      "      chain: {task.name: chain}"),
+     "factors.task: sets 'loss.aggregation', which factor 'loss_norm' also sets ('loss.aggregation'); one path "
+     "can be varied by one factor only"),
+    (("contexts: [task, model]", "contexts: [task, modle]"), "contexts[1]: unknown factor 'modle'"),
+    (("contexts: [task, model]", "contexts: [task, model, loss_norm, ratio]"), None),
+])
+def test_bad_contexts_are_one_clear_problem(tmp_path, cli, edit, fragment):
+    text = CONTEXTS.replace(*edit)
+    if fragment is None and "values: [tiny-llama]}" in text:  # one context level: task alone has 2, so make both 1
+        text = text.replace("values: [addition, chain]", "values: [addition]")
+        fragment = "contexts: task, model give one context: a verdict across contexts needs at least two"
+    if fragment is None:
+        text = text.replace("primary: [loss_norm, ratio]\n", "")
+        fragment = "contexts: names every factor: keep at least one factor to compare"
+    path = write(tmp_path, text)
+    rc, _, err = cli("validate", str(path))
+    assert rc == 2 and fragment in err, err
+    assert err.count("\n") == 1 or "contexts" in err.splitlines()[0], err  # one message

@@ -24,6 +24,7 @@ STUDY_KEYS: dict[str, str] = {
     "baseline": "the control arm: factor -> level",
     "exclude": "combinations not to run",
     "seeds": "n or a list of seeds, the same for every arm",
+    "contexts": "factors replicated over rather than compared (task, model ...): each contrast is pooled across them",
     "extended_after": "the seed counts whose report was read before the seeds were extended (the two-stage test)",
     "budgets": "named override sets chosen with --budget",
     "objective": "the metric the study compares",

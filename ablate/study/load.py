@@ -22,6 +22,7 @@ from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study, _u
 from ablate.study.sections import (
     _design_arms,
     _import_plugins,
+    _parse_contexts,
     _parse_design,
     _parse_factors,
     _parse_level_map,
@@ -246,6 +247,7 @@ def load_study(path: str | Path) -> Study:
     tune = _parse_tune(ck, doc, budgets) if doc.get("tune") is not None else None
     report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
     primary = _parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
+    contexts = _parse_contexts(ck, doc, factors, primary) if doc.get("contexts") is not None else ()
     min_effect = _parse_min_effect(ck, doc, seed_range)
     extended_after = _parse_extended_after(ck, doc, seeds, seed_range)
     acknowledge = _parse_acknowledge(ck, doc)
@@ -254,7 +256,7 @@ def load_study(path: str | Path) -> Study:
     excluded: list[Arm] = []
     aliasing = None
     if factors is not None and design is not None and not bad_baseline and exclude is not None:
-        arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude)
+        arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude, contexts)
     config_warnings: list[tuple[str, str | None, str]] = []
     configs: dict[tuple[str, str], TrialConfig] = {}
     shown: tuple[str, ...] = ()
@@ -274,5 +276,5 @@ def load_study(path: str | Path) -> Study:
         baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
         tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
         budget_seeds=budget_seeds, warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
-        extended_after=extended_after, configs=configs,
+        extended_after=extended_after, contexts=contexts, configs=configs,
     )

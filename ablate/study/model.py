@@ -174,6 +174,9 @@ class Study:
             (rule, the arms it applies to).
         extended_after: ``extended_after:``, the seed counts whose report was read before the seeds were
             extended; the last one is the first stage of the report's two-stage test (:mod:`ablate.sequential`).
+        contexts: ``contexts:``, the factors replicated over rather than compared (task, model, size ...):
+            every compared arm runs in every combination of their levels, and each contrast is estimated
+            within each context and pooled across them (:mod:`ablate.meta`).
     """
 
     path: Path
@@ -203,6 +206,7 @@ class Study:
     min_effect: float | None = None
     seed_range: SeedRange | None = None
     extended_after: tuple[int, ...] = ()
+    contexts: tuple[str, ...] = ()
     configs: Mapping[tuple[str, str], TrialConfig] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -295,6 +299,15 @@ class Study:
         parts = [f"{rule} ({WARNING_RULES.get(rule, rule)}; arm{'s' if len(arms) > 1 else ''} {', '.join(arms)})"
                  for rule, arms in self.acknowledged]
         return "run on purpose, as the study file acknowledges: " + "; ".join(parts)
+
+    @property
+    def compared(self) -> tuple[Factor, ...]:
+        """The factors the study compares: every factor but its contexts."""
+        return tuple(f for f in self.factors if f.name not in self.contexts)
+
+    def context_of(self, levels: Mapping[str, str]) -> str:
+        """The context an arm (its levels) runs in: ``task=chain,model=tiny-gpt2`` ("" without contexts)."""
+        return ",".join(f"{f}={levels[f]}" for f in self.contexts)
 
     @property
     def n_trials(self) -> int:

@@ -379,6 +379,50 @@ def _parse_primary(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
     return tuple(out)
 
 
+def _parse_contexts(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
+                    primary: tuple[str, ...]) -> tuple[str, ...]:
+    """``contexts:``: the factors the study replicates its comparisons over (task, model, model size ...)
+    rather than compares. Each must be a factor and not primary; at least one factor stays compared, and the
+    contexts give at least two combinations. (A context cannot change a compared option: no two factors
+    may set one dotted path, which the factors' own check refuses.)"""
+    node = doc["contexts"]
+    line = _line(doc, "contexts")
+    names = [node] if isinstance(node, str) else node
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        ck.add(line, "contexts", "must be a list of factor names the study replicates over rather than compares, "
+                                 f"e.g. [task, model]; got {plain(node)!r}")
+        return ()
+    if factors is None:
+        return ()
+    fmap = {f.name: f for f in factors}
+    out: list[str] = []
+    for i, name in enumerate(names):
+        where = _line(node, i) if isinstance(node, list) else line
+        path = f"contexts[{i}]"
+        if name not in fmap:
+            ck.add(where, path, _unknown("factor", name, fmap) + "; a context is one of the study's factors")
+        elif any(p.partition("=")[0] == name for p in primary):
+            ck.add(where, path, f"{name!r} is also in 'primary:': a context is replicated over, not compared; remove "
+                                f"it from one of them")
+        elif name in out:
+            ck.add(where, path, f"{name!r} is listed twice")
+        else:
+            out.append(name)
+    if len(out) < len(names):
+        return ()
+    compared = [f for f in factors if f.name not in out]
+    if not compared:
+        ck.add(line, "contexts", "names every factor: keep at least one factor to compare (the others are contexts)")
+        return ()
+    combos = 1
+    for name in out:
+        combos *= len(fmap[name].levels)
+    if combos < 2:
+        ck.add(line, "contexts", f"{', '.join(out)} give{'s' if len(out) == 1 else ''} one context: a verdict across "
+                                 "contexts needs at least two; add levels to a context factor, or drop 'contexts:'")
+    return tuple(out)
+
+
 def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] | None) -> TuneSpec | None:
     node = doc["tune"]
     line = _line(doc, "tune")
@@ -444,9 +488,17 @@ def _design_arms(
     design: Design,
     baseline: dict[str, str] | None,
     exclude: list[dict[str, str]],
+    contexts: tuple[str, ...] = (),
 ) -> tuple[list[Arm], list[Arm], AliasStructure | None]:
-    """Run the design, apply the exclusions; report design problems and an excluded baseline."""
-    level_names = {f.name: tuple(f.level_names()) for f in factors}
+    """Run the design over the compared factors, cross every arm it gives with every combination of the
+    ``contexts`` factors' levels (every compared arm in every context), apply the exclusions; report
+    design problems and an excluded baseline."""
+    context_levels = [[(f.name, lv) for lv in f.level_names()] for f in factors if f.name in contexts]
+    compared = [f for f in factors if f.name not in contexts]
+    full_baseline = baseline
+    if baseline is not None and contexts:
+        baseline = {f: lv for f, lv in baseline.items() if f not in contexts}
+    level_names = {f.name: tuple(f.level_names()) for f in compared}
     line = _line(doc, "design") if "design" in doc else 1
     before = len(ck.problems)
     if design.needs_baseline and baseline is None:
@@ -462,9 +514,15 @@ def _design_arms(
     def is_excluded(levels: Mapping[str, str]) -> bool:
         return any(all(levels[f] == lv for f, lv in entry.items()) for entry in exclude)
 
+    if contexts and full_baseline is None:
+        first = {f.name: f.level_names()[0] for f in factors if f.name in contexts}
+    else:
+        first = {f: lv for f, lv in (full_baseline or {}).items() if f in contexts}
+    if baseline is not None and contexts:
+        baseline = {**baseline, **first}  # the baseline arm: the compared baseline in the first context
     if baseline is not None and is_excluded(baseline):
         enode = doc["exclude"]
-        i = next(i for i, e in enumerate(exclude) if all(baseline[f] == lv for f, lv in e.items()))
+        i = next(i for i, e in enumerate(exclude) if all(baseline.get(f) == lv for f, lv in e.items()))
         ck.add(
             _line(enode, i),
             f"exclude[{i}]",
@@ -472,16 +530,22 @@ def _design_arms(
         )
         return [], [], None
     try:
-        raw_arms = design.arms(level_names, baseline, allowed=lambda lv: not is_excluded(lv))
+        if contexts:  # the design over the compared factors, then every context
+            inner = {f: lv for f, lv in baseline.items() if f not in contexts} if baseline is not None else None
+            raw_arms = [{**arm, **dict(ctx)} for arm in design.arms(level_names, inner, allowed=lambda lv: True)
+                        for ctx in itertools.product(*context_levels)]
+        else:
+            raw_arms = design.arms(level_names, baseline, allowed=lambda lv: not is_excluded(lv))
     except (ValueError, AblateError) as exc:
         ck.add(line, "design", str(exc))
         return [], [], None
     except Exception as exc:  # a plugin's design failing is reported, not a traceback
         ck.add(line, "design", f"the design failed: {type(exc).__name__}: {exc}")
         return [], [], None
+    every = {f.name: tuple(f.level_names()) for f in factors}
     for levels in raw_arms:  # a plugin's design may return anything
         if not isinstance(levels, Mapping) or any(
-            f not in levels or levels[f] not in names for f, names in level_names.items()
+            f not in levels or levels[f] not in names for f, names in every.items()
         ):
             ck.add(line, "design", f"the design returned an arm that is not one level of every factor: {levels!r}")
             return [], [], None
