@@ -902,7 +902,8 @@ class StudyInference:
 def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],
           baseline: Mapping[str, str], *, design: str = "full", mode: str = "max", min_effect: float | None = None,
           primary: Sequence[str] = (), alpha: float = ALPHA, value: str = "objective",
-          contrasts: str = "paired", extended_after: int | None = None) -> StudyInference:
+          contrasts: str = "paired", extended_after: int | None = None,
+          contexts: Sequence[str] = ()) -> StudyInference:
     """Every level-vs-baseline contrast of a study and its family of claims.
 
     Args:
@@ -920,6 +921,9 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         extended_after: the seeds of the report that was read before the study's seeds were extended
             (the last of the study's ``extended_after:``): each contrast is then tested as a two-stage design
             (:func:`ablate.sequential.staged_contrasts`); interactions keep the test of all seeds.
+        contexts: the factors replicated over (``contexts:``): they are matched cells, never contrasted, and
+            no interaction with them enters the family (how a contrast varies across contexts is
+            :func:`context_contrasts`' question, pooled by :mod:`ablate.meta`).
     """
     if contrasts not in CONTRAST_METHODS:
         raise ValueError(f"contrasts={contrasts!r}: one of {', '.join(CONTRAST_METHODS)}")
@@ -932,7 +936,7 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         model = fit_model(data, factors, value=value, interactions=design == "full")
     method = MODEL if contrasts == "model" and model is not None else PAIRED
     out: list[Contrast] = []
-    for f, lv in contrast_keys(levels, baseline):
+    for f, lv in contrast_keys({f: v for f, v in levels.items() if f not in contexts}, baseline):
         base = str(baseline[f])
         if method == MODEL:
             assert model is not None
@@ -944,7 +948,8 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
                                                          cells=cells)
         if c is not None:
             out.append(replace(c, primary=is_primary(f, lv, primary)))
-    terms = [t for t in (model.anova if model is not None else ()) if t.kind == "interaction"]
+    terms = [t for t in (model.anova if model is not None else ()) if t.kind == "interaction"
+             and not set(t.term.split(":")) & set(contexts)]
     if method == PAIRED:  # the robust test of each interaction, on its own per-seed contrasts
         terms = [paired_interaction(interaction_contrasts(
             data, factors[fa], factors[fb], levels[fa], levels[fb], str(baseline[fa]), str(baseline[fb]), cols,
@@ -983,7 +988,43 @@ def infer_study(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str
     (``factors``: factor name -> its column in ``per_trial``)."""
     return infer(per_trial, factors, {f.name: f.level_names() for f in study.factors}, study.baseline_levels,
                  design=study.design_name, mode=study.objective.mode, min_effect=study.min_effect,
-                 primary=study.primary, extended_after=study.extended_after[-1] if study.extended_after else None)
+                 primary=study.primary, extended_after=study.extended_after[-1] if study.extended_after else None,
+                 contexts=study.contexts)
+
+
+def context_contrasts(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],
+                      baseline: Mapping[str, str], contexts: Sequence[str], *, mode: str = "max",
+                      min_effect: float | None = None, value: str = "objective") -> dict[str, list[tuple[str, Contrast]]]:
+    """Every compared level-vs-baseline contrast, estimated within each context on its own: the report's
+    paired method (:func:`paired_values`, :func:`paired_contrast`) on the trials of that context alone.
+
+    Args:
+        per_trial: one row per trial: factor columns, ``seed``, ``value``.
+        factors: factor name -> column; levels: factor -> level order; baseline: factor -> baseline level.
+        contexts: the context factors; a context is one combination of their levels
+            (``task=chain,model=tiny-gpt2``).
+
+    Returns:
+        claim name (``factor: level vs base``) -> ``[(context, contrast), ...]`` in the contexts' order
+        of appearance; a context where the contrast has no paired seed is left out.
+    """
+    data = per_trial[np.isfinite(per_trial[value].astype(float))].copy()
+    for c in factors.values():
+        data[c] = data[c].astype(str)
+    cols = list(factors.values())
+    ctx_cols = [factors[c] for c in contexts]
+    out: dict[str, list[tuple[str, Contrast]]] = {}
+    for key, frame in data.groupby(ctx_cols, sort=False) if ctx_cols else []:
+        key = key if isinstance(key, tuple) else (key,)
+        name = ",".join(f"{f}={lv}" for f, lv in zip(contexts, key))
+        for f, lv in contrast_keys({f: v for f, v in levels.items() if f not in contexts}, baseline):
+            pv, cells = paired_values(frame, factors[f], lv, str(baseline[f]), cols, value=value)
+            if pv.empty:
+                continue
+            c = paired_contrast(pv["x"], pv["y"], pv["seed"], factor=f, level=lv, baseline=str(baseline[f]),
+                                mode=mode, min_effect=min_effect, cells=cells)
+            out.setdefault(c.name, []).append((name, c))
+    return out
 
 
 # ------------------------------------------------------------------------------------------ per arm

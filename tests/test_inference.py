@@ -652,3 +652,39 @@ def test_family_wise_false_detections_under_the_global_null(n):
                                                           baseline="b").p for k in range(2)])
     fwer = np.mean(2 * p.min(axis=1) < 0.05)
     assert fwer <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / DRAWS), fwer
+
+
+def test_contrasts_within_each_context_and_none_of_a_context_factor():
+    """A study over 2 tasks x 2 models (contexts) comparing loss_norm: each context's contrast is the paired
+    mean of its own seeds' differences (by hand), the family holds no 'task' or 'model' contrast and no
+    interaction with a context, and the contrast over all contexts averages the matched cells."""
+    from ablate.inference import context_contrasts, infer
+
+    rng = np.random.default_rng(0)
+    effect = {("addition", "llama"): 0.02, ("addition", "gpt2"): 0.04, ("chain", "llama"): -0.01,
+              ("chain", "gpt2"): 0.07}
+    rows = []
+    for (task, model), e in effect.items():
+        for seed in range(5):
+            base = 0.5 + rng.normal(0, 0.05)
+            rows.append({"loss_norm": "seq", "task": task, "model": model, "seed": seed, "objective": base})
+            rows.append({"loss_norm": "tok", "task": task, "model": model, "seed": seed,
+                         "objective": base + e + rng.normal(0, 0.01)})
+    per_trial = pd.DataFrame(rows)
+    factors = {"loss_norm": "loss_norm", "task": "task", "model": "model"}
+    levels = {"loss_norm": ["seq", "tok"], "task": ["addition", "chain"], "model": ["llama", "gpt2"]}
+    baseline = {"loss_norm": "seq", "task": "addition", "model": "llama"}
+    by_ctx = context_contrasts(per_trial, factors, levels, baseline, ("task", "model"))
+    assert list(by_ctx) == ["loss_norm: tok vs seq"]
+    got = dict(by_ctx["loss_norm: tok vs seq"])
+    assert set(got) == {f"task={t},model={m}" for t, m in effect}
+    for (task, model), _ in effect.items():
+        frame = per_trial[(per_trial["task"] == task) & (per_trial["model"] == model)]
+        d = (frame[frame["loss_norm"] == "tok"].set_index("seed")["objective"]
+             - frame[frame["loss_norm"] == "seq"].set_index("seed")["objective"])
+        c = got[f"task={task},model={model}"]
+        assert c.n_seeds == 5 and c.estimate == pytest.approx(d.mean()) and c.se == pytest.approx(d.std(ddof=1) / 5 ** 0.5)
+    inf = infer(per_trial, factors, levels, baseline, design="full", contexts=("task", "model"))
+    assert [c.name for c in inf.contrasts] == ["loss_norm: tok vs seq"]
+    assert not any("task" in c.name or "model" in c.name for c in inf.family.claims)
+    assert inf.contrasts[0].estimate == pytest.approx(np.mean([got[k].estimate for k in got]))

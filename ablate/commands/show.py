@@ -66,9 +66,15 @@ def describe(study: Study, budget: str, workers: int = 1) -> dict[str, Any]:
         bspecs = specs if name == budget else Plan.of(study, name).specs
         budgets[name] = {"n_trials": len(bspecs), "estimated_seconds": estimate_study_seconds(bspecs),
                          "overrides": study.budgets[name], "seeds": study.budget_seeds.get(name)}
+    contexts = {}
+    for spec in specs:  # every compared arm runs in every context: trials and time per context
+        contexts.setdefault(study.context_of(spec.levels), []).append(spec)
     return {
         "study": study.name,
         "file": str(study.path),
+        "contexts": {"factors": list(study.contexts), "per_context": {
+            ctx: {"n_trials": len(cs), "estimated_seconds": estimate_study_seconds(cs)}
+            for ctx, cs in contexts.items()}} if study.contexts else None,
         "description": study.description,
         "design": {"name": study.design_name, "options": study.design_options},
         "factors": [
@@ -155,6 +161,17 @@ def render(study: Study, budget: str, workers: int = 1) -> str:
         out.append(f"packing: {p['packed_trials']} of {d['n_trials']} trials set train.packed and train in populations "
                    f"(`ablate run --pack K`; auto here: {p['auto']} trial{'s' if p['auto'] != 1 else ''} a population) "
                    f"of {p['shapes']} shape{'s' if p['shapes'] != 1 else ''}; the others run solo")
+    if d["contexts"]:
+        per = d["contexts"]["per_context"]
+        arms = len(study.arms) // len(per)
+        out.append(f"contexts ({', '.join(study.contexts)}): {len(per)}, each {arms} compared arm"
+                   f"{'s' if arms != 1 else ''} x {len(d['seeds'])} seed{'s' if len(d['seeds']) != 1 else ''}; "
+                   "each contrast is estimated within each context and pooled across them (ablate.meta):")
+        width = max(len(c) for c in per)
+        for ctx, c in per.items():
+            t = c["estimated_seconds"]
+            when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
+            out.append(f"  {ctx.ljust(width)}  {c['n_trials']} trials, {when}")
     out.append("")
 
     names = [f.name for f in study.factors]
