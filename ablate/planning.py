@@ -349,6 +349,22 @@ def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
     return None if one is None else one * seeds
 
 
+def context_seconds(study: Study, budget: str, seeds: int) -> dict[str, float | None]:
+    """Per context of a study with ``contexts:``, the estimated one-worker time of its trials at ``budget``
+    with ``seeds`` seeds per arm (as :func:`study_seconds`); empty without contexts."""
+    from ablate.plan import Plan
+    from ablate.timing import estimate_study_seconds
+
+    by_context: dict[str, list] = {}
+    for spec in Plan.of(study.with_seeds([0]), budget).specs:
+        by_context.setdefault(study.context_of(spec.levels), []).append(spec)
+    out: dict[str, float | None] = {}
+    for ctx, specs in by_context.items() if study.contexts else ():
+        one = estimate_study_seconds(specs)
+        out[ctx] = None if one is None else one * seeds
+    return out
+
+
 def format_duration(seconds: float | None) -> str:
     """``~40 s``, ``~25 min``, ``~2.5 h``; ``unknown`` for None."""
     if seconds is None or not math.isfinite(seconds):

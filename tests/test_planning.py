@@ -385,3 +385,25 @@ def test_plan_from_a_report_folder_states_the_verdict_and_the_effect_its_seeds_r
     assert "planned from the 8 finished trials" in out
     assert main(["plan", str(path), "--from", str(tmp_path / "nothing")]) == 2
     assert "no results.csv there" in capsys.readouterr().err
+
+
+def test_plan_counts_trials_and_time_per_context(tmp_path, capsys):
+    """A study over contexts (2 tasks x 2 models): `ablate plan --from` a results.csv prints, beside the
+    whole study's trials, each context's trials and time (what the timing model of `ablate show` gives)."""
+    from test_study import CONTEXTS
+
+    text = CONTEXTS.replace("values: [tiny-llama, tiny-gpt2, tiny-qwen2]", "values: [tiny-llama, tiny-gpt2]")
+    path = tmp_path / "travels.yaml"
+    path.write_text(text.replace("seeds: 2", "seeds: 4") + "min_effect: 0.05\n")
+    study = load_study(path)
+    rng = np.random.default_rng(0)
+    rows = [{"key": s.key, "arm": s.arm, "seed": s.seed, "state": "done", "objective": 0.5 + rng.normal(0, 0.05),
+             **s.levels} for s in Plan.of(study).specs]
+    folder = tmp_path / "report"
+    folder.mkdir()
+    pd.DataFrame(rows).to_csv(folder / "results.csv", index=False)
+    assert main(["plan", str(path), "--from", str(folder)]) == 0
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("per context (task, model): 4 contexts, each 3 arms x")]
+    per = planning.context_seconds(study, "default", 1)
+    assert len(per) == 4 and all(f"{ctx} " in line for ctx in per)

@@ -786,3 +786,14 @@ def test_bad_contexts_are_one_clear_problem(tmp_path, cli, edit, fragment):
     rc, _, err = cli("validate", str(path))
     assert rc == 2 and fragment in err, err
     assert err.count("\n") == 1 or "contexts" in err.splitlines()[0], err  # one message
+
+
+def test_show_counts_trials_and_time_per_context(tmp_path, cli):
+    path = write(tmp_path, CONTEXTS)
+    rc, out, _ = cli("show", str(path))
+    assert rc == 0 and "contexts (task, model): 6, each 3 compared arms x 2 seeds" in out
+    lines = [ln for ln in out.splitlines() if ln.startswith("  task=")]
+    assert len(lines) == 6 and all(" 6 trials, " in ln for ln in lines)
+    rc, out, _ = cli("show", str(path), "--json")
+    per = json.loads(out)["contexts"]["per_context"]
+    assert sum(c["n_trials"] for c in per.values()) == 36

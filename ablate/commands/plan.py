@@ -165,7 +165,7 @@ def _unresolvable(study: Study, pilot_budget: str, plan: SeedPlan, u: _Units) ->
 def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> list[str]:
     """The seed count, what drives it, what it costs, and how the study file should change."""
     from ablate.inference import MIN_SEEDS
-    from ablate.planning import at_level, format_duration, study_seconds
+    from ablate.planning import at_level, context_seconds, format_duration, study_seconds
     from ablate.timing import parallel_seconds
 
     n = int(plan.seeds)
@@ -184,6 +184,11 @@ def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> 
             f"{format_duration(t1)} on 1 worker, {format_duration(t2)} with --workers 2")
     out.append(f"at {n} seeds: {arms} arms x {n} seeds = {arms * n} trials at budget {budget!r}, {when} "
                "(timing model of `ablate show`, CPU, warm start cached)")
+    per = context_seconds(study, budget, n)
+    if per:
+        each = arms // len(per)
+        out.append(f"per context ({', '.join(study.contexts)}): {len(per)} contexts, each {each} arms x {n} seeds = "
+                   f"{each * n} trials: " + "; ".join(f"{ctx} {format_duration(t)}" for ctx, t in per.items()))
     if pilot.finished and n <= plan.pilot_seeds:
         out.append(f"the pilot's {plan.pilot_seeds} seeds already suffice")
     if study.seed_range is not None:
