@@ -622,3 +622,22 @@ def test_a_timing_metric_gets_a_speed_ratio_by_seed(tmp_path):
     index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
     assert "Speed against the baseline level" in (index.parent / "README.md").read_text()
     assert inf.paired_ratio([1.0, 2.0], [2.0, 0.0]).n_seeds == 1  # a non-positive time is left out
+
+
+def test_the_context_forest_draws_a_row_per_context_the_pooled_diamond_and_the_prediction_interval():
+    from ablate.report.figures import context_forest
+
+    contexts = pd.DataFrame({"context": ["task=a", "task=b", "task=c"], "estimate": [0.02, -0.01, 0.05],
+                             "ci_low": [-0.01, -0.05, 0.01], "ci_high": [0.05, 0.03, 0.09], "n": [8, 8, 8]})
+    pooled = {"estimate": 0.02, "ci_low": -0.03, "ci_high": 0.07, "pi_low": -0.1, "pi_high": 0.14, "tau": 0.02,
+              "i2": 0.4}
+    fig = context_forest("f: b vs a", contexts, pooled, verdict="not resolved", scale=100, unit="points",
+                         min_effect=0.05, method="Paule-Mandel τ²")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["task=a (8 seeds)", "task=b (8 seeds)", "task=c (8 seeds)", "pooled"]
+    assert "not resolved" in ax.get_title() and "τ = 2 points, I² = 40%" in ax.get_title()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "95% prediction interval for a new context" in legend and "±min_effect (5 points)" in legend
+    (pi_line,) = [ln for ln in ax.get_lines() if list(ln.get_ydata()) == [0.0, 0.0]]
+    assert list(pi_line.get_xdata()) == pytest.approx([-10, 14])

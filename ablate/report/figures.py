@@ -208,6 +208,50 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
     return fig
 
 
+def context_forest(claim: str, contexts: pd.DataFrame, pooled: Mapping[str, float], *, verdict: str,
+                   scale: float = 1.0, unit: str = "", min_effect: float | None = None,
+                   method: str = "") -> Figure:
+    """One contrast across contexts: a row per context (its estimate and 95% paired-t interval over its
+    seeds), the pooled random-effects diamond (its interval's width), the prediction interval for a new
+    context (a thin bar under the diamond) and the ±min_effect band shaded.
+
+    Args:
+        contexts: one row per context: ``context, estimate, ci_low, ci_high, n`` (objective units).
+        pooled: ``estimate, ci_low, ci_high, pi_low, pi_high, tau, i2`` (objective units; NaN for none).
+        verdict: the verdict across contexts, printed in the title; method: the estimator and interval.
+    """
+    k = len(contexts)
+    with theme():
+        fig = Figure(figsize=(WIDTH, 1.6 + 0.38 * (k + 2)), dpi=DPI, layout="constrained")
+        ax = fig.subplots()
+        if min_effect:
+            ax.axvspan(-min_effect * scale, min_effect * scale, color="0.85", alpha=0.6, lw=0,
+                       label=f"±min_effect ({min_effect * scale:g} {unit})")
+        ax.axvline(0, color="0.3", lw=0.8)
+        for i, r in enumerate(contexts.itertuples()):
+            y = k + 1 - i
+            if np.isfinite(r.ci_low):
+                ax.plot([r.ci_low * scale, r.ci_high * scale], [y, y], color="C0", lw=2)
+            ax.plot(r.estimate * scale, y, "s", color="C0", markersize=6)
+        est, lo, hi = (pooled.get(x, math.nan) for x in ("estimate", "ci_low", "ci_high"))
+        if np.isfinite(est):
+            ax.fill([lo * scale, est * scale, hi * scale, est * scale], [0.5, 0.8, 0.5, 0.2], color="C3",
+                    label="pooled (random effects) and its 95% interval")
+        pl, ph = pooled.get("pi_low", math.nan), pooled.get("pi_high", math.nan)
+        if np.isfinite(pl):
+            ax.plot([pl * scale, ph * scale], [0.0, 0.0], color="C3", lw=1.2, alpha=0.7,
+                    label="95% prediction interval for a new context")
+        names = [f"{r.context} ({int(r.n)} seeds)" for r in contexts.itertuples()]
+        ax.set_yticks([k + 1 - i for i in range(k)] + [0.5], names + ["pooled"])
+        ax.set_ylim(-0.5, k + 1.6)
+        ax.set_xlabel(f"difference level − baseline ({unit})" if unit else "difference level − baseline")
+        tau, i2 = pooled.get("tau", math.nan), pooled.get("i2", math.nan)
+        ax.set_title(f"{claim}: {verdict}\n" + (f"τ = {tau * scale:.3g} {unit}, I² = {100 * i2:.0f}%" if np.isfinite(tau)
+                                                else "") + (f"; {method}" if method else ""), fontsize="medium")
+        ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
+    return fig
+
+
 def interaction_plots(per_trial: pd.DataFrame, factors: Mapping[str, str], *, metric: str,
                       levels: Mapping[str, Sequence[str]] | None = None, unit: str | None = None) -> Figure | None:
     """One panel per pair of factors: the objective against the levels of the first, one line per
