@@ -17,6 +17,8 @@ A study compares *arms* (combinations of factor levels) over paired *seeds* at a
     baseline: {loss_norm: sequence, clip_high: 0.2}           # the control arm (required by one_at_a_time)
     exclude: [{loss_norm: token, clip_high: 0.28}]            # optional; combinations not to run
     seeds: 3                         # required; n (seeds 0..n-1), a list of distinct ints, or {min: 4, max: 16}
+    extended_after: [2]              # optional; seed counts whose report was read before the seeds were extended
+    contexts: [task]                 # optional; factors replicated over rather than compared (task, model, size)
     budgets: {smoke: {seeds: 1, train.steps: 2}, full: {train.steps: 400}}  # optional; 'default' always exists
     objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 3}   # required
     tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 8, budget: smoke, seeds: 1}
@@ -76,6 +78,18 @@ Keys, one by one:
   eval/accuracy: 0.03 is 3 points), > 0. Equivalence ("no effect as large as min_effect") can only
   be claimed with it, and ``ablate plan`` plans seeds for it.
 
+- ``extended_after``: the seed counts (increasing, from 2 to below the study's ``seeds: n``; fixed seeds
+  only) at which a report of the study was read before its seeds were extended. The report then tests
+  each contrast as a two-stage design: the seeds up to the last count, then the rest
+  (:mod:`ablate.sequential`; docs/statistics.md). Neither the study's identity nor its trial keys change.
+- ``contexts``: factor names the study replicates over rather than compares (a task, a model, a model
+  size: anything its levels set as dotted overrides). The design runs over the other (compared)
+  factors, and every arm it gives runs in every combination of the contexts' levels at the same seeds,
+  so each contrast is paired within each context; the report estimates it per context and pools the
+  estimates (:mod:`ablate.meta`). Chosen as a top-level list beside ``primary:`` rather than a
+  ``role:`` on each factor because it is one decision about the study's question (which factors the
+  answer must travel across), read in one place, like ``primary:``. A context may not be primary,
+  every factor may not be a context, and the contexts must give at least two combinations.
 - ``acknowledge``: a list of configuration-warning names (``ablate.config.WARNING_RULES``; every
   warning ends with its name in brackets, e.g. ``[gspo-token-sum]``; docs/config.md lists them) that
   the study crosses on purpose, such as GSPO's sequence ratio under token-mean in a loss-normalization
