@@ -191,6 +191,14 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
         "detected, green equivalent, grey not resolved; ★ primary.",
         lambda: figs.forest_plot(fam, scale=stats.scale.factor, unit=stats.scale.unit, metric=metric,
                                  min_effect=stats.min_effect))
+    for i, a in enumerate(stats.contexts):  # a study with contexts: one forest per contrast, primary first
+        pooled = {k: getattr(a.pooled, k) for k in ("estimate", "ci_low", "ci_high", "pi_low", "pi_high", "tau", "i2")}
+        add(f"contexts_{i + 1}", f"{a.claim} across contexts", "One row per context: its estimate (square) and 95% "
+            "paired-t interval over its seeds; the pooled random-effects estimate (diamond: its 95% interval), the "
+            "95% prediction interval for a new context (thin line) and the ±min_effect band (grey).",
+            lambda a=a, pooled=pooled: figs.context_forest(a.claim, a.contexts, pooled, verdict=a.verdict,
+                                                           scale=stats.scale.factor, unit=stats.scale.unit,
+                                                           min_effect=stats.min_effect, method=a.pooled.method))
     avg = " Each seed's value at a level is its mean over the arms with that level (averaged over the other " \
           "factors)." if several else ""
     add("paired_seeds", "Objective per level, seed by seed", "The trial objective per level: grey lines join each "

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ablate import inference
 from ablate.report.page import Section, Table
-from ablate.report.statistics import ReportStatistics, Scale
+from ablate.report.statistics import AcrossContexts, ReportStatistics, Scale
 
 # ------------------------------------------------------------------------------------- formatting
 
@@ -366,12 +366,28 @@ class Findings:
     answer: tuple[str, ...] = ()
 
 
+def context_sentence(a: AcrossContexts, scale: Scale) -> str:
+    """One contrast across contexts: its verdict and :func:`ablate.meta.verdict`'s reason (the pooled
+    estimate with its interval, the prediction interval for a new context, τ, I² and the heterogeneity
+    test, or what would resolve it), and the method."""
+    p = a.pooled
+    reason = a.reason[0].upper() + a.reason[1:] if a.reason else ""
+    if np.isfinite(p.estimate) and "pooled" not in reason:
+        reason += (f"; pooled {signed(p.estimate * scale.factor)} {ci_text(p.ci_low, p.ci_high, scale.factor)}, "
+                   f"τ = {num(p.tau * scale.factor)}, I² = {num(100 * p.i2, 2)}%")
+    return f"{a.claim}: {a.verdict} across {p.k} contexts. {reason} (random effects: {p.method})."
+
+
 def answer_sentences(stats: ReportStatistics) -> list[str]:
     """The top of the report: one plain sentence per primary contrast; without primary contrasts, one
-    sentence saying so, then one per contrast of the family (at most 6)."""
+    sentence saying so, then one per contrast of the family (at most 6). A study with ``contexts:``
+    answers with each primary contrast's verdict across contexts."""
     scale, fam = stats.scale, stats.inference.family
     if stats.per_trial.empty:
         return ["No trial has finished yet: there is nothing to compare."]
+    if stats.contexts:
+        chosen = [a for a in stats.contexts if a.primary] or list(stats.contexts)
+        return [context_sentence(a, scale) for a in chosen]
     if fam.primary:
         return [answer_sentence(c, fam, scale, stats.mode) for c in fam.primary]
     claims = [c for c in fam.claims if c.contrast is not None]
@@ -401,6 +417,14 @@ def _sections(stats: ReportStatistics) -> list[Section]:
                 "Each two-factor interaction tested on its per-seed interaction contrasts (Hotelling's T², the "
                 "paired t-test for one contrast), members of the same family." if fam.method == inference.PAIRED
                 else "Type II F-tests of the two-factor interactions, members of the same family.")))
+    if stats.contexts:
+        sections.insert(0, Section("Across contexts", tuple(context_sentence(a, scale) for a in stats.contexts), (
+            "Each contrast estimated within each context (the paired t over that context's seeds) and pooled across "
+            "contexts by a random-effects model (ablate.meta): the pooled estimate is the mean effect over contexts "
+            "like these, τ the spread of the true effect between them, and the prediction interval where a new "
+            "context's effect would fall. Verdicts: holds across contexts, equivalent across contexts, "
+            "context-dependent, not resolved (docs/statistics.md). The claims below average each contrast over "
+            "the contexts with equal weight, as one family.")))
     if not stats.fits.empty:
         sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
                                 "Descriptive fits per arm, not claims of the family."))
@@ -502,10 +526,28 @@ def _descriptive_tables(stats: ReportStatistics) -> list[Table]:
     return tables
 
 
+def _context_tables(stats: ReportStatistics) -> list[Table]:
+    """Per contrast of a study with ``contexts:``: each context's estimate and interval, and the pooled row."""
+    f = stats.scale.factor
+    tables = []
+    for a in stats.contexts:
+        rows = [{"context": r.context, "seeds": str(int(r.n)), "estimate": signed(r.estimate * f),
+                 "95% CI": ci_text(r.ci_low, r.ci_high, f)} for r in a.contexts.itertuples()]
+        p = a.pooled
+        if np.isfinite(p.estimate):
+            rows.append({"context": f"pooled ({p.k} contexts)", "seeds": "", "estimate": signed(p.estimate * f),
+                         "95% CI": ci_text(p.ci_low, p.ci_high, f)})
+            rows.append({"context": "a new context (prediction interval)", "seeds": "", "estimate": "",
+                         "95% CI": ci_text(p.pi_low, p.pi_high, f) if np.isfinite(p.pi_low) else "–"})
+        tables.append(Table(f"{a.claim} across contexts", pd.DataFrame(rows),
+                            f"{a.verdict}. {a.reason}".strip() + f" Method: {p.method}.", ""))
+    return tables
+
+
 def phrase(stats: ReportStatistics) -> Findings:
     """Step 2: phrase ``stats`` as findings and format its tables."""
     notes = []
     if stats.scale.factor != 1:
         notes.append(f"{stats.metric} is a fraction; differences are shown in percentage points (× 100).")
-    tables = [*_claim_tables(stats), *_descriptive_tables(stats)]
+    tables = [*_context_tables(stats), *_claim_tables(stats), *_descriptive_tables(stats)]
     return Findings(tuple(_sections(stats)), tuple(notes), tuple(tables), tuple(answer_sentences(stats)))

@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -135,6 +135,7 @@ class ReportStatistics:
         eval_sd: contrast name -> the evaluation's own share of the noise: the SD of one seed's
             difference that sampling the evaluation problems alone gives (paired by problem on each
             trial's last evaluation, :func:`eval_noise`); empty without per-problem records.
+        contexts: for a study with ``contexts:``, every compared contrast per context and pooled.
     """
 
     study: str
@@ -166,6 +167,7 @@ class ReportStatistics:
     seed_rule: str = ""
     eval_sd: dict[str, float] = field(default_factory=dict)
     speed: tuple[SpeedRatio, ...] = ()
+    contexts: tuple[AcrossContexts, ...] = ()
 
     @property
     def legend_title(self) -> str:
@@ -236,6 +238,52 @@ def eval_noise(problems: pd.DataFrame, per_trial: pd.DataFrame, run: inference.S
     return out
 
 
+@dataclass(frozen=True)
+class AcrossContexts:
+    """One contrast of a study with ``contexts:``, estimated within each context and pooled across them.
+
+    Attributes:
+        claim: ``factor: level vs base``; primary: the study names it in ``primary:``.
+        contexts: one row per context: ``context, estimate, se, df, ci_low, ci_high, n`` (objective units;
+            the report's paired t within the context).
+        pooled: the random-effects pooling (:class:`ablate.meta.Pooled`).
+        verdict, reason: :func:`ablate.meta.verdict`'s answer and why (what would resolve it).
+    """
+
+    claim: str
+    primary: bool
+    contexts: pd.DataFrame
+    pooled: Any
+    verdict: str
+    reason: str
+
+
+def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str]) -> tuple[AcrossContexts, ...]:
+    """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.meta`);
+    empty without contexts."""
+    if not study.contexts or per_trial.empty:
+        return ()
+    from ablate import meta
+
+    levels = {f.name: f.level_names() for f in study.factors}
+    by_claim = inference.context_contrasts(per_trial, factors, levels, study.baseline_levels, study.contexts,
+                                           mode=study.objective.mode, min_effect=study.min_effect)
+    out = []
+    for claim, rows in by_claim.items():
+        frame = pd.DataFrame([{"context": ctx, "estimate": c.estimate, "se": c.se, "df": c.df, "ci_low": c.ci_low,
+                               "ci_high": c.ci_high, "n": c.n_seeds} for ctx, c in rows])
+        usable = frame[np.isfinite(frame["se"]) & (frame["se"] > 0)]
+        pooled = meta.pool(usable["estimate"].to_numpy(float), usable["se"].to_numpy(float),
+                           usable["df"].to_numpy(float), min_effect=study.min_effect, labels=list(usable["context"]))
+        scale = Scale.of(study.objective.metric)
+        verdict, reason = meta.verdict(pooled, min_effect=study.min_effect, factor=scale.factor,
+                                       unit=f" {scale.unit}" if scale.unit else "")
+        first = rows[0][1]
+        out.append(AcrossContexts(claim, inference.is_primary(first.factor, first.level, study.primary), frame, pooled,
+                                  verdict, reason))
+    return tuple(out)
+
+
 def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, seed: int = 0) -> ReportStatistics:
     """Step 1: the statistics of ``results`` under ``study``'s design, objective, ``primary:`` and
     ``min_effect:``.
@@ -266,7 +314,8 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         if values.empty:
             continue
         diagnostics.append(Diagnostic(metric, inference.infer(values, factors, levels, baseline,
-                                                              design=study.design_name, value="value")))
+                                                              design=study.design_name, value="value",
+                                                              contexts=study.contexts)))
         if is_timing(metric):
             speed.extend(speed_ratios(table, metric, factors, levels, baseline))
     value_range = (0.0, 1.0) if unit == "fraction" else None
@@ -287,5 +336,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
-        speed=tuple(speed),
+        speed=tuple(speed), contexts=across_contexts(study, per_trial, factors),
     )
