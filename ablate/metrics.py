@@ -65,6 +65,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "eval/length": ("mean greedy eval completion length", "tokens"),
     "eval/truncated_frac": ("fraction of greedy eval completions without EOS", "fraction"),
     "eval/pass_at_{k}": ("unbiased pass@k from k samples per eval problem (eval.pass_k > 1)", "fraction"),
+    "model/params": ("parameters of the policy (logged once, at step 0): the size a report's scale trend reads",
+                     "parameters"),
     "compute/tokens": ("completion tokens generated for training so far (the compute axis)", "tokens"),
     "compute/samples": ("completions generated for training so far", "completions"),
     "perf/rollout_s": ("seconds spent sampling this step", "s"),

@@ -539,7 +539,6 @@ def test_a_report_lists_the_trials_it_shares_by_content_with_a_committed_report_
     not shared. Its results.csv records each trial's fingerprint; its curves.csv the objective's history."""
     from ablate.metrics import CONTENT_METRICS, content_fingerprint
     from ablate.report.ledger import BEGIN, END
-    from ablate.report.markdown import md
 
     res = synthetic(study, np.random.default_rng(3))
     plan = Plan.of(study, res.budget)
@@ -641,3 +640,62 @@ def test_the_context_forest_draws_a_row_per_context_the_pooled_diamond_and_the_p
     assert "95% prediction interval for a new context" in legend and "±min_effect (5 points)" in legend
     (pi_line,) = [ln for ln in ax.get_lines() if list(ln.get_ydata()) == [0.0, 0.0]]
     assert list(pi_line.get_xdata()) == pytest.approx([-10, 14])
+
+
+def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its_forest(tmp_path):
+    """loss_norm compared across 3 contexts (clip_high's values): the report's first lines are the verdict
+    across contexts with the pooled estimate, τ, I² and the prediction interval; a forest per contrast; a
+    table per contrast with each context and the pooled row; no claim contrasts a context factor."""
+    from ablate import meta
+
+    path = tmp_path / "ctx.yaml"
+    path.write_text(STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
+        "seeds: 6", "seeds: 6\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05"))
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1, interaction=0.05)
+    stats = compute_statistics(study, res, **FAST)
+    (a,) = stats.contexts
+    assert a.primary and list(a.contexts["context"]) == ["clip_high=0.2", "clip_high=0.28", "clip_high=0.3"]
+    expected = meta.pool(a.contexts["estimate"].to_numpy(), a.contexts["se"].to_numpy(), a.contexts["df"].to_numpy(),
+                         min_effect=0.05, labels=list(a.contexts["context"]))
+    assert a.pooled.estimate == pytest.approx(expected.estimate) and a.pooled.k == 3
+    assert not any("clip_high" in c.name for c in stats.inference.family.claims)
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx", **FAST)
+    text = (index.parent / "README.md").read_text()
+    findings = text.split("## Findings", 1)[1].split("\n\n", 2)[1]
+    assert findings.startswith(f"- {md(a.claim)}: {md(a.verdict)} across 3 contexts. ")
+    assert "a new context" in findings and "I² =" in findings and md(a.pooled.method) in findings
+    assert (index.parent / "contexts_1.png").is_file() and "### Across contexts" in text
+    assert "across contexts" in text and "pooled (3 contexts)" in text
+
+
+def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(tmp_path):
+    """One context factor setting model.name over 3 sizes (each trial logs model/params at step 0): each
+    contrast gets a weighted trend in log10 parameters (ablate.meta.scale_trend on the per-context estimates),
+    and the report extends it to 135M parameters as an extrapolation, not a result."""
+    from ablate import meta
+
+    path = tmp_path / "ladder.yaml"
+    path.write_text(STUDY.replace("seeds: 6", "seeds: 6\ncontexts: [size]\nmin_effect: 0.05").replace(
+        "  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}",
+        "  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}\n"
+        "  size: {path: model.name, values: [micro-llama, tiny-llama, small-llama]}").replace(
+        "baseline: {loss_norm: sequence, clip_high: 0.2}", "baseline: {loss_norm: sequence, clip_high: 0.2, size: tiny-llama}"))
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(2), effect=0.1, interaction=0.03)
+    params = {"micro-llama": 2.0e5, "tiny-llama": 8.0e5, "small-llama": 2.9e6}
+    column = res.columns["size"]
+    first = res.table[(res.table["metric"] == "eval/accuracy") & (res.table["step"] == 0)].copy()
+    first["metric"] = "model/params"
+    first["value"] = first[column].map(params)
+    res.table = pd.concat([res.table, first], ignore_index=True)
+    stats = compute_statistics(study, res, **FAST)
+    token = next(a for a in stats.contexts if a.claim.startswith("loss_norm"))
+    assert token.trend is not None
+    frame = token.contexts.set_index("context")
+    x = [np.log10(params[c.split("=")[1]]) for c in frame.index]
+    expected = meta.scale_trend(x, frame["estimate"].to_numpy(), frame["se"].to_numpy())
+    assert token.trend.slope == pytest.approx(expected.slope) and token.trend.k == 3
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ladder", **FAST)
+    text = (index.parent / "README.md").read_text()
+    assert "per tenfold parameters" in text and "an extrapolation beyond the sizes measured, not a result" in text

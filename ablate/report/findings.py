@@ -375,7 +375,22 @@ def context_sentence(a: AcrossContexts, scale: Scale) -> str:
     if np.isfinite(p.estimate) and "pooled" not in reason:
         reason += (f"; pooled {signed(p.estimate * scale.factor)} {ci_text(p.ci_low, p.ci_high, scale.factor)}, "
                    f"τ = {num(p.tau * scale.factor)}, I² = {num(100 * p.i2, 2)}%")
-    return f"{a.claim}: {a.verdict} across {p.k} contexts. {reason} (random effects: {p.method})."
+    return f"{a.claim}: {a.verdict} across {p.k} contexts. {reason} (random effects: {p.method})." + (
+        f" {trend_sentence(a.trend, scale)}" if a.trend is not None else "")
+
+
+def trend_sentence(trend: Any, scale: Scale) -> str:
+    """A contrast's trend with model size (:func:`ablate.meta.scale_trend` in log10 parameters) and where it
+    would be at SmolLM2-135M's size, said as an extrapolation, never as a result."""
+    from ablate.report.statistics import EXTRAPOLATE_PARAMS
+
+    f, unit = scale.factor, f" {scale.unit}" if scale.unit else ""
+    at = trend.at(math.log10(EXTRAPOLATE_PARAMS))
+    return (f"With model size: {signed(trend.slope * f)}{unit} per tenfold parameters "
+            f"{ci_text(trend.slope_low, trend.slope_high, f)} (weighted least squares over {trend.k} sizes, t on "
+            f"{trend.df} df, {p_text(trend.p)}); extended to 135M parameters (SmolLM2) the line gives "
+            f"{signed(at.value * f)}{unit}, a new measurement there {ci_text(at.pi_low, at.pi_high, f)}: an "
+            "extrapolation beyond the sizes measured, not a result.")
 
 
 def answer_sentences(stats: ReportStatistics) -> list[str]:

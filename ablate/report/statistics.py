@@ -256,11 +256,36 @@ class AcrossContexts:
     pooled: Any
     verdict: str
     reason: str
+    trend: Any = None
 
 
-def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str]) -> tuple[AcrossContexts, ...]:
-    """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.meta`);
-    empty without contexts."""
+#: The metric a trial logs its policy's parameter count in (at step 0): a scale trend's x.
+PARAMS_METRIC = "model/params"
+#: Where a scale trend is extrapolated to: SmolLM2-135M-Instruct's parameters, the next model ablate runs.
+EXTRAPOLATE_PARAMS = 134.5e6
+
+
+def context_sizes(study: Study, table: pd.DataFrame, factors: Mapping[str, str]) -> dict[str, float]:
+    """Context -> its policy's parameters (:data:`PARAMS_METRIC`), when the study's one context factor sets
+    ``model.name`` and its contexts span at least 3 sizes: a size ladder, whose contrasts get a scale trend.
+    Empty otherwise."""
+    if len(study.contexts) != 1 or table.empty or "model.name" not in study.factor(study.contexts[0]).paths():
+        return {}
+    rows = table[table["metric"] == PARAMS_METRIC]
+    if rows.empty:
+        return {}
+    column = factors[study.contexts[0]]
+    sizes = rows.groupby(column)["value"].first()
+    if sizes.nunique() < 3:
+        return {}
+    return {study.context_of({study.contexts[0]: str(level)}): float(v) for level, v in sizes.items()}
+
+
+def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str],
+                    sizes: Mapping[str, float] | None = None) -> tuple[AcrossContexts, ...]:
+    """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.meta`),
+    with its trend in log10(parameters) when ``sizes`` (context -> parameters, :func:`context_sizes`)
+    is given; empty without contexts."""
     if not study.contexts or per_trial.empty:
         return ()
     from ablate import meta
@@ -279,8 +304,12 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
         verdict, reason = meta.verdict(pooled, min_effect=study.min_effect, factor=scale.factor,
                                        unit=f" {scale.unit}" if scale.unit else "")
         first = rows[0][1]
+        trend = None
+        if sizes and set(usable["context"]) <= set(sizes) and len(usable) >= 3:
+            trend = meta.scale_trend([math.log10(sizes[c]) for c in usable["context"]],
+                                     usable["estimate"].to_numpy(float), usable["se"].to_numpy(float))
         out.append(AcrossContexts(claim, inference.is_primary(first.factor, first.level, study.primary), frame, pooled,
-                                  verdict, reason))
+                                  verdict, reason, trend))
     return tuple(out)
 
 
@@ -336,5 +365,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
-        speed=tuple(speed), contexts=across_contexts(study, per_trial, factors),
+        speed=tuple(speed), contexts=across_contexts(study, per_trial, factors, context_sizes(study, table, factors)),
     )

@@ -138,8 +138,9 @@ def train_prepared(run: PreparedTrial, log: LogFn | None = None, *, stop_after: 
         if log is not None:
             log(metrics, step)
 
-    if start.step is None:  # the start policy, evaluated once
-        emit({**_evaluate(state, 0, eval_rows), "compute/tokens": 0.0, "compute/samples": 0.0}, 0)
+    if start.step is None:  # the start policy, evaluated once; its size (a report's scale trend reads it)
+        size = float(sum(p.numel() for p in state.policy.model.parameters()))
+        emit({**_evaluate(state, 0, eval_rows), "compute/tokens": 0.0, "compute/samples": 0.0, "model/params": size}, 0)
 
     bar = _ProgressBar(c, start.next_step, run.progress)
     last_batch, done, step = None, 0, start.next_step - 1
