@@ -14,23 +14,24 @@ those per-context estimates for one contrast and says whether its verdict travel
   ``CombineResults.conf_int(use_t=True)`` ("random effect wls"). ``use_t=True`` alone only swaps the normal
   quantile for t(k - 1) on the unscaled random-effects variance; the HKSJ scaling is that separate interval.
 - **Sample-size weights when the SEs are estimated.** A per-context SE from 8 seeds is itself an estimate on
-  7 df (its weight ``1 / se^2`` has a coefficient of variation near 50%), and inverse-variance weights built
-  from such SEs make the HKSJ interval too narrow: benchmarks/bench_calibration.py --contexts measured its
-  coverage below 93% at 6 and 9 contexts; Knapp and Hartung's ad hoc floor (never narrower than the
-  random-effects interval) overshoots to 99-100% at 3 contexts (figures in benchmarks/RESULTS.md). So when the
-  SEs come with their degrees of freedom (``dfs``), each context's variance is a **pooled within-context
+  7 df (``se^2`` has a coefficient of variation of sqrt(2/7) = 53%), and inverse-variance weights built from
+  such SEs make the HKSJ interval too narrow: benchmarks/bench_calibration.py --contexts (section vii of
+  benchmarks/RESULTS.md) measured 92.6-94.8% coverage with the A/A noise in every context and down to 91.8%
+  with one context three times noisier, about 1.5 points under nominal; Knapp and Hartung's ad hoc floor
+  (never narrower than the random-effects interval) overshoots to 99-100% at 3 contexts. So when the SEs
+  come with their degrees of freedom (``dfs``), each context's variance is a **pooled within-context
   variance over its seeds**, ``v_i = s_p^2 / n_i`` with ``s_p^2 = sum df_i n_i se_i^2 / sum df_i`` and
   ``n_i = df_i + 1``: weights proportional to the seeds (Bakbergenuly, Hoaglin and Kulinskaya 2020 study
   such sample-size weights for mean differences). With equal seeds per context, which the design guarantees,
   the HKSJ interval is then the t-interval on the k context estimates, exact for normal data with equal
-  within-context noise whatever tau, and it kept 93-97% with one context three times noisier than the rest.
-  Without ``dfs`` the SEs are taken as known: inverse-variance weights ``1 / se^2``.
+  within-context noise whatever tau (94.4-96.2% in every scenario), and 95.6-97.0% with one context three
+  times noisier than the rest. Without ``dfs`` the SEs are taken as known: inverse-variance weights.
 - **Heterogeneity**: Cochran's Q with inverse-variance weights (``q``), ``I^2 = max(0, (Q - (k - 1)) / Q)``
   (Higgins and Thompson 2002), and its p-value: against chi2(k - 1) when the SEs are known; by a **parametric
   bootstrap** that redraws every context's estimate and SE under no heterogeneity when they are estimated
-  (Krishnamoorthy, Lu and Mathew 2007), because chi2(k - 1) assumes known SEs and rejected 8-18% of the time
-  at tau = 0 with 8 seeds per context (Welch's heteroscedastic F, ``statsmodels.stats.oneway``, up to 6.4% at
-  9 contexts): benchmarks/RESULTS.md.
+  (Krishnamoorthy, Lu and Mathew 2007), because chi2(k - 1) assumes known SEs and rejected 8.6-18.9% of the
+  time at tau = 0 with 8 seeds per context; the bootstrap 4.3-5.4%, Welch's heteroscedastic F
+  (``statsmodels.stats.oneway.anova_generic``) 4.3-6.0% (benchmarks/RESULTS.md, section vii).
 - **The prediction interval** for the true effect in a new context (Higgins, Thompson and Spiegelhalter 2009):
   ``mu_hat +- t_{k-2, 1-alpha/2} sqrt(tau^2 + se^2)`` with the pooled (HKSJ) se; none below 3 contexts.
 - **Four verdicts** (:func:`verdict`), and a **scale trend** (:func:`scale_trend`): the per-context estimates

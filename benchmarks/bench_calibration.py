@@ -9,6 +9,7 @@ family-wise alpha 0.05). Run from the repository root::
     .venv/bin/python benchmarks/bench_calibration.py --write          # also replace the section of benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_calibration.py --jobs 4 --out /tmp/calibration.md
     .venv/bin/python benchmarks/bench_calibration.py --two-stage --write  # only (vi), its own subsection (~4 min)
+    .venv/bin/python benchmarks/bench_calibration.py --contexts --write   # only (vii), its own subsection (~7 min)
 
 The generator (one draw = one study, every arm run on the same seeds):
 
@@ -38,6 +39,14 @@ neither *detected* nor *equivalent* is extended to the N seeds its report says i
 the naive way (all N seeds at alpha, for comparison) or by the two-stage test of :mod:`ablate.sequential`
 (stage-1 weight ``sqrt(n1 / N)`` fixed when the extension is committed, or ``sqrt(1/2)`` fixed before stage
 1). Reported: any false *detected* (target <= 5%), the power at min_effect, the seeds run.
+
+Verdicts across contexts (section vii, :func:`run_contexts`; issue 44): one contrast run in k = 3, 6 and 9
+contexts at 8 seeds each, the contexts' true effects spread with SD tau = 0, 2.5 and 5 points around the pooled
+effect (0 or min_effect), each seed's paired difference simulated directly with the A/A control's SD (5.7
+points); each context's paired estimate pooled by :func:`ablate.meta.pool` and judged by
+:func:`ablate.meta.verdict`. Reported: coverage of the pooled effect (target 93-97%), *holds across contexts*
+under a pooled effect of 0 (target <= 5%), *context-dependent* at tau = 0 (target <= 5%), the power to declare
+*holds* at min_effect, and the methods the pooling was chosen over, on the same draws.
 
 Monte-Carlo standard error of a rate r over D draws: sqrt(r (1 - r) / D); for coverage pooled over
 a draw's contrasts this is an upper bound (the contrasts of one draw are positively correlated).
@@ -460,6 +469,96 @@ def _rates(detected: np.ndarray, extended: np.ndarray, truth: np.ndarray, n1: in
             "extended": float(extended.mean()), "seeds": float(np.where(extended, big_n, n1).mean())}
 
 
+# ------------------------------------------------------------------------------------ across contexts
+
+#: The contexts subsection's own markers, inside the calibration section (``--contexts --write`` replaces it alone).
+CONTEXTS_BEGIN = "<!-- BEGIN calibration-contexts (bench_calibration.py --contexts) -->"
+CONTEXTS_END = "<!-- END calibration-contexts -->"
+#: Contexts per study, the between-context SD tau (accuracy units) and the seeds in each context.
+CONTEXT_COUNTS = (3, 6, 9)
+CONTEXT_TAUS = (0.0, 0.025, 0.05)
+CONTEXT_SEEDS = 8
+#: The SD of one seed's paired difference measured on real trials (reports/aa_control, its 24-seed A/A rerun).
+AA_SD = 0.057
+#: The robustness rows: the first context's per-seed SD this many times the others' (tau 0 and 2.5 points).
+NOISY_CONTEXT = 3.0
+
+
+def context_draws(rng: np.random.Generator, draws: int, k: int, tau: float, mu: float, sds: np.ndarray,
+                  n: int = CONTEXT_SEEDS) -> tuple[np.ndarray, np.ndarray]:
+    """``draws`` studies of ``k`` contexts: per context a true effect ``mu + N(0, tau)``, per seed a paired
+    difference around it with SD ``sds[c]`` (accuracy units). Returns ``(d, new)``: [draws, k, n] the per-seed
+    differences and [draws] the true effect of a new context drawn from the same distribution."""
+    theta = mu + rng.normal(0.0, tau, (draws, k, 1))                      # [draws, k, 1]
+    d = theta + rng.normal(0.0, 1.0, (draws, k, n)) * sds[:, None]       # [draws, k, n]
+    return d, mu + rng.normal(0.0, tau, draws)
+
+
+def _context_record(est: np.ndarray, se: np.ndarray, mu: float, new: float, min_effect: float,
+                    alpha: float = inference.ALPHA) -> dict[str, object]:
+    """One draw through ablate.meta (pool with the SEs' df, verdict) and, on the same estimates, the methods
+    it was chosen over: inverse-variance weights with the HKSJ interval and with Knapp and Hartung's floor
+    (never narrower than the random-effects interval), Cochran's chi2 test, Welch's F, unadjusted opposite
+    detections."""
+    from statsmodels.stats.meta_analysis import combine_effects
+    from statsmodels.stats.oneway import anova_generic
+
+    from ablate import meta
+
+    k, n = est.size, CONTEXT_SEEDS
+    pooled = meta.pool(est, se, np.full(k, n - 1.0), min_effect=min_effect)
+    verdict, _ = meta.verdict(pooled)
+    iv = meta.pool(est, se)                                              # SEs taken as known
+    r = combine_effects(est, se ** 2, method_re="iterated", use_t=True)
+    floor = stats.t.isf(alpha / 2, k - 1) * math.sqrt(max(r.var_hksj_re, r.var_eff_w_re))
+    own = 2 * stats.t.sf(np.abs(est / se), n - 1)
+    return {"covered": pooled.ci_low <= mu <= pooled.ci_high, "verdict": verdict,
+            "pi": pooled.pi_low <= new <= pooled.pi_high, "het": pooled.q_p < alpha,
+            "iv": iv.ci_low <= mu <= iv.ci_high, "mhksj": abs(r.mean_effect_re - mu) <= floor,
+            "cochran": iv.q_p < alpha,
+            "welch": anova_generic(est, se ** 2 * n, np.full(k, n), use_var="unequal").pvalue < alpha,
+            "opposite": bool(((own < alpha) & (est > 0)).any() and ((own < alpha) & (est < 0)).any())}
+
+
+def run_contexts(rng: np.random.Generator, draws: int, min_effect: float, log=print) -> list[dict]:
+    """The "verdicts across contexts" scenarios: k contexts of CONTEXT_SEEDS seeds each, the A/A noise in each
+    (and, as robustness, one context NOISY_CONTEXT times noisier), between-context SD tau, the true pooled
+    effect 0 or min_effect. Per draw: each context's paired estimate, then :func:`ablate.meta.pool` (the SEs'
+    df given) and :func:`ablate.meta.verdict`.
+
+    Returns:
+        One row per scenario: rates over the draws (coverage of the true pooled effect, each verdict, a new
+        context's true effect inside the prediction interval, and the comparison methods' rates).
+    """
+    from ablate import meta
+
+    meta.pool([0.0, 1.0, 0.5], [1.0, 1.0, 1.0], [7, 7, 7])  # lazy imports before gc.freeze
+    gc.freeze()  # statsmodels' Holm runs gc.collect() on every call
+    scenarios = [(k, tau, mu, False) for k in CONTEXT_COUNTS for tau in CONTEXT_TAUS for mu in (0.0, min_effect)]
+    scenarios += [(k, tau, 0.0, True) for k in CONTEXT_COUNTS for tau in CONTEXT_TAUS[:2]]
+    rows = []
+    for k, tau, mu, noisy in scenarios:
+        t0 = time.perf_counter()
+        sds = np.full(k, AA_SD) * np.where(np.arange(k) == 0, NOISY_CONTEXT if noisy else 1.0, 1.0)
+        d, new = context_draws(rng, draws, k, tau, mu, sds)
+        est, se = d.mean(axis=2), d.std(axis=2, ddof=1) / math.sqrt(CONTEXT_SEEDS)  # [draws, k] each
+        for c in range(k):  # a context's estimate is the report's paired t on its per-seed differences
+            pc = inference.paired_contrast(d[0, c], np.zeros(CONTEXT_SEEDS), range(CONTEXT_SEEDS), factor="f",
+                                           level="l", baseline="b")
+            assert np.allclose((pc.estimate, pc.se, pc.df), (est[0, c], se[0, c], CONTEXT_SEEDS - 1), rtol=1e-12)
+        recs = [_context_record(est[i], se[i], mu, float(new[i]), min_effect) for i in range(draws)]
+        row = {"k": k, "tau": tau, "mu": mu, "noisy": noisy, "draws": draws,
+               **{key: float(np.mean([r[key] for r in recs]))
+                  for key in ("covered", "pi", "het", "iv", "mhksj", "cochran", "welch", "opposite")},
+               **{v: float(np.mean([r["verdict"] == v for r in recs])) for v in meta.VERDICTS},
+               "seconds": time.perf_counter() - t0}
+        rows.append(row)
+        log(f"contexts {k}, tau {100 * tau:g}, effect {100 * mu:g}{', one noisy' if noisy else ''}: coverage "
+            f"{_pct(row['covered'])}, holds {_pct(row[meta.HOLDS])}, context-dependent "
+            f"{_pct(row[meta.CONTEXT_DEPENDENT])} ({row['seconds']:.0f} s)")
+    return rows
+
+
 # ------------------------------------------------------------------------------------------- report
 
 
@@ -616,6 +715,7 @@ def markdown(result: dict) -> str:
         "",
         verdict,
         *(["", TWO_STAGE_BEGIN, markdown_two_stage(result), TWO_STAGE_END] if result.get("two_stage") else []),
+        *(["", CONTEXTS_BEGIN, markdown_contexts(result), CONTEXTS_END] if result.get("contexts") else []),
     ])
 
 
@@ -692,17 +792,112 @@ def markdown_two_stage(result: dict) -> str:
     ])
 
 
-def write_two_stage_section(path: Path, body: str) -> None:
-    """Replace the two-stage subsection of ``path``; the first time, insert it at the end of the calibration
-    section (before its END marker), else at the end of the file."""
+def contexts_failures(rows: Sequence[dict]) -> list[str]:
+    """Where a target of the contexts scenarios is missed: coverage of the pooled effect outside 93-97%,
+    *holds* under a true pooled effect of 0 above 5%, *context-dependent* at tau = 0 above 5% (both within
+    2 MC SE, :func:`fwer_ok`). The robustness rows (one noisy context) are shown, not targets."""
+    from ablate import meta
+
+    bad = []
+    for r in rows:
+        if r["noisy"]:
+            continue
+        where = f"{r['k']} contexts, tau {100 * r['tau']:g} points, effect {100 * r['mu']:g}"
+        if not COVERAGE_RANGE[0] <= r["covered"] <= COVERAGE_RANGE[1]:
+            bad.append(f"coverage {_pct(r['covered'])} ({where})")
+        if r["mu"] == 0 and not fwer_ok(r[meta.HOLDS], r["draws"]):
+            bad.append(f"holds {_pct(r[meta.HOLDS], 2)} ({where})")
+        if r["tau"] == 0 and not fwer_ok(r[meta.CONTEXT_DEPENDENT], r["draws"]):
+            bad.append(f"context-dependent {_pct(r[meta.CONTEXT_DEPENDENT], 2)} ({where})")
+    return bad
+
+
+def markdown_contexts(result: dict) -> str:
+    """The "verdicts across contexts" subsection (its own measured-on line: ``--contexts --write`` writes it alone)."""
+    from ablate import meta
+
+    rows, draws, me = result["contexts"], result["draws"], result["min_effect"]
+    lines = ["| contexts | tau (points) | true pooled effect | coverage of the pooled 95% interval | in 93-97% | "
+             "*holds* | <= 5% | *context-dependent* | <= 5% | *equivalent* | *not resolved* | "
+             "a new context inside the 95% prediction interval |",
+             "|---:|---:|---|---:|:---:|---:|:---:|---:|:---:|---:|---:|---:|"]
+    for r in rows:
+        if r["noisy"]:
+            continue
+        cov_ok = _ok(COVERAGE_RANGE[0] <= r["covered"] <= COVERAGE_RANGE[1])
+        holds_ok = _fwer_mark(r[meta.HOLDS], draws) if r["mu"] == 0 else "(power)"
+        dep_ok = _fwer_mark(r[meta.CONTEXT_DEPENDENT], draws) if r["tau"] == 0 else "—"
+        lines.append(f"| {r['k']} | {100 * r['tau']:g} | {'0' if r['mu'] == 0 else f'min_effect ({100 * me:g})'} | "
+                     f"{_pct(r['covered'])} | {cov_ok} | {_pct(r[meta.HOLDS], 2)} | {holds_ok} | "
+                     f"{_pct(r[meta.CONTEXT_DEPENDENT], 2)} | {dep_ok} | {_pct(r[meta.EQUIVALENT])} | "
+                     f"{_pct(r[meta.NOT_RESOLVED])} | {_pct(r['pi'])} |")
+    compare = ["| contexts | tau (points) | noise | ablate's: sample-size weights, HKSJ | inverse-variance weights, HKSJ | "
+               "inverse-variance, HKSJ never below the RE interval | ablate's heterogeneity test (bootstrap Q) | "
+               "Cochran's Q against chi2 | Welch's F | opposite detections without Holm |",
+               "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r["mu"] != 0 or (r["tau"] > CONTEXT_TAUS[1]):
+            continue
+        noise = f"one context {NOISY_CONTEXT:g}x noisier" if r["noisy"] else "A/A in every context"
+        compare.append(f"| {r['k']} | {100 * r['tau']:g} | {noise} | {_pct(r['covered'])} | {_pct(r['iv'])} | "
+                       f"{_pct(r['mhksj'])} | {_pct(r['het'])} | {_pct(r['cochran'])} | {_pct(r['welch'])} | "
+                       f"{_pct(r['opposite'])} |")
+    bad = contexts_failures(rows)
+    se5, se95 = mc_se(FWER_MAX, draws), mc_se(0.95, draws)
+    return "\n".join([
+        "### (vii) Verdicts across contexts (ablate/meta.py)",
+        "",
+        f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
+        f"{draws} simulated studies per row (seed {result['seed']}); {result['contexts_seconds']:.0f} s.",
+        "",
+        f"Each study runs one contrast in k contexts at {CONTEXT_SEEDS} seeds each. Generator (simulated directly, "
+        "not through the arms above): each context's true effect is the pooled effect plus N(0, tau); each seed's "
+        f"paired difference is its context's true effect plus N(0, {100 * AA_SD:g} points), the SD of one seed's "
+        "difference measured on real trials (reports/aa_control, its 24-seed A/A rerun). Each context's estimate "
+        "is the report's paired t (mean, sd / sqrt(n), n - 1 df; checked against `paired_contrast`); "
+        "`ablate.meta.pool` (the SEs' df given: sample-size weights, Paule-Mandel tau², Hartung-Knapp t interval "
+        "on k - 1 df, the heterogeneity p by parametric bootstrap) and `ablate.meta.verdict` at alpha 0.05, "
+        f"min_effect {100 * me:g} points. Targets: the pooled interval covers the true pooled effect (the mean of "
+        "the contexts' distribution) 93-97% of the time; *holds across contexts* when that effect is 0 at most "
+        "5%; *context-dependent* when tau = 0 at most 5% (a rate above 5% counts as met within 2 MC SE, "
+        f"{100 * 2 * se5:.2f} points; MC SE {100 * se95:.2f} at 95% coverage). The *holds* column at an effect of "
+        "min_effect is its power, for information, as is the prediction interval's coverage of a new context's "
+        "true effect.",
+        "",
+        *lines,
+        "",
+        "What the method was chosen over, on the same draws (a true pooled effect of 0; coverage of the pooled "
+        "interval, then the rate at which each heterogeneity test rejects at 0.05, which at tau = 0 is its false "
+        "alarm rate). Inverse-variance weights are built from SEs estimated on 7 df each; the robustness rows make "
+        f"one context's per-seed SD {NOISY_CONTEXT:g} x {100 * AA_SD:g} points (not targets).",
+        "",
+        *compare,
+        "",
+        ("Every target is met." if not bad else "Targets NOT met: " + "; ".join(bad) + "."),
+    ])
+
+
+def write_subsection(path: Path, body: str, begin: str, end: str) -> None:
+    """Replace the subsection of ``path`` between ``begin`` and ``end``; the first time, insert it at the end of
+    the calibration section (before its END marker), else at the end of the file."""
     from benchmarks.results_md import write_section as write
 
     text = path.read_text() if path.exists() else ""
-    if (TWO_STAGE_BEGIN in text and TWO_STAGE_END in text) or END not in text:
-        write(path, body, TWO_STAGE_BEGIN, TWO_STAGE_END)
+    if (begin in text and end in text) or END not in text:
+        write(path, body, begin, end)
         return
     at = text.index(END)
-    path.write_text(text[:at] + f"{TWO_STAGE_BEGIN}\n{body.rstrip()}\n{TWO_STAGE_END}\n" + text[at:])
+    path.write_text(text[:at] + f"{begin}\n{body.rstrip()}\n{end}\n" + text[at:])
+
+
+def write_two_stage_section(path: Path, body: str) -> None:
+    """Replace the two-stage subsection of ``path`` (:func:`write_subsection`)."""
+    write_subsection(path, body, TWO_STAGE_BEGIN, TWO_STAGE_END)
+
+
+def write_contexts_section(path: Path, body: str) -> None:
+    """Replace the "verdicts across contexts" subsection of ``path`` (:func:`write_subsection`)."""
+    write_subsection(path, body, CONTEXTS_BEGIN, CONTEXTS_END)
 
 
 def write_section(path: Path, body: str) -> None:
@@ -714,9 +909,10 @@ def write_section(path: Path, body: str) -> None:
 
 def run(draws: int, seed: int, noise: Noise, min_effect: float, jobs: int = 1, resamples: int = 2000,
         null_seeds: Sequence[int] = NULL_SEEDS, log=print, robustness: bool = True, main: bool = True,
-        extended: bool = True) -> dict:
+        extended: bool = True, contexts: bool = True) -> dict:
     """Every scenario (``main`` False: the robustness scenarios alone; ``extended``: the two-stage scenarios,
-    :func:`run_two_stage`, on their own random stream); ``log`` gets one line per scenario."""
+    :func:`run_two_stage`, and ``contexts``: the across-contexts ones, :func:`run_contexts`, each on its own
+    random stream); ``log`` gets one line per scenario."""
     rng = np.random.default_rng(seed)
     t0 = time.perf_counter()
     tallies, power = [], []
@@ -753,9 +949,12 @@ def run(draws: int, seed: int, noise: Noise, min_effect: float, jobs: int = 1, r
     old = old_vs_new(rng, draws, noise, resamples) if main else []
     t1 = time.perf_counter()
     two = run_two_stage(np.random.default_rng([seed, 2]), draws, noise, min_effect, log=log) if extended else []
+    t2 = time.perf_counter()
+    across = run_contexts(np.random.default_rng([seed, 3]), draws, min_effect, log=log) if contexts else []
     return {"draws": draws, "seed": seed, "noise": noise, "min_effect": min_effect, "tallies": tallies,
             "power": power, "robust": robust, "old": old, "resamples": resamples, "seconds": time.perf_counter() - t0,
-            "two_stage": two, "two_stage_seconds": time.perf_counter() - t1}
+            "two_stage": two, "two_stage_seconds": t2 - t1, "contexts": across,
+            "contexts_seconds": time.perf_counter() - t2}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -774,6 +973,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the robustness scenarios (section iv): a quick look, not a section to write")
     ap.add_argument("--two-stage", action="store_true",
                     help="only the 'extend when not resolved' scenarios; with --write, replace their subsection alone")
+    ap.add_argument("--contexts", action="store_true",
+                    help="only the 'verdicts across contexts' scenarios; with --write, replace their subsection alone")
     ap.add_argument("--write", action="store_true", help="replace (or append) the section of --out")
     ap.add_argument("--out", type=Path, default=None,
                     help="the markdown file whose section is written (implies --write; default benchmarks/RESULTS.md)")
@@ -791,17 +992,23 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_two_stage(np.random.default_rng([args.seed, 2]), args.draws, noise, args.min_effect, log=log)
         result = {"draws": args.draws, "seed": args.seed, "min_effect": args.min_effect, "two_stage": rows,
                   "two_stage_seconds": time.perf_counter() - t0}
+    elif args.contexts:
+        t0 = time.perf_counter()
+        rows = run_contexts(np.random.default_rng([args.seed, 3]), args.draws, args.min_effect, log=log)
+        result = {"draws": args.draws, "seed": args.seed, "min_effect": args.min_effect, "contexts": rows,
+                  "contexts_seconds": time.perf_counter() - t0}
     else:
         result = run(args.draws, args.seed, noise, args.min_effect, jobs=args.jobs, resamples=args.resamples, log=log)
     argv_shown = " ".join(sys.argv[1:] if argv is None else argv)
     result.update(date=datetime.date.today().isoformat(), machine=machine(), versions=versions(),
                   command=f"python benchmarks/bench_calibration.py {argv_shown}".rstrip())
-    text = markdown_two_stage(result) if args.two_stage else markdown(result)
+    part = "two-stage" if args.two_stage else "contexts" if args.contexts else ""
+    text = {"two-stage": markdown_two_stage, "contexts": markdown_contexts}.get(part, markdown)(result)
     print(text)
     out = args.out or (ROOT / "benchmarks" / "RESULTS.md" if args.write else None)
     if out is not None:
-        (write_two_stage_section if args.two_stage else write_section)(out, text)
-        print(f"wrote the {'two-stage sub' if args.two_stage else ''}section to {out}", file=sys.stderr)
+        {"two-stage": write_two_stage_section, "contexts": write_contexts_section}.get(part, write_section)(out, text)
+        print(f"wrote the {part + ' sub' if part else ''}section to {out}", file=sys.stderr)
     return 0 if "NOT met" not in text else 1
 
 
