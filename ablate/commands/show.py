@@ -127,6 +127,23 @@ def packing(specs: Any) -> dict[str, Any]:
             "auto": pack_size("auto", packed[0].config) if packed else 1}
 
 
+def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
+    """``ablate show``'s lines for a study with contexts: each context's trials and estimated time."""
+    from ablate.timing import parallel_seconds
+
+    per = d["contexts"]["per_context"]
+    arms = len(study.arms) // len(per)
+    out = [f"contexts ({', '.join(study.contexts)}): {len(per)}, each {arms} compared arm{'s' if arms != 1 else ''} "
+           f"x {len(d['seeds'])} seed{'s' if len(d['seeds']) != 1 else ''}; each contrast is estimated within each "
+           "context and pooled across them (ablate.meta):"]
+    width = max(len(c) for c in per)
+    for ctx, c in per.items():
+        t = c["estimated_seconds"]
+        when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
+        out.append(f"  {ctx.ljust(width)}  {c['n_trials']} trials, {when}")
+    return out
+
+
 def render(study: Study, budget: str, workers: int = 1) -> str:
     """The text that ``ablate show`` prints."""
     from ablate.timing import parallel_seconds
@@ -162,16 +179,7 @@ def render(study: Study, budget: str, workers: int = 1) -> str:
                    f"(`ablate run --pack K`; auto here: {p['auto']} trial{'s' if p['auto'] != 1 else ''} a population) "
                    f"of {p['shapes']} shape{'s' if p['shapes'] != 1 else ''}; the others run solo")
     if d["contexts"]:
-        per = d["contexts"]["per_context"]
-        arms = len(study.arms) // len(per)
-        out.append(f"contexts ({', '.join(study.contexts)}): {len(per)}, each {arms} compared arm"
-                   f"{'s' if arms != 1 else ''} x {len(d['seeds'])} seed{'s' if len(d['seeds']) != 1 else ''}; "
-                   "each contrast is estimated within each context and pooled across them (ablate.meta):")
-        width = max(len(c) for c in per)
-        for ctx, c in per.items():
-            t = c["estimated_seconds"]
-            when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
-            out.append(f"  {ctx.ljust(width)}  {c['n_trials']} trials, {when}")
+        out.extend(_context_lines(study, d))
     out.append("")
 
     names = [f.name for f in study.factors]

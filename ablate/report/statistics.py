@@ -298,6 +298,8 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
         frame = pd.DataFrame([{"context": ctx, "estimate": c.estimate, "se": c.se, "df": c.df, "ci_low": c.ci_low,
                                "ci_high": c.ci_high, "n": c.n_seeds} for ctx, c in rows])
         usable = frame[np.isfinite(frame["se"]) & (frame["se"] > 0)]
+        if len(usable) < 2:  # nothing to pool: one context (or none) with a spread
+            continue
         pooled = meta.pool(usable["estimate"].to_numpy(float), usable["se"].to_numpy(float),
                            usable["df"].to_numpy(float), min_effect=study.min_effect, labels=list(usable["context"]))
         scale = Scale.of(study.objective.metric)

@@ -481,6 +481,14 @@ def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] 
     return TuneSpec(tuple(params), trials, budget, seeds)
 
 
+def _first_context(factors: list[Factor], contexts: tuple[str, ...],
+                   baseline: dict[str, str] | None) -> dict[str, str]:
+    """The context of the baseline arm: the baseline's levels of the context factors, else their first."""
+    if baseline is None:
+        return {f.name: f.level_names()[0] for f in factors if f.name in contexts}
+    return {f: lv for f, lv in baseline.items() if f in contexts}
+
+
 def _design_arms(
     ck: _Checker,
     doc: LineDict,
@@ -514,12 +522,8 @@ def _design_arms(
     def is_excluded(levels: Mapping[str, str]) -> bool:
         return any(all(levels[f] == lv for f, lv in entry.items()) for entry in exclude)
 
-    if contexts and full_baseline is None:
-        first = {f.name: f.level_names()[0] for f in factors if f.name in contexts}
-    else:
-        first = {f: lv for f, lv in (full_baseline or {}).items() if f in contexts}
-    if baseline is not None and contexts:
-        baseline = {**baseline, **first}  # the baseline arm: the compared baseline in the first context
+    if baseline is not None and contexts:  # the baseline arm: the compared baseline in the first context
+        baseline = {**baseline, **_first_context(factors, contexts, full_baseline)}
     if baseline is not None and is_excluded(baseline):
         enode = doc["exclude"]
         i = next(i for i, e in enumerate(exclude) if all(baseline.get(f) == lv for f, lv in e.items()))
