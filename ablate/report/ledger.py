@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.metrics import CONTENT_METRICS, content_fingerprint
+from ablate.report.shared import seed_ranges
 
 if TYPE_CHECKING:
     from ablate.inference import Family, StudyInference
@@ -96,13 +97,6 @@ def _trials_of(folder: Path) -> pd.DataFrame:
     })[_TRIAL_COLUMNS]
 
 
-def seed_text(seeds: Sequence[int]) -> str:
-    """``0-3, 5`` for seeds 0, 1, 2, 3, 5."""
-    from ablate.report.shared import seed_ranges
-
-    return seed_ranges(pd.Series(list(seeds)))
-
-
 def shared_pairs(trials: pd.DataFrame) -> pd.DataFrame:
     """The content-identical trials of two different reports (or two arms of one), one row per
     (report, arm, other report, other arm), in both directions: ``report, arm, seeds, other, other_arm,
@@ -117,8 +111,8 @@ def shared_pairs(trials: pd.DataFrame) -> pd.DataFrame:
     for (rep, arm, other, other_arm), g in pairs.groupby(["report", "arm", "report_o", "arm_o"], sort=True):
         same = g["key"] == g["key_o"]
         keys = "same key" if same.all() else "other keys" if not same.any() else "same and other keys"
-        rows.append({"report": rep, "arm": arm, "seeds": seed_text(g["seed"]), "other": other, "other_arm": other_arm,
-                     "other_seeds": seed_text(g["seed_o"]), "n": len(g), "keys": keys})
+        rows.append({"report": rep, "arm": arm, "seeds": seed_ranges(g["seed"]), "other": other, "other_arm": other_arm,
+                     "other_seeds": seed_ranges(g["seed_o"]), "n": len(g), "keys": keys})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -130,7 +124,7 @@ def same_key_other_content(trials: pd.DataFrame) -> pd.DataFrame:
     t = trials[["report", "arm", "seed", "key", "fingerprint", "cpu"]]
     pairs = t.merge(t, on="key", suffixes=("", "_o"))
     pairs = pairs[(pairs["report"] < pairs["report_o"]) & (pairs["fingerprint"] != pairs["fingerprint_o"])]
-    rows = [{"report": rep, "arm": arm, "other": other, "other_arm": other_arm, "seeds": seed_text(g["seed"]),
+    rows = [{"report": rep, "arm": arm, "other": other, "other_arm": other_arm, "seeds": seed_ranges(g["seed"]),
              "n": len(g), "cpu": ", ".join(sorted(set(g["cpu"]))), "other_cpu": ", ".join(sorted(set(g["cpu_o"])))}
             for (rep, arm, other, other_arm), g in pairs.groupby(["report", "arm", "report_o", "arm_o"], sort=True)]
     return pd.DataFrame(rows, columns=cols)

@@ -1,6 +1,8 @@
-"""Trials a report shares with the other committed reports, found by what they compute.
+"""Committed reports read from their folders, and trials two reports share by configuration.
 
-Two trials compute the same thing when their trial keys are equal, or when their configurations
+Reports find the trials they share by *content* (:mod:`ablate.report.ledger`, reports/SHARED.md);
+:func:`shared_trials` is the older, configuration-level view, kept for what content cannot say: that
+two differently keyed trials were *meant* to compute the same thing on a device. Two trials compute the same thing when their trial keys are equal, or when their configurations
 differ only in a setting that resolves to the same computation on the device they ran on:
 ``model.dtype: auto`` is float32 on a CPU (bfloat16 autocast on CUDA), and ``rollout.dtype: null``
 follows the trainer's precision (:func:`computation_key`). Trial keys keep such settings apart on

@@ -290,6 +290,8 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
         return ()
     from ablate import meta
 
+    scale = Scale.of(study.objective.metric)
+    unit = f" {scale.unit}" if scale.unit else ""
     levels = {f.name: f.level_names() for f in study.factors}
     by_claim = inference.context_contrasts(per_trial, factors, levels, study.baseline_levels, study.contexts,
                                            mode=study.objective.mode, min_effect=study.min_effect)
@@ -302,9 +304,7 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
             continue
         pooled = meta.pool(usable["estimate"].to_numpy(float), usable["se"].to_numpy(float),
                            usable["df"].to_numpy(float), min_effect=study.min_effect, labels=list(usable["context"]))
-        scale = Scale.of(study.objective.metric)
-        verdict, reason = meta.verdict(pooled, min_effect=study.min_effect, factor=scale.factor,
-                                       unit=f" {scale.unit}" if scale.unit else "")
+        verdict, reason = meta.verdict(pooled, min_effect=study.min_effect, factor=scale.factor, unit=unit)
         first = rows[0][1]
         trend = None
         if sizes and set(usable["context"]) <= set(sizes) and len(usable) >= 3:
