@@ -699,3 +699,22 @@ def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(t
     index = write_report(Plan.of(study), res, tmp_path / "reports" / "ladder", **FAST)
     text = (index.parent / "README.md").read_text()
     assert "per tenfold parameters" in text and "an extrapolation beyond the sizes measured, not a result" in text
+
+
+def test_a_contrast_with_fewer_than_two_contexts_with_a_spread_is_said_not_pooled(tmp_path):
+    """One seed per context gives no paired-t spread: the contrast is not skipped but reported as not resolved
+    across its contexts, with why (no context has a spread) and what would resolve it (more seeds), and no
+    forest is drawn for it."""
+    path = tmp_path / "ctx2.yaml"
+    path.write_text(STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
+        "seeds: 6", "seeds: 1\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05"))
+    study = load_study(path)
+    stats = compute_statistics(study, synthetic(study, np.random.default_rng(5), effect=0.1), **FAST)
+    (a,) = stats.contexts
+    assert a.pooled is None and a.verdict == "not resolved" and len(a.contexts) == 3
+    assert a.reason.startswith("0 of its 3 contexts have a spread") and "more seeds per context" in a.reason
+    index = write_report(Plan.of(study), synthetic(study, np.random.default_rng(5), effect=0.1),
+                         tmp_path / "reports" / "ctx2", **FAST)
+    text = (index.parent / "README.md").read_text()
+    assert f"{md(a.claim)}: not resolved across 3 contexts. 0 of its 3 contexts have a spread" in text
+    assert not (index.parent / "contexts_1.png").exists()

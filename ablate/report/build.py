@@ -191,7 +191,7 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
         "detected, green equivalent, grey not resolved; ★ primary.",
         lambda: figs.forest_plot(fam, scale=stats.scale.factor, unit=stats.scale.unit, metric=metric,
                                  min_effect=stats.min_effect))
-    for i, a in enumerate(stats.contexts):  # a study with contexts: one forest per contrast, primary first
+    for i, a in enumerate(c for c in stats.contexts if c.pooled is not None):  # one forest per pooled contrast
         pooled = {k: getattr(a.pooled, k) for k in ("estimate", "ci_low", "ci_high", "pi_low", "pi_high", "tau", "i2")}
         add(f"contexts_{i + 1}", f"{a.claim} across contexts", "One row per context: its estimate (square) and 95% "
             "paired-t interval over its seeds; the pooled random-effects estimate (diamond: its 95% interval), the "

@@ -372,6 +372,8 @@ def context_sentence(a: AcrossContexts, scale: Scale) -> str:
     test, or what would resolve it), and the method."""
     p = a.pooled
     reason = a.reason[0].upper() + a.reason[1:] if a.reason else ""
+    if p is None:  # fewer than 2 contexts with a spread: nothing pooled
+        return f"{a.claim}: {a.verdict} across {len(a.contexts)} contexts. {reason}."
     if np.isfinite(p.estimate) and "pooled" not in reason:
         reason += (f"; pooled {signed(p.estimate * scale.factor)} {ci_text(p.ci_low, p.ci_high, scale.factor)}, "
                    f"τ = {num(p.tau * scale.factor)}, I² = {num(100 * p.i2, 2)}%")
@@ -549,13 +551,14 @@ def _context_tables(stats: ReportStatistics) -> list[Table]:
         rows = [{"context": r.context, "seeds": str(int(r.n)), "estimate": signed(r.estimate * f),
                  "95% CI": ci_text(r.ci_low, r.ci_high, f)} for r in a.contexts.itertuples()]
         p = a.pooled
-        if np.isfinite(p.estimate):
+        if p is not None and np.isfinite(p.estimate):
             rows.append({"context": f"pooled ({p.k} contexts)", "seeds": "", "estimate": signed(p.estimate * f),
                          "95% CI": ci_text(p.ci_low, p.ci_high, f)})
             rows.append({"context": "a new context (prediction interval)", "seeds": "", "estimate": "",
                          "95% CI": ci_text(p.pi_low, p.pi_high, f) if np.isfinite(p.pi_low) else "–"})
         tables.append(Table(f"{a.claim} across contexts", pd.DataFrame(rows),
-                            f"{a.verdict}. {a.reason}".strip() + f" Method: {p.method}.", ""))
+                            f"{a.verdict}. {a.reason}".strip() + (f" Method: {p.method}." if p is not None else "."),
+                            ""))
     return tables
 
 

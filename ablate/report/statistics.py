@@ -246,7 +246,8 @@ class AcrossContexts:
         claim: ``factor: level vs base``; primary: the study names it in ``primary:``.
         contexts: one row per context: ``context, estimate, se, df, ci_low, ci_high, n`` (objective units;
             the report's paired t within the context).
-        pooled: the random-effects pooling (:class:`ablate.meta.Pooled`).
+        pooled: the random-effects pooling (:class:`ablate.meta.Pooled`); None when fewer than 2 contexts
+            have a spread (:func:`unpooled_reason`: verdict "not resolved").
         verdict, reason: :func:`ablate.meta.verdict`'s answer and why (what would resolve it).
     """
 
@@ -281,6 +282,14 @@ def context_sizes(study: Study, table: pd.DataFrame, factors: Mapping[str, str])
     return {study.context_of({study.contexts[0]: str(level)}): float(v) for level, v in sizes.items()}
 
 
+def unpooled_reason(usable: int, k: int) -> str:
+    """Why a contrast was not pooled: fewer than 2 of its ``k`` contexts have a per-seed spread (a paired t
+    needs 3 or more seeds whose differences are not all equal)."""
+    return (f"{usable} of its {k} contexts {'has' if usable == 1 else 'have'} a spread between seeds (3 or more "
+            "seeds whose differences are not all equal); pooling needs 2 or more: more seeds per context would "
+            "resolve it")
+
+
 def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str],
                     sizes: Mapping[str, float] | None = None) -> tuple[AcrossContexts, ...]:
     """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.meta`),
@@ -300,18 +309,19 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
         frame = pd.DataFrame([{"context": ctx, "estimate": c.estimate, "se": c.se, "df": c.df, "ci_low": c.ci_low,
                                "ci_high": c.ci_high, "n": c.n_seeds} for ctx, c in rows])
         usable = frame[np.isfinite(frame["se"]) & (frame["se"] > 0)]
-        if len(usable) < 2:  # nothing to pool: one context (or none) with a spread
+        first = rows[0][1]
+        primary = inference.is_primary(first.factor, first.level, study.primary)
+        if len(usable) < 2:  # nothing to pool: said, not skipped
+            out.append(AcrossContexts(claim, primary, frame, None, "not resolved", unpooled_reason(len(usable), len(frame))))
             continue
         pooled = meta.pool(usable["estimate"].to_numpy(float), usable["se"].to_numpy(float),
                            usable["df"].to_numpy(float), min_effect=study.min_effect, labels=list(usable["context"]))
         verdict, reason = meta.verdict(pooled, min_effect=study.min_effect, factor=scale.factor, unit=unit)
-        first = rows[0][1]
         trend = None
         if sizes and set(usable["context"]) <= set(sizes) and len(usable) >= 3:
             trend = meta.scale_trend([math.log10(sizes[c]) for c in usable["context"]],
                                      usable["estimate"].to_numpy(float), usable["se"].to_numpy(float))
-        out.append(AcrossContexts(claim, inference.is_primary(first.factor, first.level, study.primary), frame, pooled,
-                                  verdict, reason, trend))
+        out.append(AcrossContexts(claim, primary, frame, pooled, verdict, reason, trend))
     return tuple(out)
 
 
