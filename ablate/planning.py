@@ -73,6 +73,8 @@ from ablate.inference import (
 from ablate.states import DONE
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from ablate.inference import StudyInference
     from ablate.plan import Plan
     from ablate.results import Results
@@ -423,9 +425,22 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     Raises:
         AblateError: no results.csv there, or it holds trials of another study or no finished trial.
     """
-    import pandas as pd
-
     from ablate.inference import infer_study
+
+    done = report_trials(study, folder)
+    names = [f.name for f in study.factors]
+    per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
+    return Pilot(None, infer_study(study, per_trial, {n: n for n in names}), len(done))
+
+
+def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:
+    """The finished trials of a report folder's ``results.csv``, every column (level columns named by the
+    study's factors, as text; ``seed`` an int).
+
+    Raises:
+        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
+    """
+    import pandas as pd
 
     path = Path(folder) / "results.csv"
     if not path.is_file():
@@ -440,8 +455,7 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     if done.empty:
         raise AblateError(f"{path}: no finished trial to plan from")
     done["seed"] = done["seed"].astype(int)
-    per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
-    return Pilot(None, infer_study(study, per_trial, {n: n for n in names}), len(done))
+    return done.reset_index(drop=True)
 
 
 def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
@@ -471,6 +485,7 @@ __all__ = [
     "read_pilot",
     "read_report_pilot",
     "reestimate",
+    "report_trials",
     "seeds_in_design",
     "study_seconds",
 ]

@@ -718,3 +718,35 @@ def test_a_contrast_with_fewer_than_two_contexts_with_a_spread_is_said_not_poole
     text = (index.parent / "README.md").read_text()
     assert f"{md(a.claim)}: not resolved across 3 contexts. 0 of its 3 contexts have a spread" in text
     assert not (index.parent / "contexts_1.png").exists()
+
+
+def test_the_scope_of_a_committed_context_report_is_recomputed_from_its_files(tmp_path):
+    """ablate ledger's scope (docs/findings.md, README) reads a committed report with contexts from its
+    results.csv and study file, and gives the report's own verdict across contexts, filed under the mission
+    factor its options belong to; a report without contexts is listed as tested in one context."""
+    from ablate.report import scope
+
+    path = tmp_path / "ctx.yaml"
+    path.write_text(STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
+        "seeds: 6", "seeds: 6\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05"))
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1, interaction=0.05)
+    (a,) = compute_statistics(study, res, **FAST).contexts
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "synth", **FAST)
+    readme = index.parent / "README.md"  # as `ablate run` writes it (synthetic results record no command)
+    readme.write_text(re.sub(r"(?m)^produced by: .*$", f"produced by: `ablate run {path}` · at commit: `abc1234`",
+                             readme.read_text()))
+    rows = scope.context_verdicts(index.parent, tmp_path)
+    (row,) = rows.itertuples()
+    assert (row.claim, row.verdict, row.k, row.mission) == (a.claim, a.verdict, 3, "loss normalization")
+    assert row.estimate == pytest.approx(a.pooled.estimate) and row.pi_low == pytest.approx(a.pooled.pi_low)
+    assert row.contexts == "clip_high ∈ {0.2, 0.28, 0.3}"
+    assert row.up == [c for c, lo in zip(a.contexts["context"], a.contexts["ci_low"]) if lo > 0]
+    text = scope.findings_scope(rows, {"addition / tiny-llama": ["other"]})
+    assert f"| loss normalization | {a.claim} ★ | synth | 3: clip_high ∈ {{0.2, 0.28, 0.3}} | **{a.verdict}** |" in text
+    assert "Tested in one context only (addition / tiny-llama): the claims of 1 reports, other" in text
+    assert f"**loss normalization** ({a.claim.split(': ', 1)[1]}): {a.verdict} across 3 (synth)" in \
+        scope.readme_scope(rows, {})
+    assert scope.mission_factor(["reward.components"]) == "reward granularity"
+    assert scope.mission_factor(["loss.ratio_level", "loss.clip_low"]) == "ratio level"
+    assert scope.mission_factor(["optim.lr"]) == "other"

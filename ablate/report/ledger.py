@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.metrics import CONTENT_METRICS, content_fingerprint
+from ablate.report import scope
 from ablate.report.shared import seed_ranges
 
 if TYPE_CHECKING:
@@ -508,10 +509,19 @@ def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
     if findings is not None and findings.is_file() and not claims.claims.empty:
         out[findings] = _replace_marked(findings.read_text(encoding="utf-8"), findings_block(claims, pairs),
                                         CLAIMS_BEGIN, CLAIMS_END)
+    folders = report_folders(reports)
+    verdicts, single = scope.all_context_verdicts(folders, root), scope.one_context_reports(folders, root)
+    if findings is not None and findings.is_file() and scope.SCOPE_BEGIN in out.get(findings, findings.read_text(
+            encoding="utf-8")):
+        out[findings] = _replace_marked(out.get(findings, findings.read_text(encoding="utf-8")),
+                                        scope.findings_scope(verdicts, single), scope.SCOPE_BEGIN, scope.SCOPE_END)
     readme = root / "README.md"
     if readme.is_file() and not claims.claims.empty and README_BEGIN in readme.read_text(encoding="utf-8"):
-        out[readme] = _replace_marked(readme.read_text(encoding="utf-8"), readme_block(claims), README_BEGIN,
-                                      README_END)
+        text = _replace_marked(readme.read_text(encoding="utf-8"), readme_block(claims), README_BEGIN, README_END)
+        if scope.README_SCOPE_BEGIN in text:
+            text = _replace_marked(text, scope.readme_scope(verdicts, single), scope.README_SCOPE_BEGIN,
+                                   scope.README_SCOPE_END)
+        out[readme] = text
     return out
 
 

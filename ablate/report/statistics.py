@@ -270,16 +270,20 @@ def context_sizes(study: Study, table: pd.DataFrame, factors: Mapping[str, str])
     """Context -> its policy's parameters (:data:`PARAMS_METRIC`), when the study's one context factor sets
     ``model.name`` and its contexts span at least 3 sizes: a size ladder, whose contrasts get a scale trend.
     Empty otherwise."""
-    if len(study.contexts) != 1 or table.empty or "model.name" not in study.factor(study.contexts[0]).paths():
+    if len(study.contexts) != 1 or table.empty:
         return {}
     rows = table[table["metric"] == PARAMS_METRIC]
-    if rows.empty:
+    return ladder_sizes(study, rows.groupby(factors[study.contexts[0]])["value"].first().to_dict())
+
+
+def ladder_sizes(study: Study, params: Mapping[Any, float]) -> dict[str, float]:
+    """:func:`context_sizes` from ``params`` (level of the study's one context factor -> parameters)."""
+    if len(study.contexts) != 1 or "model.name" not in study.factor(study.contexts[0]).paths():
         return {}
-    column = factors[study.contexts[0]]
-    sizes = rows.groupby(column)["value"].first()
-    if sizes.nunique() < 3:
+    sizes = {str(level): float(v) for level, v in params.items() if v == v}
+    if len(set(sizes.values())) < 3:
         return {}
-    return {study.context_of({study.contexts[0]: str(level)}): float(v) for level, v in sizes.items()}
+    return {study.context_of({study.contexts[0]: level}): v for level, v in sizes.items()}
 
 
 def unpooled_reason(usable: int, k: int) -> str:
