@@ -28,7 +28,8 @@ context in ``--state`` (a JSON file under /tmp): a rerun skips the contexts alre
     .venv/bin/python benchmarks/pilot_contexts.py --trial-tasks addition      # RL timing on one task + the ladder
 
 and it writes ``benchmarks/pilot_contexts.md`` (``--out``); text between the
-``<!-- pilot:proposal:begin -->`` and ``<!-- pilot:proposal:end -->`` markers of an existing file is kept.
+``<!-- pilot:proposal:begin -->`` and ``<!-- pilot:proposal:end -->`` markers of an existing file is kept, and so is
+the hand-run second pass between ``<!-- pilot:second-pass:begin -->`` and ``<!-- pilot:second-pass:end -->``.
 """
 
 from __future__ import annotations
@@ -452,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         m = re.search(r"<!-- pilot:proposal:begin -->\n(.*?)<!-- pilot:proposal:end -->", out.read_text(), re.S)
         if m:
             proposal = m.group(1)
-    out.write_text(render(rows, args, proposal))
+    kept = re.search(r"<!-- pilot:second-pass:begin -->.*?<!-- pilot:second-pass:end -->\n", out.read_text(), re.S) \
+        if out.exists() else None
+    out.write_text(render(rows, args, proposal) + ("\n" + kept.group(0) if kept else ""))
     print(f"wrote {out}")
     return 0
 
