@@ -18,10 +18,11 @@ import pytest
 from ablate.plan import Plan
 from ablate.report.build import trials_provenance
 from ablate.report.folder import parent_tags
+from ablate.report.ledger import report_folders
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
-REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/README.md"))
+REPORTS = report_folders(ROOT / "reports")  # the default budget's reports (a local smoke run's are not committed)
 PROVENANCE = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{40})(?P<dirty>[^`]*)`$",
                         re.M)
 ANALYSED = re.compile(r"^analysed by: `(?P<command>.+?) · at commit: (?P<commit>[0-9a-f]{40})(?P<dirty>[^`]*)`$", re.M)

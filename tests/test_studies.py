@@ -20,6 +20,7 @@ import torch
 
 from ablate.commands.show import describe
 from ablate.plan import Plan
+from ablate.report.findings import SMOKE_LINE
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,10 +76,11 @@ def smoke_root(tmp_path_factory) -> Path:
 
 
 #: Seconds of each smoke run in the suite (in-process, one thread, beside the other pytest-xdist process
-#: on 2 cores; Intel Xeon, 2026-12-05), only to start the longest first; a study not listed counts as 10 s.
+#: on 2 cores; Intel Xeon, 2026-12-05; the generalization studies: AMD EPYC, 2026-12-06, estimated), only to
+#: start the longest first; a study not listed counts as 10 s.
 #: A process's first smoke run also imports the report's libraries and builds the shared warm start.
 SMOKE_SECONDS = {
-    "smollm2_granularity": 103, "granularity_cross": 31, "prm_quality": 22, "loss_normalization": 19,
+    "smollm2_granularity": 103, "generalization": 60, "granularity_cross": 31, "generalization_scale": 25, "prm_quality": 22, "loss_normalization": 19,
     "adv_scope_x_aggregation": 18, "dapo_ladder": 17, "granularity_cross_kl": 16, "reward_granularity": 13,
     "aa_objective": 13, "ratio_level": 11, "ppo_critic": 10, "new_factor": 9, "ratio_level_tuned": 8, "precision": 8,
     "quickstart": 8, "cpu_bf16": 5, "behaviour_logp": 5, "aa_control": 5, "packing": 3,
@@ -108,8 +110,8 @@ def test_study_runs_at_its_smoke_budget(path, smoke_root, ablate_cli):
                                          "--no-progress"], cwd, smoke_root / "cache")
     assert code == 0, err[-3000:]
     last = out.strip().splitlines()[-1]
-    assert last == f"report: reports/{study.name}/index.html"
-    report = cwd / "reports" / study.name
+    assert last == f"report: reports/{study.name}-smoke/index.html"  # never the study's own report folder
+    report = cwd / "reports" / f"{study.name}-smoke"
     results = pd.read_csv(report / "results.csv")
     assert len(results) == len(Plan.of(study, "smoke")) and set(results["state"]) == {"done"}
     assert results["eval/accuracy"].between(0, 1).all()
@@ -123,6 +125,7 @@ def test_study_runs_at_its_smoke_budget(path, smoke_root, ablate_cli):
               if r.data.tags.get("ablate.trial_key") in keys}
     assert tagged == dict(zip(results["key"].astype(str), results["fingerprint"])), (tagged, results["fingerprint"])
     readme = (report / "README.md").read_text()
+    assert readme.split("## Findings\n\n", 1)[1].startswith(f"- {SMOKE_LINE}"), readme[:800]  # no evidence
     assert f"produced by: `ablate run {path} --budget smoke --workers 1 --threads 1 --no-progress`" in readme
     assert "warning" not in err.lower() and not caught, (err, caught)  # deliberate crosses are acknowledged
     if study.report_metrics:  # its diagnostics were logged (some are NaN this early: no correct completion yet)

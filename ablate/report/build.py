@@ -44,6 +44,7 @@ from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table
 from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
 from ablate.results import Results
+from ablate.study.model import DEFAULT_BUDGET
 
 if TYPE_CHECKING:
     from ablate.plan import Plan
@@ -346,9 +347,10 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     return index
 
 
-def default_out_dir(study_name: str) -> Path:
-    """``reports/<study>/`` (:func:`ablate.paths.report_dir`)."""
-    return report_dir(study_name)
+def default_out_dir(study_name: str, budget: str = DEFAULT_BUDGET) -> Path:
+    """``reports/<study>/`` (:func:`ablate.paths.report_dir`) at the default budget; ``reports/<study>-<budget>/``
+    at another, so that a smoke run never overwrites the study's report (committed or not)."""
+    return report_dir(study_name if budget == DEFAULT_BUDGET else f"{study_name}-{budget}")
 
 
 def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | Path | None = None,
@@ -358,7 +360,8 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
     Args:
         plan: the study's plan at the budget to report (:class:`ablate.plan.Plan`).
         tracking_uri: the MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db).
-        out_dir: the report folder (default ``reports/<study>/``).
+        out_dir: the report folder (default :func:`default_out_dir`: ``reports/<study>/``, or
+            ``reports/<study>-<budget>/`` at a budget other than the default).
         options: passed to :func:`write_report` (``formats`` ...).
 
     Returns:
@@ -373,7 +376,7 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
     from ablate.tracking import Tracker
 
     study, budget = plan.study, plan.budget
-    folder = Path(out_dir) if out_dir is not None else default_out_dir(study.name)
+    folder = Path(out_dir) if out_dir is not None else default_out_dir(study.name, budget)
     Tracker(tracking_uri).check_identity(study)  # another study of this name: no report of its runs
     results = load_results(plan, tracking_uri=tracking_uri, cache_dir=folder / ".cache")
     if not results.parent:

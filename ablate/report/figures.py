@@ -369,7 +369,8 @@ def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_
                      "kl_ci": inference.t_interval(kx), "reward_ci": inference.t_interval(ry)})
     m = pd.DataFrame(rows)
     with theme():
-        fig = Figure(figsize=(WIDTH * 0.75, 5.0), dpi=DPI, layout="constrained")
+        ncol, height = legend_layout(len(m) + 1)
+        fig = Figure(figsize=(WIDTH * (0.75 if ncol == 1 else 1.2), height), dpi=DPI, layout="constrained")
         ax = fig.subplots()
         palette = dict(zip(m["arm"], sns.color_palette("tab10" if len(m) <= 10 else "husl", len(m))))
         pts = d.assign(arm=d["arm"].map(lambda a: arm_labels.get(a, a)))
@@ -384,7 +385,7 @@ def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_
         ax.set_xlabel("KL(policy ‖ reference) at the end of training (nats per completion)")
         ax.set_ylabel("total reward at the end of training (reward)")
         ax.set_title("Reward against KL to the reference: up and left is better")
-        ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=ncol)
     return fig
 
 
@@ -414,6 +415,13 @@ def diagnostics(table: pd.DataFrame, factors: Mapping[str, str], *,
     return fig
 
 
+def legend_layout(entries: int) -> tuple[int, float]:
+    """Columns and figure height (inches) for a legend of ``entries`` beside the axes: one column up to 16
+    entries, two beyond (a study over contexts has one arm per context), and ~0.21 inch per legend row."""
+    ncol = 1 if entries <= 16 else 2
+    return ncol, max(5.0, 0.21 * math.ceil(entries / ncol) + 1.0)
+
+
 def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Mapping[str, str], *, metric: str,
                        unit: str | None = None, legend_title: str = "arm") -> Figure | None:
     """The objective against generated tokens per arm (mean over seeds at each step, at the mean
@@ -423,11 +431,12 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
 
     if points.empty:
         return None
+    present = set(points["arm"])
+    arms = [a for a in arm_labels if a in present] + [a for a in dict.fromkeys(points["arm"]) if a not in arm_labels]
+    ncol, height = legend_layout(len(arms))
     with theme():
-        fig = Figure(figsize=(WIDTH * 0.8, 5.0), dpi=DPI, layout="constrained")
+        fig = Figure(figsize=(WIDTH * (0.8 if ncol == 1 else 1.2), height), dpi=DPI, layout="constrained")
         ax = fig.subplots()
-        present = set(points["arm"])
-        arms = [a for a in arm_labels if a in present] + [a for a in dict.fromkeys(points["arm"]) if a not in arm_labels]
         palette = dict(zip(arms, sns.color_palette("tab10" if len(arms) <= 10 else "husl", len(arms))))
         fit_by_arm = {r["arm"]: r for _, r in fits.iterrows()} if not fits.empty else {}
         cmax = float(points["tokens"].max())
@@ -448,8 +457,9 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
         ax.set_xscale("log")
         ax.set_xlabel("generated training tokens (tokens, log scale)")
         ax.set_ylabel(label(metric, unit))
-        ax.set_title("Compute efficiency: dots = mean over seeds (95% t-band from 3 seeds on), dashed = saturating fit")
-        ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.set_title("Compute efficiency: dots = mean over seeds (95% t-band from 3 seeds on)," + (" " if ncol == 1 else "\n")
+                     + "dashed = saturating fit")  # two lines beside a two-column legend
+        ax.legend(title=legend_title, fontsize="small", loc="center left", bbox_to_anchor=(1.01, 0.5), ncol=ncol)
     return fig
 
 

@@ -400,6 +400,19 @@ def answer_sentences(stats: ReportStatistics) -> list[str]:
     sentence saying so, then one per contrast of the family (at most 6). A study with ``contexts:``
     answers with each primary contrast's verdict across contexts."""
     scale, fam = stats.scale, stats.inference.family
+    if stats.budget == SMOKE_BUDGET:
+        return [SMOKE_LINE, *_answers(stats, scale, fam)]
+    return _answers(stats, scale, fam)
+
+
+#: The budget every predefined study names for its plumbing check, and the line its report opens with.
+SMOKE_BUDGET = "smoke"
+SMOKE_LINE = ("Smoke run (budget smoke): it checks that every part of the study runs; its numbers are not "
+              "evidence. Run the study at its default budget for the answer.")
+
+
+def _answers(stats: ReportStatistics, scale: Scale, fam: Any) -> list[str]:
+    """:func:`answer_sentences` without the smoke line."""
     if stats.per_trial.empty:
         return ["No trial has finished yet: there is nothing to compare."]
     if stats.contexts:

@@ -57,8 +57,17 @@ _OLD_TABLE_HTML = re.compile(r"<details><summary>Trials shared with other commit
 
 
 def report_folders(reports: Path) -> list[Path]:
-    """The committed report folders under ``reports`` (README.md and results.csv), by name."""
-    return sorted(p for p in reports.iterdir() if (p / "README.md").is_file() and (p / "results.csv").is_file())
+    """The committed report folders under ``reports`` (README.md and results.csv), by name: reports of a
+    study's default budget only (a smoke run's report, ``reports/<study>-smoke/``, is no evidence)."""
+    from ablate.report.folder import PRODUCED
+
+    def default_budget(folder: Path) -> bool:
+        m = PRODUCED.search((folder / "README.md").read_text(encoding="utf-8"))
+        argv = m["command"].split() if m else []
+        return "--budget" not in argv[:-1] or argv[argv.index("--budget") + 1] == "default"
+
+    return sorted(p for p in reports.iterdir()
+                  if (p / "README.md").is_file() and (p / "results.csv").is_file() and default_budget(p))
 
 
 def committed_trials(reports: Path) -> pd.DataFrame:

@@ -1,0 +1,234 @@
+"""ablate from Python: validate, plan, run and load studies.
+
+The command line's ``validate``, ``plan --from``, ``run`` and ``report`` as functions that return objects and
+raise one typed error instead of printing and exiting::
+
+    import ablate
+
+    study = ablate.validate("studies/quickstart.yaml")              # a Study, or ablate.StudyError
+    res = ablate.run(study, budget="smoke", workers=1)               # trains, logs to MLflow, writes the report
+    res.claims                                                       # one row per claim: estimate, interval, verdict
+    ablate.load("reports/loss_normalization").trials                 # a committed report's trials
+
+A study is given as a path, a :class:`~ablate.study.Study`, or a mapping with the keys of a study file
+(it is written as YAML to a temporary file and read exactly as a file is: every problem with its key).
+Every user error is an :class:`AblateError` (a bad study file: :class:`StudyError`, whose ``problems``
+list every problem found, each with its file, line and key); nothing is created when one is raised
+before a run starts.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ablate.errors import AblateError
+from ablate.study.checker import StudyError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ablate.inference import Family
+    from ablate.planning import SeedPlan
+    from ablate.study import Study
+
+__all__ = ["AblateError", "StudyError", "StudyResults", "load", "plan_seeds", "run", "validate"]
+
+@dataclass(frozen=True)
+class StudyResults:
+    """A study's results at one budget, as its report reads them.
+
+    Attributes:
+        name, budget: the study and the budget.
+        trials: one row per trial (results.csv): ``key, arm, seed``, one column per factor (its level),
+            ``state``, ``objective``, ``fingerprint`` and each trial's last logged value of every metric.
+        curves: the objective metric per trial and step (curves.csv): ``key, arm, seed, step, value``
+            and the factor columns.
+        claims: one row per claim of the report's family: ``claim, primary, n, estimate, ci_low, ci_high,
+            p, p_holm, verdict, method`` (estimate and interval in the objective's units, e.g. a fraction
+            for eval/accuracy; ``method`` the interval's: paired t or the linear model).
+        figures: figure name -> its PNG in the report folder.
+        folder: the report folder (None when nothing was written).
+        study: the loaded study.
+    """
+
+    name: str
+    budget: str
+    trials: pd.DataFrame
+    curves: pd.DataFrame
+    claims: pd.DataFrame
+    figures: dict[str, Path] = field(default_factory=dict)
+    folder: Path | None = None
+    study: Study | None = None
+
+    def __repr__(self) -> str:
+        done = int((self.trials["state"] == "done").sum()) if "state" in self.trials else len(self.trials)
+        return (f"StudyResults({self.name!r}, budget={self.budget!r}, trials={done} done of {len(self.trials)}, "
+                f"claims={len(self.claims)}, folder={str(self.folder) if self.folder else None!r})")
+
+
+def validate(study: str | Path | Study | Mapping[str, Any]) -> Study:
+    """Read and check a study (every key of every arm at every budget), creating nothing.
+
+    Raises:
+        StudyError: every problem found, each with its file, line and key.
+    """
+    from ablate.study import Study, load_study
+
+    if isinstance(study, Study):
+        return study
+    if isinstance(study, Mapping):
+        return _from_mapping(study)
+    return load_study(study)
+
+
+def _from_mapping(doc: Mapping[str, Any]) -> Study:
+    """A study given as a mapping: written as YAML to a temporary folder and read as a file is. A
+    ``plugins:`` entry given as a relative ``.py`` path is made absolute (relative to the working
+    directory), since the file's folder is a temporary one."""
+    import yaml
+
+    from ablate.study import load_study
+
+    data = dict(doc)
+    if isinstance(data.get("plugins"), list):
+        data["plugins"] = [str(Path(p).resolve()) if isinstance(p, str) and p.endswith(".py") else p
+                           for p in data["plugins"]]
+    name = str(data.get("name", "study"))
+    folder = Path(tempfile.mkdtemp(prefix="ablate-study-"))
+    path = folder / f"{name if name.replace('_', '').replace('-', '').isalnum() else 'study'}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    try:
+        return load_study(path)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)  # nothing left behind by a refused study
+        raise
+
+
+def plan_seeds(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default",
+               report: str | Path | None = None) -> SeedPlan:
+    """The seeds per arm the study's primary contrasts (every contrast when none is primary) need for 80%
+    power at its ``min_effect`` at the report's Holm level (``ablate plan --from``), from the finished trials of
+    a report folder (``report``, default the budget's report folder, ``reports/<study>/`` by default).
+
+    Raises:
+        AblateError: the report folder holds no finished trial of the study.
+    """
+    from ablate import planning
+
+    s = validate(study)
+    folder = Path(report) if report is not None else _report_folder(s.name, budget)
+    pilot = planning.read_report_pilot(s, folder)
+    verdicts = {c.name: c.verdict for c in pilot.inference.family.claims if c.contrast is not None}
+    return planning.plan_seeds(pilot.inference.contrasts, min_effect=s.min_effect,
+                      family_size=len(pilot.inference.family.claims), verdicts=verdicts)
+
+
+def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default", workers: int = 1,
+        threads: int = 0, tracking_uri: str | None = None, runs: str = "runs", out: str | Path | None = None,
+        progress: bool = False, extend: bool = False) -> StudyResults:
+    """Run every trial of a study at ``budget`` (resumable: finished trials are skipped), log them to
+    MLflow, write the report and return its results: ``ablate run`` from Python.
+
+    Args:
+        study: a study file's path, a loaded study, or a mapping with a study file's keys.
+        budget, workers, threads, tracking_uri, runs, extend: as ``ablate run``'s options.
+        out: the report folder (default ``reports/<study>/``, ``reports/<study>-<budget>/`` at another budget).
+        progress: show the progress display on stderr (default off).
+
+    Raises:
+        StudyError: the study file is invalid (nothing is created).
+        AblateError: a bad option, or a trial failed / is still pending (its message names ``ablate status``).
+    """
+    from ablate.commands.run import prepare_environment
+
+    prepare_environment()
+    from ablate.report import build_report
+    from ablate.runner import make_settings, run_study
+
+    s = validate(study)
+    settings = make_settings(s, budget, tracking_uri=tracking_uri, runs=runs, threads=threads, workers=workers)
+    result = run_study(s, settings, workers=workers, extend=extend, progress=progress)
+    c = result.counts
+    if result.unsent:
+        raise AblateError(f"{len(result.unsent)} finished trial(s) could not reach MLflow at {result.tracking_uri} "
+                          f"({result.tracking_error}); run again when it answers")
+    if c["failed"] or c["pending"] or c["running"]:
+        raise AblateError(f"study {s.name} ({budget}): {c['failed']} failed, {c['pending']} pending, {c['running']} "
+                          f"running; see `ablate status {s.path} --budget {budget}` and run again to resume")
+    index = build_report(result.plan, tracking_uri=result.tracking_uri, out_dir=out)
+    return _read_folder(index.parent, s, budget)
+
+
+def load(source: str | Path, *, budget: str = "default", tracking_uri: str | None = None) -> StudyResults:
+    """The results of a committed report folder (``reports/<study>``: its results.csv, curves.csv and figures,
+    its claims recomputed by today's statistics as ``ablate plan --from`` does), or of a study that ran here
+    (a study file or name: its trials read from MLflow at ``budget``, its report written to the default
+    folder first).
+
+    Raises:
+        AblateError: no report folder, study file or MLflow study by that name.
+    """
+    path = Path(source)
+    if path.is_dir():
+        return _read_folder(path, None, None)
+    from ablate.commands.report import resolve_study
+    from ablate.plan import Plan
+    from ablate.report import build_report
+
+    with tempfile.TemporaryDirectory() as tmp:
+        s = resolve_study(str(source), budget, tracking_uri, tmp)
+        index = build_report(Plan.of(s, budget), tracking_uri=tracking_uri)
+    return _read_folder(index.parent, s, budget)
+
+
+def _report_folder(name: str, budget: str) -> Path:
+    from ablate.report import default_out_dir
+
+    return default_out_dir(name, budget)
+
+
+def _read_folder(folder: Path, study: Study | None, budget: str | None) -> StudyResults:
+    """A report folder's results; the study and budget from its provenance line when not given."""
+    import pandas as pd
+
+    from ablate.planning import read_report_pilot
+    from ablate.report.shared import committed_report
+
+    if not (folder / "results.csv").is_file():
+        raise AblateError(f"{folder}: no results.csv there: not a report folder (`ablate report` writes one)")
+    if study is None or budget is None:
+        rep = committed_report(folder)
+        if rep is None:
+            raise AblateError(f"{folder}/README.md: no 'produced by: `ablate run FILE ...`' line naming a study file "
+                              "that still validates; pass the study file instead")
+        study, budget = rep.plan.study, rep.plan.budget
+    trials = pd.read_csv(folder / "results.csv", dtype={"key": str, "arm": str})
+    curves_file = folder / "curves.csv"
+    curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else pd.DataFrame()
+    inference = read_report_pilot(study, folder).inference
+    figures = {p.stem: p for p in sorted(folder.glob("*.png"))}
+    return StudyResults(study.name, budget, trials, curves, claims_table(inference.family), figures, folder, study)
+
+
+def claims_table(family: Family) -> pd.DataFrame:
+    """One row per claim of ``family`` (:attr:`StudyResults.claims`'s columns)."""
+    import pandas as pd
+
+    rows = []
+    for c in family.claims:
+        k = c.contrast
+        nan = math.nan
+        rows.append({"claim": c.name, "primary": c.primary,
+                     "n": k.n_seeds if k is not None else int(family.n_seeds),
+                     "estimate": k.estimate if k is not None else nan, "ci_low": k.ci_low if k is not None else nan,
+                     "ci_high": k.ci_high if k is not None else nan,
+                     "p": k.p if k is not None else (c.term.p if c.term is not None else nan),
+                     "p_holm": c.p_holm, "verdict": c.verdict, "method": family.method})
+    return pd.DataFrame(rows, columns=["claim", "primary", "n", "estimate", "ci_low", "ci_high", "p", "p_holm",
+                                       "verdict", "method"])

@@ -1,0 +1,121 @@
+"""ablate from Python (ablate/api.py): ``import ablate`` exports exactly the API, stays light, and each
+function returns what the command line prints: the same trials, claims and seed plans."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import servers
+
+import ablate
+from ablate.planning import plan_seeds, read_report_pilot
+from ablate.report.ledger import report_claims
+from ablate.study import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_import_ablate_exports_exactly_the_api_and_imports_no_torch():
+    code = ("import sys, ablate; print(sorted(ablate.__all__)); "
+            "print(any(m in sys.modules for m in ('torch', 'pandas', 'mlflow', 'optuna')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == str(sorted(["AblateError", "StudyError", "StudyResults", "load", "plan_seeds", "run",
+                                 "validate"]))
+    assert out[1] == "False"  # the command line's start-up is not slowed by the API
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        ablate.nope  # noqa: B018
+
+
+def test_load_a_committed_report_gives_its_trials_curves_claims_and_figures():
+    folder = ROOT / "reports" / "loss_normalization"
+    res = ablate.load(folder)
+    assert (res.name, res.budget, res.folder) == ("loss_normalization", "default", folder)
+    results = pd.read_csv(folder / "results.csv", dtype={"key": str, "arm": str})
+    assert list(res.trials["key"]) == list(results["key"]) and len(res.curves) == len(pd.read_csv(folder / "curves.csv"))
+    expected = report_claims(folder, ROOT).claims  # the ledger's recomputation of the same report
+    assert list(res.claims["claim"]) == list(expected["claim"])
+    assert res.claims["estimate"].to_numpy() == pytest.approx(expected["estimate"].to_numpy(), nan_ok=True)
+    assert list(res.claims["verdict"]) == list(expected["verdict"]) and set(res.claims["method"]) == {"paired t"}
+    assert res.figures["claims"] == folder / "claims.png" and "loss_normalization" in repr(res)
+
+
+def test_plan_seeds_is_ablate_plan_from_a_report():
+    study = load_study(ROOT / "studies" / "loss_normalization.yaml")
+    pilot = read_report_pilot(study, ROOT / "reports" / "loss_normalization")
+    expected = plan_seeds(pilot.inference.contrasts, min_effect=study.min_effect,
+                          family_size=len(pilot.inference.family.claims))
+    got = ablate.plan_seeds(ROOT / "studies" / "loss_normalization.yaml", report=ROOT / "reports" / "loss_normalization")
+    assert [(c.name, c.seeds_needed) for c in got.contrasts] == [(c.name, c.seeds_needed) for c in expected.contrasts]
+    assert all(math.isfinite(c.seeds_needed) for c in got.contrasts)
+
+
+def test_a_bad_study_mapping_raises_one_typed_error_with_every_problem_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(ablate.StudyError) as caught:
+        ablate.validate({"name": "bad", "factors": {}, "design": "full"})
+    keys = {p.key for p in caught.value.problems}
+    assert {"seeds", "objective", "factors"} <= keys and isinstance(caught.value, ablate.AblateError)
+    assert list(tmp_path.iterdir()) == []  # the temporary study file went with the error
+    with pytest.raises(ablate.AblateError, match="not a report folder"):
+        ablate.load(tmp_path)
+
+
+@pytest.mark.slow
+def test_run_from_python_gives_the_cli_s_trials_and_report(tmp_path, monkeypatch, ablate_cli):
+    """quickstart at its smoke budget, once through `ablate run` and once through ablate.run from a mapping
+    of the same file: the same trial keys and content fingerprints, the same claims."""
+    import yaml
+
+    cli_dir, api_dir = tmp_path / "cli", tmp_path / "api"
+    for d in (cli_dir, api_dir):
+        d.mkdir()
+        servers.fresh_mlflow_db(d)
+    study = ROOT / "studies" / "quickstart.yaml"
+    code, out, err, _ = ablate_cli(["run", str(study), "--budget", "smoke", "--threads", "1", "--no-progress"], cli_dir,
+                                   tmp_path / "cache")
+    assert code == 0, err
+    monkeypatch.chdir(api_dir)
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "cache"))
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        monkeypatch.delenv(var, raising=False)
+    res = ablate.run(yaml.safe_load(study.read_text()), budget="smoke", threads=1)
+    assert res.folder == Path("reports") / "quickstart-smoke" and res.budget == "smoke"
+    cli = pd.read_csv(cli_dir / "reports" / "quickstart-smoke" / "results.csv", dtype={"key": str})
+    assert sorted(res.trials["key"]) == sorted(cli["key"]) and len(res.trials) == 8
+    assert dict(zip(res.trials["key"], res.trials["fingerprint"])) == dict(zip(cli["key"], cli["fingerprint"]))
+    assert list(res.claims["claim"]) == list(ablate.load(cli_dir / "reports" / "quickstart-smoke").claims["claim"])
+    assert not (api_dir / "reports" / "quickstart").exists()  # a smoke run never writes the study's own report
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.slow
+def test_the_python_snippets_of_readme_and_docs_api_run_as_printed(tmp_path):
+    """Every ```python block of README.md and docs/api.md, run as printed in a fresh interpreter, in a folder
+    laid out as the repository (studies/, the committed report they load, an empty MLflow store)."""
+    work = tmp_path / "work"
+    (work / "reports").mkdir(parents=True)
+    (work / "studies").symlink_to(ROOT / "studies", target_is_directory=True)
+    shutil.copytree(ROOT / "reports" / "loss_normalization", work / "reports" / "loss_normalization")
+    servers.fresh_mlflow_db(work)
+    env = {**os.environ, "ABLATE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        env.pop(var, None)
+    blocks = [(page, b) for page in ("README.md", "docs/api.md") for b in python_blocks((ROOT / page).read_text())]
+    assert len(blocks) >= 3
+    for page, block in blocks:
+        r = subprocess.run([sys.executable, "-c", block], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, (page, block, r.stderr[-3000:])
+    assert (work / "reports" / "quickstart-smoke" / "index.html").is_file()  # docs/api.md's smoke run
