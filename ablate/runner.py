@@ -41,6 +41,8 @@ from ablate.progress import Progress
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
 from ablate.worker import (
     DEFAULT_TRACKING_WAIT,
+    Event,
+    EventFn,
     RunSettings,
     TrialRunError,
     WorkerStats,
@@ -360,7 +362,7 @@ def _run_round(plan: Plan, settings: RunSettings, store: StudyStore, tracker: Tr
     display = Progress(prepared.total, plan.steps, counts, stream=stream, live=live,
                        label=f"{plan.study.name} {plan.budget}") if progress else None
     if workers <= 1:
-        run_worker(settings, study=plan.study, events=display.handle if display is not None else None)
+        run_worker(settings, study=plan.study, events=_local_events(display, store, plan.budget))
     else:
         _run_pool(settings, workers, store, display)
     counts = store.counts(plan.budget)
@@ -368,6 +370,25 @@ def _run_round(plan: Plan, settings: RunSettings, store: StudyStore, tracker: Tr
         display.set_counts(counts)
         display.close()
     return counts
+
+
+def _local_events(display: Progress | None, store: StudyStore, budget: str) -> EventFn | None:
+    """The progress display's event handler for a worker in this process: the counts are read again from the
+    store whenever a trial starts or ends (there is no pool loop to poll it), and the status line follows
+    every finished trial (so a log shows done / running / pending move, and an ETA over what is left)."""
+    if display is None:
+        return None
+
+    def handle(event: Event) -> None:
+        display.handle(event)
+        if event.get("kind") in ("start", "end"):
+            try:
+                display.set_counts(store.counts(budget))
+            except Exception:  # noqa: BLE001 - the display is best effort
+                pass
+        display.refresh(force=event.get("kind") == "end")
+
+    return handle
 
 
 def record_command(run: StudyRun, argv: list[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,19 @@ def test_progress_counts_steps_and_estimates_time_left(capsys):
 
 
 # --------------------------------------------------------------------------------------- in process
+
+
+def test_progress_with_one_worker_counts_trials_as_they_finish(workdir, capsys):
+    """One worker in this process (the default): after each finished trial the status line shows the
+    store's counts moving (done up, pending down) and an ETA over the trials left, not the finished ones."""
+    study = write_study(workdir, "solo")
+    assert run(str(study)) == 0
+    status = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[solo default] ")]
+    counts = [tuple(int(x) for x in re.match(r"\[solo default\] (\d+)/4 done, (\d+) running, (\d+) failed, "
+                                           r"(\d+) pending", ln).groups()) for ln in status]
+    after_ends = [c for c in counts if c[1] == 0]
+    assert [c[0] for c in after_ends][:4] == [1, 2, 3, 4] and [c[3] for c in after_ends][:4] == [3, 2, 1, 0]
+    assert status[-1].endswith("ETA 0s") or "ETA 0" in status[-1]  # nothing left: no time left
 
 
 def test_run_logs_every_trial_once_and_a_rerun_runs_nothing(workdir, capsys):
