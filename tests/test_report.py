@@ -750,3 +750,20 @@ def test_the_scope_of_a_committed_context_report_is_recomputed_from_its_files(tm
     assert scope.mission_factor(["reward.components"]) == "reward granularity"
     assert scope.mission_factor(["loss.ratio_level", "loss.clip_low"]) == "ratio level"
     assert scope.mission_factor(["optim.lr"]) == "other"
+
+
+def test_the_claims_figure_title_counts_the_claims_it_draws(tmp_path):
+    """At 2 seeds nothing is tested: the title says how many claims it draws and that none was tested,
+    not 'family of 0'; at 6 seeds every drawn claim is in the Holm family."""
+    from ablate.report.figures import forest_plot
+
+    for seeds in (2, 6):
+        path = tmp_path / f"synth{seeds}.yaml"
+        path.write_text(STUDY.replace("seeds: 6", f"seeds: {seeds}"))
+        study = load_study(path)
+        fam = compute_statistics(study, synthetic(study, np.random.default_rng(1)), **FAST).inference.family
+        n = len([c for c in fam.claims if c.contrast is not None])
+        title = forest_plot(fam).axes[0].get_title()
+        expected = (f"Claims ({n} claims, none tested below 3 seeds)" if seeds == 2 else
+                    f"Claims (family of {fam.size}, Holm; its {n} contrasts drawn)")  # + the interaction, not drawn
+        assert n == 2 and title.startswith(expected), title

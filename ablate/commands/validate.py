@@ -23,12 +23,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def print_warnings(study) -> None:
-    """The study's configuration warnings on stderr, one line each (they never fail a study), then one
-    line naming the warnings the study file acknowledges (``acknowledge:``), if any."""
+    """The study's configuration warnings on stderr, one line each (they never fail a study), then, on
+    stdout, one note naming what the study file acknowledges (``acknowledge:``), if anything: a choice the
+    study made, not a warning."""
     for w in study.warnings:
         print(f"{study.path}: warning: {w}", file=sys.stderr)
     if study.acknowledged_line:
-        print(f"{study.path}: {study.acknowledged_line}", file=sys.stderr)
+        print(f"{study.path}: note: {study.acknowledged_line}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -201,7 +201,10 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
         ax.set_yticks(range(len(claims)), names[::-1])
         ax.set_ylim(-0.6, len(claims) - 0.35)
         ax.set_xlabel(f"difference level − baseline in {metric} ({unit})" if unit else "difference level − baseline")
-        ax.set_title(f"Claims (family of {family.size}, Holm): diamond = estimate, bar = 95% interval "
+        tested = (f"{len(claims)} claims, none tested below 3 seeds" if not family.size else
+                  f"family of {family.size}, Holm" + (f"; its {len(claims)} contrasts drawn" if family.size != len(claims)
+                                                      else ""))
+        ax.set_title(f"Claims ({tested}): diamond = estimate, bar = 95% interval "
                      f"({'model t' if family.method == inference.MODEL else 'paired t'}), dots = seeds; ★ primary")
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(claims)), ncol=2,
                   frameon=False)
