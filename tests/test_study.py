@@ -341,7 +341,7 @@ MALFORMED = {
     "exclude_unknown_factor.yaml": [(11, "exclude[1].loss_nrom", "unknown factor 'loss_nrom'; allowed: loss_norm, clip_high")],
     "excluded_baseline.yaml": [(11, "exclude[0]", "excludes the baseline arm loss_norm=sequence,clip_high=0.2")],
     "repeated_seeds.yaml": [(5, "seeds", "seeds repeat: [1]; allowed: a positive integer n")],
-    "bad_budget.yaml": [(7, "budgets.smoke", "train.step: unknown key (did you mean 'train.steps'?)")],
+    "bad_budget.yaml": [(7, "budgets.smoke.train.step", "unknown key (did you mean 'train.steps'?)")],
     "bad_objective.yaml": [(8, "objective.mode", "allowed: max, min; did you mean 'max'?"),
                            (9, "objective.summary", "allowed: last, mean, max, min, auc"),
                            (10, "objective.last_n", "must be an integer >= 1, got 0")],
@@ -798,3 +798,21 @@ def test_show_counts_trials_and_time_per_context(tmp_path, cli):
     rc, out, _ = cli("show", str(path), "--json")
     per = json.loads(out)["contexts"]["per_context"]
     assert sum(c["n_trials"] for c in per.values()) == 36
+
+
+def test_three_mistakes_get_three_messages_each_at_its_key_in_one_pass(tmp_path, cli):
+    """A bad value in base:, an unknown key in a level and an unknown key in a budget: one `ablate validate`
+    names all three, each at the line of the offending key (not the enclosing block), and exits 2 once."""
+    text = (Path(__file__).resolve().parent.parent / "studies" / "quickstart.yaml").read_text()
+    text = text.replace("  rollout.group_size: 8 ", "  rollout.group_size: -8 ", 1)
+    text = text.replace("token: {loss.aggregation: token-mean}", "token: {loss.agregation: token-mean}", 1)
+    text = text.replace("    train.steps: 60 ", "    train.stepz: 60 ", 1)
+    path = write(tmp_path, text)
+    rc, out, err = cli("validate", str(path))
+    lines = text.splitlines()
+    at = {k: next(i for i, ln in enumerate(lines, 1) if k in ln) for k in ("group_size: -8", "agregation", "stepz")}
+    assert rc == 2 and out == "" and "(3 problems)" in err, err
+    assert f"{path}:{at['group_size: -8']}: base.rollout.group_size: Input should be greater than or equal to 1" in err
+    assert f"{path}:{at['agregation']}: factors.loss_norm.levels.token.loss.agregation: unknown key (did you mean " \
+           "'loss.aggregation'?)" in err
+    assert f"{path}:{at['stepz']}: budgets.default.train.stepz: unknown key (did you mean 'train.steps'?)" in err

@@ -55,17 +55,65 @@ class _Context:
     build: _Builder
     failed: dict[ArmBudget, str] = field(default_factory=dict)
     explained: set[ArmBudget] = field(default_factory=set)
+    bad: set[tuple[str, str]] = field(default_factory=set)  # (where, key): reported at the key's own line
+
+    def base_ov(self) -> dict[str, Any]:
+        """``base:`` without the keys already reported."""
+        return {k: v for k, v in self.base.items() if ("base", k) not in self.bad}
+
+    def budget_ov(self, b: str) -> dict[str, Any]:
+        """Budget ``b``'s overrides without the keys already reported."""
+        return {k: v for k, v in self.budgets[b].items() if (f"budgets.{b}", k) not in self.bad}
+
+    def level_ov(self, f: Factor, lv: Any) -> dict[str, Any]:
+        """Level ``lv`` of factor ``f``'s overrides without the keys already reported."""
+        where = f"factors.{f.name}.levels.{lv.name}"
+        return {k: v for k, v in lv.overrides.items() if (where, k) not in self.bad}
+
+
+def _field_problem(key: str, err: str) -> bool:
+    """Whether ``err`` (a build's problems, '; '-joined) holds a problem of ``key``'s own value: an unknown
+    path or a value its field refuses (pydantic's "... (got VALUE)"), not a rule between several keys."""
+    return any(p.startswith(f"{key}: ") and ("unknown key" in p or " (got " in p) for p in err.split("; "))
+
+
+def _check_keys(cx: _Context) -> None:
+    """Every override key of ``base:``, of each budget and of each explicit level, checked on its own: a key
+    whose value fails alone (on the defaults) and in its place (on ``base:``), with an error that names the
+    key, is reported at the key's own line, once, and left out of the builds that follow, so that one pass
+    reports every bad key and then what only a combination of keys gets wrong."""
+    doc = cx.doc
+    bnode = doc.get("budgets") if isinstance(doc.get("budgets"), dict) else {}
+    sources: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = [("base", doc.get("base"), cx.base, {})]
+    sources += [(f"budgets.{b}", bnode.get(b), bov, cx.base) for b, bov in cx.budgets.items() if b in bnode]
+    for f in cx.factors:
+        if f.path is None:  # a shorthand path's problem is reported once by _explain_shorthand_path
+            levels = doc["factors"][f.name]["levels"]
+            sources += [(f"factors.{f.name}.levels.{lv.name}", levels.get(lv.name), lv.overrides, cx.base)
+                        for lv in f.levels]
+    for where, node, overrides, context in sources:
+        for key, value in overrides.items():
+            _, alone = cx.build({key: value})
+            if alone is None or not _field_problem(key, alone):
+                continue
+            _, placed = cx.build({**context, **overrides})
+            if placed is None or not _field_problem(key, placed):
+                continue
+            line = _line(node, key) if isinstance(node, dict) else None
+            # the key alone on the defaults: its own problems only, said without the key (the label names it)
+            cx.ck.add(line or _line(doc, where.split(".")[0]), f"{where}.{key}", _indent(alone[len(key) + 1:].strip()))
+            cx.bad.add((where, key))
 
 
 def _build_all(cx: _Context) -> dict[ArmBudget, TrialConfig]:
     """Every arm's configuration at every budget; the failures go to ``cx.failed``."""
     fmap = {f.name: f for f in cx.factors}
     configs: dict[ArmBudget, TrialConfig] = {}
-    for b, bov in cx.budgets.items():
+    for b in cx.budgets:
         for arm in cx.arms:
-            ov = {**cx.base, **bov}
+            ov = {**cx.base_ov(), **cx.budget_ov(b)}
             for f in cx.factors:
-                ov.update(fmap[f.name].level(arm.levels[f.name]).overrides)
+                ov.update(cx.level_ov(fmap[f.name], fmap[f.name].level(arm.levels[f.name])))
             cfg, err = cx.build(ov, arm.name)
             if cfg is not None:
                 configs[(arm.name, b)] = cfg
@@ -77,16 +125,16 @@ def _build_all(cx: _Context) -> dict[ArmBudget, TrialConfig]:
 def _explain_base_and_budgets(cx: _Context) -> bool:
     """Report failures that ``base:`` or a budget alone explain; False when base alone is invalid
     (nothing else is reported then)."""
-    ck, doc, base = cx.ck, cx.doc, cx.base
+    ck, doc, base = cx.ck, cx.doc, cx.base_ov()
     if len(cx.failed) == len(cx.arms) * len(cx.budgets):
         _, err = cx.build(dict(base))
         if err is not None:
             ck.add(_line(doc, "base"), "base", f"invalid overrides: {_indent(err)}")
             return False
     bnode = doc.get("budgets")
-    for b, bov in cx.budgets.items():
+    for b in cx.budgets:
         if all((a.name, b) in cx.failed for a in cx.arms):
-            _, err = cx.build({**base, **bov})
+            _, err = cx.build({**base, **cx.budget_ov(b)})
             if err is not None:
                 line = _line(bnode, b) if isinstance(bnode, dict) else _line(doc, "budgets")
                 ck.add(line, f"budgets.{b}", f"invalid overrides: {_indent(err)}")
@@ -96,7 +144,7 @@ def _explain_base_and_budgets(cx: _Context) -> bool:
 
 def _explain_shorthand_path(cx: _Context, f: Factor) -> bool:
     """Report a bad shorthand path once (not once per value); True when it explains the failures."""
-    errs = {lv.name: cx.build({**cx.base, **lv.overrides})[1] for lv in f.levels}
+    errs = {lv.name: cx.build({**cx.base_ov(), **lv.overrides})[1] for lv in f.levels}
     if len(set(errs.values())) != 1 or None in errs.values():
         return False
     keys = [(a.name, b) for a in cx.arms for b in cx.budgets if (a.name, b) not in cx.explained]
@@ -118,7 +166,7 @@ def _explain_levels(cx: _Context) -> None:
             todo = [k for k in with_level if k not in cx.explained]
             if not todo or not all(k in cx.failed for k in todo):
                 continue
-            _, err = cx.build({**cx.base, **lv.overrides})
+            _, err = cx.build({**cx.base_ov(), **cx.level_ov(f, lv)})
             if err is None:
                 continue
             spec = cx.doc["factors"][f.name]
@@ -197,14 +245,15 @@ def _check_configs(
         (arm name, budget name) -> its configuration (the arms that built).
     """
     cx = _Context(ck, doc, base, budgets, factors, arms, _Builder(warned))
+    _check_keys(cx)
     configs = _build_all(cx)
     if cx.failed:
         if not _explain_base_and_budgets(cx):
             return configs
         _explain_levels(cx)
     _report_arms(cx)
-    if not cx.failed:
+    if not cx.failed and not cx.bad:
         _check_distinct_arms(cx, configs)
-    if tune is not None and arms and not cx.failed:
+    if tune is not None and arms and not cx.failed and not cx.bad:
         _check_tuned_params(cx, tune)
     return configs
