@@ -185,6 +185,32 @@ def test_changed_design_is_refused_and_extend_adds_only(url):
     assert store.budgets() == ["default", "smoke"]
 
 
+def test_queued_trials_carry_their_levels_and_seed_as_optuna_parameters(url):
+    """Read through Optuna's own API (what optuna-dashboard does): every queued attempt has the arm's level
+    of each factor (categorical over the factor's levels) and its seed as parameters; the keys ablate reads
+    are unchanged. An extension widens the seed range; a level it adds is outside the categorical space Optuna
+    fixed (PostgreSQL refuses a changed one), so its trials carry the seed only for that factor."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    store = open_store(url)
+    store.prepare(SpecPlan(specs(ARMS), "default", OVERRIDES))
+    name = store.storage.get_study_name_from_id(store.study_id)
+    trials = optuna.load_study(study_name=name, storage=store.storage).get_trials(deepcopy=False)
+    assert sorted((t.params["f"], t.params["seed"], t.user_attrs["key"]) for t in trials) == [
+        ("f=a", 0, "ka-0"), ("f=a", 1, "ka-1"), ("f=b", 0, "kb-0"), ("f=b", 1, "kb-1")]
+    assert trials[0].distributions == {"f": CategoricalDistribution(("f=a", "f=b")), "seed": IntDistribution(0, 1)}
+    store.prepare(SpecPlan(specs({**ARMS, "f=c": "kc"}, seeds=(0, 1, 2)), "default", {**OVERRIDES, "f=c": {}}),
+                  extend=True)
+    added = [t for t in optuna.load_study(study_name=name, storage=store.storage).get_trials(deepcopy=False)
+             if t.user_attrs["key"] == "kc-2"]
+    assert added[0].params == {"seed": 2} and added[0].distributions == {"seed": IntDistribution(0, 2)}
+    wider = [t for t in optuna.load_study(study_name=name, storage=store.storage).get_trials(deepcopy=False)
+             if t.user_attrs["key"] == "ka-2"]
+    assert wider[0].params == {"f": "f=a", "seed": 2}
+    assert [a.key for a in store.attempts("default")][:4] == ["ka-0", "kb-0", "ka-1", "kb-1"]
+
+
 # ----------------------------------------------------------------------------------- claim races
 
 

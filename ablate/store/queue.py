@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -61,6 +61,10 @@ _ERROR = "ablate:error"
 _RESULT = "ablate:result"
 _RUN_ID = "ablate:mlflow_run_id"
 _NOTE_ATTR = "ablate:note:"  # + name (study system attribute)
+#: Study system attribute: each factor's levels and the largest seed, the value spaces of the Optuna
+#: parameters every queued trial carries (for optuna-dashboard and Optuna's API); one per store, as Optuna
+#: allows one categorical space per parameter name in a study, whatever the budget
+_PARAMS_ATTR = "ablate:params"
 _IDENTITY_ATTR = "ablate:identity"  # {fingerprint, file} of the study that first used the store
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -482,13 +486,40 @@ class StudyStore:
 
     # -- enqueueing ----------------------------------------------------------------------------------
 
-    def _enqueue(self, key: str, arm: str, seed: int, budget: str, levels: Mapping[str, str], retry: int) -> int:
+    def _enqueue(self, key: str, arm: str, seed: int, budget: str, levels: Mapping[str, str], retry: int,
+                 space: Mapping[str, Any] | None = None) -> int:
+        """Queue one attempt of a trial. It carries its arm's levels and its seed as Optuna parameters (what
+        optuna-dashboard plots), over the value spaces of :meth:`_param_space`; the trial key and what
+        ablate reads stay in the user attributes."""
+        space = space if space is not None else self.storage.get_study_system_attrs(self.study_id).get(_PARAMS_ATTR)
+        params, dists = _params(levels, int(seed), space)
         template = create_trial(
-            state=TrialState.WAITING,
+            state=TrialState.WAITING, params=params, distributions=dists,
             user_attrs={"key": key, "arm": arm, "seed": int(seed), "budget": budget, "levels": dict(levels),
                         "retry": int(retry)},
         )
         return self.storage.create_new_trial(self.study_id, template_trial=template)
+
+    def _param_space(self, specs: Sequence[Any]) -> dict[str, Any]:
+        """The value spaces of the Optuna parameters of the store's trials, kept in the store: each factor's
+        levels in design order, fixed when a design is first frozen (Optuna refuses a categorical space
+        that changes: a level added by an extension is not a parameter value, its trials carry the other
+        factors' levels and the seed), and the largest seed (an integer range may widen)."""
+        key = _PARAMS_ATTR
+        old = self.storage.get_study_system_attrs(self.study_id).get(key)
+        levels: dict[str, list[str]] = {}
+        if old is None:
+            for sp in specs:
+                for f, lv in sp.levels.items():
+                    if str(lv) not in levels.setdefault(f, []):
+                        levels[f].append(str(lv))
+        else:
+            levels = old["levels"]
+        seed_max = max([int(old["seed_max"]) if old else 0, *(int(sp.seed) for sp in specs)])
+        space = {"levels": levels, "seed_max": seed_max}
+        if space != old:
+            self.storage.set_study_system_attr(self.study_id, key, space)
+        return space
 
     def bind(self, study: Study) -> None:
         """Bind the store to ``study``'s fingerprint (:meth:`ablate.study.Study.fingerprint`) when it has
@@ -548,6 +579,7 @@ class StudyStore:
             for a in self.attempts(budget):
                 by_key.setdefault(a.key, set()).add(a.state)
             complete = pending = enqueued = 0
+            space = self._param_space(specs)
             for s in specs:
                 states = by_key.get(s.key, set())
                 if DONE in states:
@@ -555,7 +587,7 @@ class StudyStore:
                 elif states & {PENDING, RUNNING}:
                     pending += 1
                 else:
-                    self._enqueue(s.key, s.arm, s.seed, budget, s.levels, retry=0)
+                    self._enqueue(s.key, s.arm, s.seed, budget, s.levels, retry=0, space=space)
                     enqueued += 1
         return PrepareResult(len(specs), complete, pending, enqueued, created, extended, stale)
 
@@ -769,3 +801,21 @@ __all__ = [
     "pid_alive",
     "process_start",
 ]
+
+
+def _params(levels: Mapping[str, str], seed: int, space: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A trial's Optuna parameters and distributions: each factor's level (categorical over the factor's
+    levels) and ``seed`` (an integer from 0 to the largest seed); none without a recorded space (a store
+    written before parameters were recorded)."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if not space:
+        return {}, {}
+    params: dict[str, Any] = {}
+    dists: dict[str, Any] = {}
+    for f, lv in levels.items():
+        choices = space["levels"].get(f, [])
+        if str(lv) in choices:
+            params[f], dists[f] = str(lv), CategoricalDistribution(tuple(choices))
+    params["seed"], dists["seed"] = int(seed), IntDistribution(0, max(int(space["seed_max"]), int(seed)))
+    return params, dists
