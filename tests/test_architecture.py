@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent / "ablate"
 #: The data flow, top to bottom: commands -> runner -> worker/tuner -> train -> rewards/models/rl/tasks
 #: -> study/plan -> config/registry. A module may import its own layer and the layers below it.
 LAYERS: dict[str, int] = {
-    "cli": 7, "commands": 7, "__main__": 7,
+    "cli": 7, "commands": 7, "__main__": 7, "api": 7,
     "runner": 6,
     "worker": 5, "tuner": 5, "progress": 5,
     "train": 4, "warmstart": 4,

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ablate.commands.run import prepare_environment
+
+    prepare_environment()  # before torch and transformers load: no weights-loading bar, passive OpenMP waits
     from ablate.config import TrialConfig
     from ablate.errors import AblateError
 
