@@ -95,8 +95,8 @@ def test_no_module_imports_one_above_it_in_the_data_flow():
     for name, tree in modules_cache().items():
         mine = level(name)
         for dep in imports(name, tree):
-            if top(dep) == top(name):
-                continue
+            if top(dep) == top(name) or (name == "ablate" and dep == "ablate.api"):
+                continue  # the package re-exports the Python API on first use (ablate/__init__.py's __getattr__)
             theirs = level(dep)
             if top(name) in SIDE:
                 if theirs is not None and theirs > 2:
