@@ -102,8 +102,8 @@ def python_blocks(text: str) -> list[str]:
 
 @pytest.mark.slow
 def test_the_python_snippets_of_readme_and_docs_api_run_as_printed(tmp_path):
-    """Every ```python block of README.md and docs/api.md, run as printed in a fresh interpreter, in a folder
-    laid out as the repository (studies/, the committed report they load, an empty MLflow store)."""
+    """Every ```python block of README.md, docs/api.md and docs/factors.md, run as printed in a fresh
+    interpreter, in a folder laid out as the repository (studies/, the committed report they load, an empty MLflow store)."""
     work = tmp_path / "work"
     (work / "reports").mkdir(parents=True)
     (work / "studies").symlink_to(ROOT / "studies", target_is_directory=True)
@@ -113,7 +113,8 @@ def test_the_python_snippets_of_readme_and_docs_api_run_as_printed(tmp_path):
            "PYTHONPATH": str(ROOT)}
     for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
         env.pop(var, None)
-    blocks = [(page, b) for page in ("README.md", "docs/api.md") for b in python_blocks((ROOT / page).read_text())]
+    pages = ("README.md", "docs/api.md", "docs/factors.md")
+    blocks = [(page, b) for page in pages for b in python_blocks((ROOT / page).read_text())]
     assert len(blocks) >= 3
     for page, block in blocks:
         r = subprocess.run([sys.executable, "-c", block], cwd=work, env=env, capture_output=True, text=True, timeout=600)

@@ -163,11 +163,13 @@ def test_a_missing_plugin_file_is_named(tmp_path):
 
 
 def test_readme_walkthrough_quotes_the_example_files():
-    """The README's "Define a new factor" section quotes the example study and plugin verbatim."""
+    """The README's "Define a new factor" section and docs/factors.md quote the example study and plugin
+    verbatim."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Define a new factor", 1)[1].split("\n## ", 1)[0]
+    section += (ROOT / "docs" / "factors.md").read_text()
     blocks = re.findall(r"```(yaml|python)\n(.*?)```", section, flags=re.S)
-    assert len(blocks) >= 3
+    assert len(blocks) >= 3 and {lang for lang, _ in blocks} == {"yaml", "python"}
     sources = {"yaml": (ROOT / "studies" / "examples" / "new_factor.yaml").read_text(),
                "python": (ROOT / "studies" / "examples" / "plugins" / "brevity.py").read_text()}
     for lang, block in blocks:
