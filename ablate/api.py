@@ -73,7 +73,8 @@ class StudyResults:
 
 
 def validate(study: str | Path | Study | Mapping[str, Any]) -> Study:
-    """Read and check a study (every key of every arm at every budget), creating nothing.
+    """Read and check a study (every key of every arm at every budget), creating nothing (a mapping is
+    checked in a temporary file, removed before this returns: the study's ``path`` is then gone).
 
     Raises:
         StudyError: every problem found, each with its file, line and key.
@@ -87,10 +88,14 @@ def validate(study: str | Path | Study | Mapping[str, Any]) -> Study:
     return load_study(study)
 
 
-def _from_mapping(doc: Mapping[str, Any]) -> Study:
-    """A study given as a mapping: written as YAML to a temporary folder and read as a file is. A
-    ``plugins:`` entry given as a relative ``.py`` path is made absolute (relative to the working
-    directory), since the file's folder is a temporary one."""
+def _from_mapping(doc: Mapping[str, Any], keep_in: Path | None = None) -> Study:
+    """A study given as a mapping, written as YAML and read as a file is, in a temporary folder that is
+    removed before this returns; with ``keep_in``, a valid study's file is kept there as ``<name>.yaml``
+    (a run's workers read it). A relative ``plugins:`` path is made absolute (from the working directory).
+
+    Raises:
+        StudyError: the study is invalid; AblateError: a value YAML cannot write (nothing is left behind).
+    """
     import yaml
 
     from ablate.study import load_study
@@ -100,14 +105,25 @@ def _from_mapping(doc: Mapping[str, Any]) -> Study:
         data["plugins"] = [str(Path(p).resolve()) if isinstance(p, str) and p.endswith(".py") else p
                            for p in data["plugins"]]
     name = str(data.get("name", "study"))
+    stem = name if name.replace("_", "").replace("-", "").isalnum() else "study"
     folder = Path(tempfile.mkdtemp(prefix="ablate-study-"))
-    path = folder / f"{name if name.replace('_', '').replace('-', '').isalnum() else 'study'}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     try:
-        return load_study(path)
-    except BaseException:
-        shutil.rmtree(folder, ignore_errors=True)  # nothing left behind by a refused study
-        raise
+        try:
+            text = yaml.safe_dump(data, sort_keys=False)
+        except yaml.YAMLError as exc:
+            raise AblateError(f"the study mapping holds a value YAML cannot write ({exc}); give plain Python "
+                              "values (str, int, float, bool, list, dict)") from None
+        path = folder / f"{stem}.yaml"
+        path.write_text(text, encoding="utf-8")
+        study = load_study(path)
+        if keep_in is None:
+            return study
+        keep_in.mkdir(parents=True, exist_ok=True)
+        kept = keep_in / f"{stem}.yaml"
+        kept.write_text(text, encoding="utf-8")
+        return load_study(kept)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def plan_seeds(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default",
@@ -136,7 +152,8 @@ def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default
     MLflow, write the report and return its results: ``ablate run`` from Python.
 
     Args:
-        study: a study file's path, a loaded study, or a mapping with a study file's keys.
+        study: a study file's path, a loaded study, or a mapping with a study file's keys (kept, once valid,
+            as ``<runs>/<name>/<name>.yaml``: the workers and the report read it).
         budget, workers, threads, tracking_uri, runs, extend: as ``ablate run``'s options.
         out: the report folder (default ``reports/<study>/``, ``reports/<study>-<budget>/`` at another budget).
         progress: show the progress display on stderr (default off).
@@ -149,11 +166,13 @@ def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default
 
     prepare_environment()
     from ablate.report import build_report
-    from ablate.runner import make_settings, run_study
+    from ablate.runner import make_settings, record_command, run_study
 
-    s = validate(study)
+    s = _from_mapping(study, Path(runs) / str(study.get("name", "study"))) if isinstance(study, Mapping) else \
+        validate(study)
     settings = make_settings(s, budget, tracking_uri=tracking_uri, runs=runs, threads=threads, workers=workers)
     result = run_study(s, settings, workers=workers, extend=extend, progress=progress)
+    record_command(result, ["run", str(s.path), "--budget", budget, "--workers", str(workers)])  # the provenance
     c = result.counts
     if result.unsent:
         raise AblateError(f"{len(result.unsent)} finished trial(s) could not reach MLflow at {result.tracking_uri} "
@@ -165,25 +184,28 @@ def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default
     return _read_folder(index.parent, s, budget)
 
 
-def load(source: str | Path, *, budget: str = "default", tracking_uri: str | None = None) -> StudyResults:
-    """The results of a committed report folder (``reports/<study>``: its results.csv, curves.csv and figures,
-    its claims recomputed by today's statistics as ``ablate plan --from`` does), or of a study that ran here
-    (a study file or name: its trials read from MLflow at ``budget``, its report written to the default
-    folder first).
+def load(source: str | Path, *, budget: str = "default", tracking_uri: str | None = None,
+         study: str | Path | Study | None = None, out: str | Path | None = None) -> StudyResults:
+    """The results of a report folder (its results.csv, curves.csv and figures, its claims recomputed by
+    today's statistics as ``ablate plan --from`` does; the study from its README's provenance line, or
+    ``study``), or of a study that ran here (a study file or name: its trials read from MLflow at
+    ``budget``, and its report written first, to ``out`` or the budget's report folder, as ``ablate
+    report`` does).
 
     Raises:
-        AblateError: no report folder, study file or MLflow study by that name.
+        AblateError: no report folder, study file or MLflow store / study by that name.
     """
     path = Path(source)
     if path.is_dir():
-        return _read_folder(path, None, None)
-    from ablate.commands.report import resolve_study
+        return _read_folder(path, validate(study) if study is not None else None, budget if study else None)
+    from ablate.commands.report import check_store, resolve_study
     from ablate.plan import Plan
     from ablate.report import build_report
 
+    check_store(str(source), tracking_uri)  # reading must not create an empty MLflow store
     with tempfile.TemporaryDirectory() as tmp:
         s = resolve_study(str(source), budget, tracking_uri, tmp)
-        index = build_report(Plan.of(s, budget), tracking_uri=tracking_uri)
+        index = build_report(Plan.of(s, budget), tracking_uri=tracking_uri, out_dir=out)
     return _read_folder(index.parent, s, budget)
 
 
@@ -206,7 +228,7 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
         rep = committed_report(folder)
         if rep is None:
             raise AblateError(f"{folder}/README.md: no 'produced by: `ablate run FILE ...`' line naming a study file "
-                              "that still validates; pass the study file instead")
+                              "that still validates; pass it: ablate.load(folder, study=FILE)")
         study, budget = rep.plan.study, rep.plan.budget
     trials = pd.read_csv(folder / "results.csv", dtype={"key": str, "arm": str})
     curves_file = folder / "curves.csv"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import servers
+import yaml
 
 import ablate
 from ablate.planning import plan_seeds, read_report_pilot
@@ -65,16 +66,27 @@ def test_a_bad_study_mapping_raises_one_typed_error_with_every_problem_and_leave
     keys = {p.key for p in caught.value.problems}
     assert {"seeds", "objective", "factors"} <= keys and isinstance(caught.value, ablate.AblateError)
     assert list(tmp_path.iterdir()) == []  # the temporary study file went with the error
+    good = yaml.safe_load((ROOT / "studies" / "quickstart.yaml").read_text())
+    assert ablate.validate(good).name == "quickstart" and list(tmp_path.iterdir()) == []  # and with success
+    with pytest.raises(ablate.AblateError, match="a value YAML cannot write"):
+        ablate.validate({**good, "seeds": object()})
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(ablate.AblateError, match="not a report folder"):
         ablate.load(tmp_path)
+
+
+def test_load_by_name_where_nothing_ran_creates_no_store(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(ablate.AblateError, match="there is no MLflow store"):
+        ablate.load("quickstart")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow
 def test_run_from_python_gives_the_cli_s_trials_and_report(tmp_path, monkeypatch, ablate_cli):
     """quickstart at its smoke budget, once through `ablate run` and once through ablate.run from a mapping
     of the same file: the same trial keys and content fingerprints, the same claims."""
-    import yaml
-
     cli_dir, api_dir = tmp_path / "cli", tmp_path / "api"
     for d in (cli_dir, api_dir):
         d.mkdir()
@@ -89,6 +101,9 @@ def test_run_from_python_gives_the_cli_s_trials_and_report(tmp_path, monkeypatch
         monkeypatch.delenv(var, raising=False)
     res = ablate.run(yaml.safe_load(study.read_text()), budget="smoke", threads=1)
     assert res.folder == Path("reports") / "quickstart-smoke" and res.budget == "smoke"
+    kept = api_dir / "runs" / "quickstart" / "quickstart.yaml"  # the mapping's file, which the workers read
+    assert kept.is_file() and f"produced by: `ablate run {kept.relative_to(api_dir)} --budget smoke --workers 1`" in \
+        (api_dir / res.folder / "README.md").read_text()
     cli = pd.read_csv(cli_dir / "reports" / "quickstart-smoke" / "results.csv", dtype={"key": str})
     assert sorted(res.trials["key"]) == sorted(cli["key"]) and len(res.trials) == 8
     assert dict(zip(res.trials["key"], res.trials["fingerprint"])) == dict(zip(cli["key"], cli["fingerprint"]))

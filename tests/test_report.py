@@ -764,6 +764,6 @@ def test_the_claims_figure_title_counts_the_claims_it_draws(tmp_path):
         fam = compute_statistics(study, synthetic(study, np.random.default_rng(1)), **FAST).inference.family
         n = len([c for c in fam.claims if c.contrast is not None])
         title = forest_plot(fam).axes[0].get_title()
-        expected = (f"Claims ({n} claims, none tested below 3 seeds)" if seeds == 2 else
+        expected = (f"Claims ({n} claims, none testable (fewer than 3 seeds, or no spread))" if seeds == 2 else
                     f"Claims (family of {fam.size}, Holm; its {n} contrasts drawn)")  # + the interaction, not drawn
         assert n == 2 and title.startswith(expected), title

@@ -330,8 +330,8 @@ MALFORMED = {
                              (1, "seeds", "missing; add 'seeds:'")],
     "duplicate_key.yaml": [(8, "factors.loss_norm.levels.token", "duplicate key (first at line 6); keep only one")],
     "empty_levels.yaml": [(6, "factors.loss_norm.levels", "needs at least one level")],
-    "bad_level_value.yaml": [(7, "factors.loss_norm.levels.token", "unknown loss aggregation 'tokne-mean'"),
-                             (7, "factors.loss_norm.levels.token", "did you mean 'token-mean'?")],
+    "bad_level_value.yaml": [(7, "factors.loss_norm.levels.token.loss.aggregation", "unknown loss aggregation 'tokne-mean'"),
+                             (7, "factors.loss_norm.levels.token.loss.aggregation", "did you mean 'token-mean'?")],
     "unknown_path.yaml": [(4, "factors.clip_high.path", "loss.clip_hihg: unknown key (did you mean 'loss.clip_high'?)")],
     "unknown_design.yaml": [(5, "design", "unknown design 'ful'; allowed: full, one_at_a_time, fractional, random")],
     "bad_design_option.yaml": [(8, "design.resolutoin", "unknown option 'resolutoin'; allowed: resolution; did you mean")],
@@ -816,3 +816,32 @@ def test_three_mistakes_get_three_messages_each_at_its_key_in_one_pass(tmp_path,
     assert f"{path}:{at['agregation']}: factors.loss_norm.levels.token.loss.agregation: unknown key (did you mean " \
            "'loss.aggregation'?)" in err
     assert f"{path}:{at['stepz']}: budgets.default.train.stepz: unknown key (did you mean 'train.steps'?)" in err
+
+
+def test_a_key_valid_only_beside_others_is_not_reported_on_its_own(tmp_path, cli):
+    """rollout.group_size: 1 breaks GRPO's group rule, a rule between keys: the level that sets it is valid
+    beside gae and excluded beside grpo, so the study validates (the key check reads field errors only)."""
+    path = write(tmp_path, """\
+name: fp
+factors:
+  est:
+    levels:
+      grpo: {algo.advantage: grpo}
+      gae: {algo.advantage: gae, critic.enabled: true}
+  g:
+    levels:
+      eight: {rollout.group_size: 8}
+      one: {rollout.group_size: 1}
+exclude: [{est: grpo, g: one}]
+seeds: 2
+objective: {metric: eval/accuracy, mode: max}
+""")
+    rc, out, err = cli("validate", str(path))
+    assert rc == 0 and "3 arms x 2 seeds" in out and err == "", err
+
+
+def test_show_json_of_a_study_with_an_acknowledged_cross_is_one_json_document(cli):
+    """The acknowledgment note goes to stderr under --json, so stdout parses as JSON."""
+    path = Path(__file__).resolve().parent.parent / "studies" / "quickstart.yaml"
+    rc, out, err = cli("show", str(path), "--json")
+    assert rc == 0 and json.loads(out)["study"] == "quickstart" and "note: run on purpose" in err

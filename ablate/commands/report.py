@@ -87,7 +87,7 @@ def resolve_study(arg: str, budget: str, tracking_uri: str | None, workdir: str)
                       + "; pass the study file's path (and --tracking-uri / --budget where it ran)")
 
 
-def _check_store(arg: str, tracking_uri: str | None) -> None:
+def check_store(arg: str, tracking_uri: str | None) -> None:
     """Refuse to read a local MLflow store that does not exist (opening it would create an empty one).
 
     Raises:
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
         from ablate.plan import Plan
 
-        _check_store(args.study, args.tracking_uri)
+        check_store(args.study, args.tracking_uri)
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
         index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out,
                              formats=_formats(args))

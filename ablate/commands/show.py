@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     from ablate.study import load_study
 
     study = load_study(args.file)
-    print_warnings(study)
+    print_warnings(study, notes_to_stderr=args.json)  # --json: stdout is one JSON document
     study.check_budget(args.budget)
     if args.json:
         print(json.dumps(describe(study, args.budget, args.workers), indent=2))

@@ -22,14 +22,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="study files (YAML)")
 
 
-def print_warnings(study) -> None:
+def print_warnings(study, *, notes_to_stderr: bool = False) -> None:
     """The study's configuration warnings on stderr, one line each (they never fail a study), then, on
     stdout, one note naming what the study file acknowledges (``acknowledge:``), if anything: a choice the
-    study made, not a warning."""
+    study made, not a warning (on stderr with ``notes_to_stderr``: when stdout carries JSON)."""
     for w in study.warnings:
         print(f"{study.path}: warning: {w}", file=sys.stderr)
     if study.acknowledged_line:
-        print(f"{study.path}: note: {study.acknowledged_line}")
+        print(f"{study.path}: note: {study.acknowledged_line}", file=sys.stderr if notes_to_stderr else sys.stdout)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ takes the root model (``TrialConfig``) as an argument, so that this module depen
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import types
@@ -168,7 +169,7 @@ def problems_from_validation_error(root: type[BaseModel], exc: ValidationError) 
     for err in exc.errors():
         inner = (err.get("ctx") or {}).get("error")
         if isinstance(inner, RuleViolations):
-            problems.extend(inner.problems)
+            problems.extend(dataclasses.replace(p, rule=True) for p in inner.problems)
             continue
         path = ""
         for part in err["loc"]:

@@ -43,11 +43,14 @@ class ConfigProblem:
             for a problem of the whole configuration.
         message: what is wrong and how to fix it.
         line: the line of the YAML file that set ``path``, when the configuration came from a file.
+        rule: the problem comes from a rule between several keys (:class:`RuleViolations`), not from
+            ``path``'s own value or name.
     """
 
     path: str
     message: str
     line: int | None = None
+    rule: bool = False  # a cross-field rule (ablate.config.rules), not a problem of one key's value
 
     def __str__(self) -> str:
         where = self.path or "(configuration)"

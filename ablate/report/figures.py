@@ -201,7 +201,7 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
         ax.set_yticks(range(len(claims)), names[::-1])
         ax.set_ylim(-0.6, len(claims) - 0.35)
         ax.set_xlabel(f"difference level − baseline in {metric} ({unit})" if unit else "difference level − baseline")
-        tested = (f"{len(claims)} claims, none tested below 3 seeds" if not family.size else
+        tested = (f"{len(claims)} claims, none testable (fewer than 3 seeds, or no spread)" if not family.size else
                   f"family of {family.size}, Holm" + (f"; its {len(claims)} contrasts drawn" if family.size != len(claims)
                                                       else ""))
         ax.set_title(f"Claims ({tested}): diamond = estimate, bar = 95% interval "

@@ -63,7 +63,7 @@ def report_folders(reports: Path) -> list[Path]:
 
     def default_budget(folder: Path) -> bool:
         m = PRODUCED.search((folder / "README.md").read_text(encoding="utf-8"))
-        argv = m["command"].split() if m else []
+        argv = [a for arg in (m["command"].split() if m else []) for a in arg.split("=", 1)] if m else []
         return "--budget" not in argv[:-1] or argv[argv.index("--budget") + 1] == "default"
 
     return sorted(p for p in reports.iterdir()

@@ -817,5 +817,6 @@ def _params(levels: Mapping[str, str], seed: int, space: Mapping[str, Any] | Non
         choices = space["levels"].get(f, [])
         if str(lv) in choices:
             params[f], dists[f] = str(lv), CategoricalDistribution(tuple(choices))
-    params["seed"], dists["seed"] = int(seed), IntDistribution(0, max(int(space["seed_max"]), int(seed)))
+    name = "seed" if "seed" not in params else "ablate.seed"  # a factor called seed keeps its name
+    params[name], dists[name] = int(seed), IntDistribution(0, max(int(space["seed_max"]), int(seed)))
     return params, dists

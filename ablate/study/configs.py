@@ -41,6 +41,18 @@ class _Builder:
             problems = getattr(exc, "problems", None)
             return None, "; ".join(map(str, problems)) if problems else str(exc)
 
+    def own_problems(self, key: str, value: Any) -> list[str]:
+        """The problems of ``key`` set to ``value`` alone (on the defaults) that concern that key itself: an
+        unknown path or a value its field refuses, not a rule between several keys; their messages."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConfigWarning)  # one key on the defaults: its warnings are no news
+                TrialConfig.from_overrides({key: value})
+        except (ConfigError, ValueError, TypeError) as exc:
+            return [p.message for p in getattr(exc, "problems", None) or ()
+                    if p.path == key and not getattr(p, "rule", False)]
+        return []
+
 
 @dataclass
 class _Context:
@@ -71,37 +83,26 @@ class _Context:
         return {k: v for k, v in lv.overrides.items() if (where, k) not in self.bad}
 
 
-def _field_problem(key: str, err: str) -> bool:
-    """Whether ``err`` (a build's problems, '; '-joined) holds a problem of ``key``'s own value: an unknown
-    path or a value its field refuses (pydantic's "... (got VALUE)"), not a rule between several keys."""
-    return any(p.startswith(f"{key}: ") and ("unknown key" in p or " (got " in p) for p in err.split("; "))
-
-
 def _check_keys(cx: _Context) -> None:
-    """Every override key of ``base:``, of each budget and of each explicit level, checked on its own: a key
-    whose value fails alone (on the defaults) and in its place (on ``base:``), with an error that names the
-    key, is reported at the key's own line, once, and left out of the builds that follow, so that one pass
-    reports every bad key and then what only a combination of keys gets wrong."""
+    """Every override key of ``base:``, of each budget and of each explicit level, checked on its own: an
+    unknown path or a value its field refuses (never a rule between keys, which depends on the others) is
+    reported at the key's own line, once, and left out of the builds that follow, so that one pass reports
+    every bad key and then what only a combination of keys gets wrong."""
     doc = cx.doc
     bnode = doc.get("budgets") if isinstance(doc.get("budgets"), dict) else {}
-    sources: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = [("base", doc.get("base"), cx.base, {})]
-    sources += [(f"budgets.{b}", bnode.get(b), bov, cx.base) for b, bov in cx.budgets.items() if b in bnode]
+    sources: list[tuple[str, Any, dict[str, Any]]] = [("base", doc.get("base"), cx.base)]
+    sources += [(f"budgets.{b}", bnode.get(b), bov) for b, bov in cx.budgets.items() if b in bnode]
     for f in cx.factors:
         if f.path is None:  # a shorthand path's problem is reported once by _explain_shorthand_path
             levels = doc["factors"][f.name]["levels"]
-            sources += [(f"factors.{f.name}.levels.{lv.name}", levels.get(lv.name), lv.overrides, cx.base)
-                        for lv in f.levels]
-    for where, node, overrides, context in sources:
+            sources += [(f"factors.{f.name}.levels.{lv.name}", levels.get(lv.name), lv.overrides) for lv in f.levels]
+    for where, node, overrides in sources:
         for key, value in overrides.items():
-            _, alone = cx.build({key: value})
-            if alone is None or not _field_problem(key, alone):
-                continue
-            _, placed = cx.build({**context, **overrides})
-            if placed is None or not _field_problem(key, placed):
+            own = cx.build.own_problems(key, value)
+            if not own:
                 continue
             line = _line(node, key) if isinstance(node, dict) else None
-            # the key alone on the defaults: its own problems only, said without the key (the label names it)
-            cx.ck.add(line or _line(doc, where.split(".")[0]), f"{where}.{key}", _indent(alone[len(key) + 1:].strip()))
+            cx.ck.add(line or _line(doc, where.split(".")[0]), f"{where}.{key}", _indent("; ".join(own)))
             cx.bad.add((where, key))
 
 
