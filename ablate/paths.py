@@ -40,4 +40,11 @@ def report_dir(study_name: str, reports: str | os.PathLike[str] | None = None) -
     return Path(reports if reports is not None else REPORTS_DIR) / study_name
 
 
-__all__ = ["REPORTS_DIR", "RUNS_DIR", "STORE_FILE", "report_dir", "run_dir", "store_file", "trial_dir"]
+def report_dir_for(study_name: str, budget: str, reports: str | os.PathLike[str] | None = None) -> Path:
+    """Where ``ablate run`` writes a budget's report: ``<reports>/<study>`` at the default budget,
+    ``<reports>/<study>-<budget>`` at another (a smoke run never overwrites the study's report)."""
+    return report_dir(study_name if budget == "default" else f"{study_name}-{budget}", reports)
+
+
+__all__ = ["REPORTS_DIR", "RUNS_DIR", "STORE_FILE", "report_dir", "report_dir_for", "run_dir", "store_file",
+           "trial_dir"]

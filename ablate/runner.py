@@ -294,6 +294,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     from ablate.tracking import Tracker
 
     preflight(study, settings, workers)
+    check_reports_writable(study, settings.budget)  # the report comes last: its folder is checked first
     stream = stream or sys.stderr
     t0 = time.time()
     store = settings.open_store(study)
@@ -571,20 +572,48 @@ def check_runs_writable(study: Study, settings: RunSettings) -> None:
     Raises:
         AblateError: one line naming the folder, the OS error and the fix.
     """
-    import tempfile
     from pathlib import Path
 
-    from ablate.errors import AblateError
     from ablate.paths import run_dir
 
     runs = Path(settings.runs)
-    nearest = runs
+    study_dir = run_dir(study.name, runs)
+    _check_writable(runs, "the runs folder", "--runs", {study_dir: "the study's run folder",
+                                                       study_dir / "trials": "the study's trials folder"},
+                    "or pass --runs DIR with a writable folder")
+
+
+def check_reports_writable(study: Study, budget: str) -> None:
+    """``ablate run`` writes its report at the end: refuse a report folder (``reports/<study>``, or
+    ``reports/<study>-<budget>``) that cannot be written before any trial trains, not after all of them.
+
+    Raises:
+        AblateError: one line naming the folder, the OS error and the fix.
+    """
+    from ablate.paths import REPORTS_DIR, report_dir_for
+
+    folder = report_dir_for(study.name, budget)
+    _check_writable(folder.parent, "the reports folder", str(REPORTS_DIR), {folder: "the study's report folder"},
+                    f"or run from a folder where {REPORTS_DIR}/ can be written (`ablate report --out DIR` writes "
+                    "a report elsewhere)")
+
+
+def _check_writable(root: Any, what: str, made: str, inside: dict[Any, str], fix: str) -> None:
+    """Create (and at once remove) an unnamed file in ``root`` (its nearest existing parent when it does
+    not exist yet, ``made`` naming what would make it) and in each existing folder of ``inside``.
+
+    Raises:
+        AblateError: the first that refuses, with the OS error, a chmod and ``fix``.
+    """
+    import tempfile
+
+    from ablate.errors import AblateError
+
+    nearest = root
     while not nearest.exists() and nearest.parent != nearest:
         nearest = nearest.parent
-    study_dir = run_dir(study.name, runs)
-    folders = {nearest: "the runs folder" if nearest == runs else f"the folder in which --runs {runs} would be made",
-               study_dir: "the study's run folder", study_dir / "trials": "the study's trials folder"}
-    for folder, what in folders.items():
+    folders = {nearest: what if nearest == root else f"the folder in which {made} {root} would be made", **inside}
+    for folder, name in folders.items():
         if folder != nearest and not folder.exists():
             continue
         try:
@@ -594,8 +623,8 @@ def check_runs_writable(study: Study, settings: RunSettings) -> None:
             if is_disk_full(exc):
                 raise disk_full_error(exc, folder) from None
             raise AblateError(
-                f"{what} {folder.resolve()} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
-                f"fix its permissions (e.g. chmod -R u+w {folder}) or pass --runs DIR with a writable folder"
+                f"{name} {folder.resolve()} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
+                f"fix its permissions (e.g. chmod -R u+w {folder}) {fix}"
             ) from exc
 
 

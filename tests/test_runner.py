@@ -337,6 +337,7 @@ BAD_RUNS = {
                                                    "task.dataset"),
     "runs not a folder": (["{study}", "--runs", "{runs_file}"], "the runs folder {runs_file} is not writable (Not a "
                           "directory): fix its permissions (e.g. chmod -R u+w {runs_file}) or pass --runs DIR"),
+    "reports not a folder": (["{study_reports}"], "the reports folder {reports_file} is not writable (Not a directory)"),
 }
 
 
@@ -355,6 +356,10 @@ def test_bad_input_exits_2_and_creates_nothing(case, tmp_path, monkeypatch, caps
     files["study_rg"] = write_study(tmp_path, "norg", base={"task.name": "reasoning_gym", "task.difficulty": None})
     files["runs_file"] = tmp_path / "runs.txt"  # a --runs that cannot hold folders, even for root
     files["runs_file"].write_text("")
+    if case == "reports not a folder":  # the report comes last: a reports/ it cannot write is refused first
+        files["reports_file"] = tmp_path / "reports"
+        files["reports_file"].write_text("")
+    files["study_reports"] = files["study"]
     before = sorted(p.name for p in tmp_path.iterdir())
     argv, message = BAD_RUNS[case]
     assert main(["run", *(a.format(**files) for a in argv)]) == 2

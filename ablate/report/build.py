@@ -34,7 +34,7 @@ import pandas as pd
 
 from ablate import analysis
 from ablate.metrics import content_fingerprint
-from ablate.paths import report_dir
+from ablate.paths import report_dir_for
 from ablate.report import figures as figs
 from ablate.report.findings import Findings, num, phrase
 from ablate.report.folder import TUNED_FILE
@@ -353,7 +353,7 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
 def default_out_dir(study_name: str, budget: str = DEFAULT_BUDGET) -> Path:
     """``reports/<study>/`` (:func:`ablate.paths.report_dir`) at the default budget; ``reports/<study>-<budget>/``
     at another, so that a smoke run never overwrites the study's report (committed or not)."""
-    return report_dir(study_name if budget == DEFAULT_BUDGET else f"{study_name}-{budget}")
+    return report_dir_for(study_name, budget)
 
 
 def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | Path | None = None,
