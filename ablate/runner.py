@@ -662,13 +662,13 @@ def check_store_not_lost(study: Study, settings: RunSettings, store: StudyStore 
     )
 
 
-def existing_store(study: Study, settings: RunSettings) -> StudyStore | None:
-    """The study's store as ``settings`` name it, opened without creating anything; None when the
-    study has not run there."""
+def existing_store(study: Study, settings: RunSettings, *, read_only: bool = False) -> StudyStore | None:
+    """The study's store as ``settings`` name it, opened without creating anything (``read_only``: without
+    writing anything, not even a lock file or a healed journal); None when the study has not run there."""
     from ablate.store import StoreNotFoundError
 
     try:
-        return StudyStore(settings.storage, study.name, create=False)
+        return StudyStore(settings.storage, study.name, create=False, read_only=read_only)
     except StoreNotFoundError:
         return None
 

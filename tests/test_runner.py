@@ -411,6 +411,24 @@ def test_read_only_runs_folder_exits_2_before_anything_runs(tmp_path, monkeypatc
             (tmp_path / folder).chmod(0o755)
 
 
+def test_status_writes_nothing_even_with_a_torn_journal_tail(workdir, capsys):
+    """`ablate status` is a read-only command: with a torn last record in the journal (a writer that died)
+    it reads the finished trials, and the journal, its lock file and the folder stay byte for byte."""
+    study = write_study(workdir, "ro")
+    assert run(str(study), "--no-progress") == 0
+    journal = workdir / "runs" / "ro" / STORE_FILE
+    with open(journal, "ab") as fh:
+        fh.write(b'{"op_code": 5, "worker_id": "x", "tri')  # a record cut short
+    for lock in journal.parent.glob("*.lock"):
+        lock.unlink()
+    before = {p: p.read_bytes() for p in (workdir / "runs").rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert main(["status", str(study), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["done"] == 4  # the torn tail is skipped, not read
+    after = {p: p.read_bytes() for p in (workdir / "runs").rglob("*") if p.is_file()}
+    assert after == before  # no healing, no .torn copy, no lock file
+
+
 def test_status_of_a_study_never_run_creates_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ABLATE_STORAGE", raising=False)

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     study = load_study(args.file)
     settings = make_settings(study, args.budget, storage=args.storage, runs=args.runs)
-    store = existing_store(study, settings)
+    store = existing_store(study, settings, read_only=True)  # a read-only command: nothing on disk changes
     if store is None:
         print(f"note: study {study.name!r} is not in the store {settings.storage}: it has not been run there "
               "(ablate run FILE, with the same --storage)", file=sys.stderr)

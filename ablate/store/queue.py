@@ -313,8 +313,10 @@ class StudyStore:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         max_retries: int = DEFAULT_MAX_RETRIES,
         store_wait: float = DEFAULT_STORE_WAIT,
+        read_only: bool = False,
     ) -> None:
-        """Open (and with ``create``, create) the Optuna study ``study_name`` in ``storage``.
+        """Open (and with ``create``, create) the Optuna study ``study_name`` in ``storage``; ``read_only``
+        (with ``create=False``): open it for reading only (:func:`open_storage`): nothing on disk changes.
 
         Every later call to the storage waits out an outage of up to ``store_wait`` seconds (a
         PostgreSQL restart, a journal I/O error: :class:`~ablate.store.storage.RetryingStorage`).
@@ -329,7 +331,7 @@ class StudyStore:
         self.heartbeat_interval = float(heartbeat_interval)
         self.grace_period = float(grace_period)
         self.max_retries = int(max_retries)
-        raw = open_storage(storage, create=create)
+        raw = open_storage(storage, create=create, read_only=read_only and not create)
         if create:
             study = optuna.create_study(
                 storage=raw, study_name=study_name, direction=direction, load_if_exists=True

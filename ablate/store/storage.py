@@ -153,13 +153,15 @@ class TornJournalWarning(RuntimeWarning):
     """The journal's last record was cut short (a writer died mid-write); it was removed and kept aside."""
 
 
-def check_journal(path: Path) -> None:
-    """Check a journal file before Optuna reads it; call it holding the journal's write lock.
+def check_journal(path: Path, *, heal: bool = True) -> None:
+    """Check a journal file before Optuna reads it; call it holding the journal's write lock (``heal``).
 
     Every record is one line of JSON. A last record without its newline was cut short by a writer
     that died (or a full disk): it never took effect, so it is moved to ``<journal>.torn`` and cut
     off, with a :class:`TornJournalWarning` (appending after it would damage the next record too).
-    Any other unreadable line is damage that cannot be repaired safely.
+    Without ``heal`` (a reader that writes nothing: ``ablate status``) it is left in place, as Optuna's
+    reader skips a last line without its newline. Any other unreadable line is damage that cannot be
+    repaired safely.
 
     Raises:
         StoreError: a line that is not JSON (other than a torn last one), naming the file, the line
@@ -168,7 +170,7 @@ def check_journal(path: Path) -> None:
     data = path.read_bytes()
     cut = data.rfind(b"\n") + 1  # where the last complete record ends (0: none is complete)
     body, tail = data[: max(cut - 1, 0)], data[cut:]
-    if tail:
+    if tail and heal:
         import warnings
 
         with open(path, "r+b") as fh:  # cut first: healing must work on a full disk
@@ -190,12 +192,14 @@ def check_journal(path: Path) -> None:
                              "trials not in the new store run again)") from None
 
 
-def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
+def open_storage(storage: str, *, create: bool = True, read_only: bool = False) -> BaseStorage:
     """The Optuna storage of ``storage`` (a journal file path or a PostgreSQL URL).
 
     Args:
         create: create the journal file (and its folder) if missing; when False a missing file
             raises :class:`StoreError`.
+        read_only: the caller only reads (``ablate status``): a journal is neither locked (no lock file is
+            made, so a read-only folder can be read) nor healed (a torn last record is left, and skipped).
     """
     check_storage(storage)
     if not is_rdb_url(storage):
@@ -204,7 +208,9 @@ def open_storage(storage: str, *, create: bool = True) -> BaseStorage:
             if not create:
                 raise StoreNotFoundError(f"no study store at {path}: the study has not been run here (ablate run FILE)")
             path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
+        if path.exists() and read_only:
+            check_journal(path, heal=False)
+        elif path.exists():
             with FileLock(str(path) + ".lock"):  # the journal's write lock: no writer is mid-record now
                 check_journal(path)
         if BaseJournalFileLock is None:  # pragma: no cover - see the import above
