@@ -578,7 +578,7 @@ def check_runs_writable(study: Study, settings: RunSettings) -> None:
 
     runs = Path(settings.runs)
     study_dir = run_dir(study.name, runs)
-    _check_writable(runs, "the runs folder", "--runs", {study_dir: "the study's run folder",
+    check_writable(runs, "the runs folder", "--runs", {study_dir: "the study's run folder",
                                                        study_dir / "trials": "the study's trials folder"},
                     "or pass --runs DIR with a writable folder")
 
@@ -593,12 +593,12 @@ def check_reports_writable(study: Study, budget: str) -> None:
     from ablate.paths import REPORTS_DIR, report_dir_for
 
     folder = report_dir_for(study.name, budget)
-    _check_writable(folder.parent, "the reports folder", str(REPORTS_DIR), {folder: "the study's report folder"},
+    check_writable(folder.parent, "the reports folder", str(REPORTS_DIR), {folder: "the study's report folder"},
                     f"or run from a folder where {REPORTS_DIR}/ can be written (`ablate report --out DIR` writes "
                     "a report elsewhere)")
 
 
-def _check_writable(root: Any, what: str, made: str, inside: dict[Any, str], fix: str) -> None:
+def check_writable(root: Any, what: str, made: str, inside: dict[Any, str], fix: str) -> None:
     """Create (and at once remove) an unnamed file in ``root`` (its nearest existing parent when it does
     not exist yet, ``made`` naming what would make it) and in each existing folder of ``inside``.
 
@@ -612,7 +612,9 @@ def _check_writable(root: Any, what: str, made: str, inside: dict[Any, str], fix
     nearest = root
     while not nearest.exists() and nearest.parent != nearest:
         nearest = nearest.parent
-    folders = {nearest: what if nearest == root else f"the folder in which {made} {root} would be made", **inside}
+    folders = {nearest: f"{what} {nearest.resolve()}" if nearest == root else
+               f"the folder {nearest.resolve()} (where {made} {root} would be made)",
+               **{f: f"{name} {f.resolve()}" for f, name in inside.items()}}
     for folder, name in folders.items():
         if folder != nearest and not folder.exists():
             continue
@@ -623,7 +625,7 @@ def _check_writable(root: Any, what: str, made: str, inside: dict[Any, str], fix
             if is_disk_full(exc):
                 raise disk_full_error(exc, folder) from None
             raise AblateError(
-                f"{name} {folder.resolve()} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
+                f"{name} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
                 f"fix its permissions (e.g. chmod -R u+w {folder}) {fix}"
             ) from exc
 
@@ -803,6 +805,7 @@ __all__ = [
     "gpu_for_worker",
     "make_settings",
     "preflight",
+    "check_writable",
     "existing_store",
     "record_command",
     "run_one_worker",

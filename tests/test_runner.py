@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -660,3 +661,20 @@ def test_pack_size_auto_is_one_on_a_cpu_and_a_memory_estimate_on_a_gpu():
     # 32 bytes a parameter and 256 MiB: tiny-llama ~0.28 GB; SmolLM2-135M ~4.6 GB (16 in half an H200's 139 GiB)
     assert gpu_member_bytes(1_000_000) == 32_000_000 + 256 * 2**20
     assert int(0.5 * 139 * 2**30 // gpu_member_bytes(134_515_008)) == 16
+
+
+def test_report_from_a_folder_it_cannot_write_is_refused_before_anything(tmp_path, capsys):
+    """`ablate report --from` writes into the folder it reads (or --out): a folder that cannot be written (here
+    --out under a file, which refuses even root) is refused with exit 2, one line naming it and the fix, and
+    nothing is written anywhere."""
+    root = Path(__file__).resolve().parent.parent
+    folder = tmp_path / "behaviour_logp"
+    shutil.copytree(root / "reports" / "behaviour_logp", folder)
+    (tmp_path / "afile").write_text("")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert main(["report", str(root / "studies" / "behaviour_logp.yaml"), "--from", str(folder),
+                 "--out", str(tmp_path / "afile" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {tmp_path / 'afile'} (where --out {tmp_path / 'afile' / 'out'} would be made) is not " \
+           "writable (Not a directory)" in err and "pass --out DIR with a writable folder" in err
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before

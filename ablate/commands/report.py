@@ -102,6 +102,18 @@ def check_store(arg: str, tracking_uri: str | None) -> None:
                           "first (`ablate run FILE`) or pass the --tracking-uri it ran with")
 
 
+def check_out_writable(folder: Path) -> None:
+    """Refuse a report folder that cannot be written (an archived study, a read-only mount) before anything
+    is read or drawn, with the fix: ``--out DIR``.
+
+    Raises:
+        AblateError: one line naming the folder and the OS error.
+    """
+    from ablate.runner import check_writable
+
+    check_writable(folder, "the report folder", "--out", {}, "or pass --out DIR with a writable folder")
+
+
 def upload_report(study_name: str, budget: str, tracking_uri: str | None, folder: Path) -> bool:
     """Log the report folder as artifacts (under ``report/``) of the study's parent MLflow run at
     ``budget``; False when there is no such run."""
@@ -123,9 +135,11 @@ def run(args: argparse.Namespace) -> int:
         return rerender(args)
     with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
         from ablate.plan import Plan
+        from ablate.report import default_out_dir
 
         check_store(args.study, args.tracking_uri)
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
+        check_out_writable(Path(args.out) if args.out else default_out_dir(study.name, args.budget))
         index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out,
                              formats=_formats(args))
         if not args.no_log:
@@ -148,6 +162,7 @@ def rerender(args: argparse.Namespace) -> int:
     from ablate.tracking import code_version
 
     study = load_study(args.study)
+    check_out_writable(Path(args.out or args.from_folder))  # a read-only (archived) folder: --out elsewhere
     results = load_report_folder(study, args.from_folder)
     commit = commit_text(code_version())
     command = "ablate report " + shlex.join(sys.argv[2:]) if len(sys.argv) > 2 else f"ablate report {args.study}"
