@@ -678,3 +678,49 @@ def test_report_from_a_folder_it_cannot_write_is_refused_before_anything(tmp_pat
     assert f"the folder {tmp_path / 'afile'} (where --out {tmp_path / 'afile' / 'out'} would be made) is not " \
            "writable (Not a directory)" in err and "pass --out DIR with a writable folder" in err
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_two_runs_of_one_study_at_once_both_finish_with_every_trial_done_once(workdir):
+    """Two `ablate run` of one study started together in one folder: each trial is trained once (the store
+    hands each to one of them; a worker with nothing to claim waits for the other's running trials), both end
+    together and both write the report, one after the other (before: one of them failed, its figures deleted
+    under it by the other's report: exit 1)."""
+    study = write_study(workdir, "twice", seeds=3, base={"train.steps": 15})  # trials of seconds: they overlap
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ABLATE_CACHE": str(workdir / "cache")}
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        env.pop(var, None)
+    argv = [sys.executable, "-m", "ablate", "run", str(study), "--threads", "1", "--no-progress", "--heartbeat", "1",
+            "--grace", "30"]
+    procs = [subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    assert all(o[0].strip().splitlines()[-1] == "report: reports/twice/index.html" for o in outs)
+    assert (workdir / "reports" / ".twice.lock").exists()  # the lock they wrote the report under
+    store = StudyStore(str(workdir / "runs" / "twice" / STORE_FILE), "twice", create=False)
+    done = [a.key for a in store.attempts("default") if a.state == "done"]
+    assert len(done) == 6 and len(set(done)) == 6  # every trial once, none twice
+
+
+def test_the_report_is_written_under_its_folder_lock(workdir, monkeypatch):
+    """build_report writes a study's report holding reports/.<study>.lock, so that a second writer (two runs
+    of one study ending together) waits instead of deleting the first one's figures: inside write_report
+    another acquirer times out at once."""
+    from filelock import FileLock, Timeout
+
+    import ablate.report.build as build
+
+    study = write_study(workdir, "locked_report")
+    assert run(str(study), "--no-progress") == 0
+    seen = []
+    real = build.write_report
+
+    def probe(*args, **kwargs):
+        with pytest.raises(Timeout):
+            FileLock(str(workdir / "reports" / ".locked_report.lock")).acquire(timeout=0)
+        seen.append(True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "write_report", probe)
+    assert main(["report", str(study), "--no-log"]) == 0 and seen == [True]

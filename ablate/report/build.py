@@ -387,4 +387,8 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
             f"study {study.name!r} has no runs at budget {budget!r} in MLflow {Tracker(tracking_uri).uri}; run "
             f"`ablate run {study.path} --budget {budget}` first, or pass the --tracking-uri / --budget it ran with"
         )
-    return write_report(plan, results, folder, **options)
+    from filelock import FileLock
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder.parent / f".{folder.name}.lock")):  # two runs of one study ending together
+        return write_report(plan, results, folder, **options)
