@@ -97,24 +97,37 @@ class OutboxResult:
     error: str | None = None
 
 
+def _mtime(path: Path) -> float:
+    """When a kept trial was written (now, if it cannot be read: it is then not old)."""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
+
+
 def upload_unsent(tracker: Tracker, study_name: str, runs: str | os.PathLike[str] = RUNS_DIR, *,
                   wait: float = 0.0, stream: TextIO | None = None) -> OutboxResult:
     """Upload every kept trial of a study; stop at the first the tracking store does not take (it is
     down: the rest would fail the same way) and list what is left. A server whose ``/health`` does not
     answer is not asked anything else (:meth:`ablate.tracking.Link.answers`); with ``wait`` > 0 it is
-    asked again every second for up to ``wait`` seconds first (the end of a run: a short outage then
-    ends in an upload, not in a second command), saying so once on ``stream``."""
+    asked again every second first (the end of a run: a short outage then ends in an upload, not in a
+    second command), saying so once on ``stream``. An outage gets ``wait`` seconds in all, counted from
+    the oldest kept trial (when it was known to be down): a server down for longer than that already
+    (down for the whole study) is not waited for at all."""
     from ablate.tracking import TRACKING_ERRORS, first_line
 
     out = OutboxResult()
     files = unsent_files(study_name, runs)
     if files and not tracker.link.answers():  # one quick question, not a request that retries
-        if wait > 0:
+        down_for = max(0.0, time.time() - min(_mtime(p) for p in files))
+        left = wait - down_for
+        if left > 0:
             if stream is not None:
-                print(f"ablate: MLflow {tracker.uri} does not answer ({tracker.link.why}); waiting up to {wait:g} s "
-                      f"to upload {len(files)} trial(s) kept meanwhile (--tracking-wait)", file=stream, flush=True)
-            deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and not tracker.link.answers(timeout=min(5.0, wait)):
+                print(f"ablate: MLflow {tracker.uri} does not answer ({tracker.link.why}); waiting up to {left:.0f} s "
+                      f"more to upload {len(files)} trial(s) kept meanwhile (--tracking-wait {wait:g} s from the "
+                      f"first, kept {down_for:.0f} s ago)", file=stream, flush=True)
+            deadline = time.monotonic() + left
+            while time.monotonic() < deadline and not tracker.link.answers(timeout=min(5.0, left)):
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         if not tracker.link.up:
             out.error, out.left = tracker.link.why or "it does not answer", [p.parent.name for p in files]

@@ -12,6 +12,7 @@ and test_yamlio.py; the multi-machine recipe with restarts in test_distributed.p
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import shlex
@@ -149,6 +150,24 @@ def test_the_outbox_uploads_only_what_the_run_lacks_and_finishes_it(tmp_path):
     assert set(rows) == {(k, s) for k in ("eval/accuracy", "loss") for s in range(5)} and set(rows.values()) == {1}
     assert run.info.status == "FINISHED" and run.data.tags["ablate.objective"] == "0.4"
     assert upload_unsent(tracker, "s", tmp_path / "runs").sent == []  # nothing twice
+
+
+def test_the_end_of_a_run_waits_for_a_server_only_what_is_left_of_its_outage(tmp_path):
+    """--tracking-wait is the time an outage gets in all, from the first trial it kept on disk: a server down
+    longer than that (down for the whole study) is not waited for at the run's end; a fresh outage is
+    waited for what is left of it, said once."""
+    folder = tmp_path / "runs" / "s" / "trials" / "k1"
+    path = write_unsent(folder, parent="p", start={}, history=[], finish={}, why="ConnectionError: down")
+    old = time.time() - 120
+    os.utime(path, (old, old))  # kept two minutes ago: the server has been down that long
+    t0 = time.monotonic()
+    down = upload_unsent(Tracker(dead_uri()), "s", tmp_path / "runs", wait=60, stream=sys.stderr)
+    assert down.left == ["k1"] and time.monotonic() - t0 < 15  # no 60 s wait on top of a 120 s outage
+    os.utime(path, None)  # kept just now: a short outage may still end
+    err = io.StringIO()
+    t0 = time.monotonic()
+    upload_unsent(Tracker(dead_uri()), "s", tmp_path / "runs", wait=3, stream=err)
+    assert time.monotonic() - t0 >= 2 and "waiting up to 3 s more" in err.getvalue()
 
 
 # --------------------------------------------------------------------------------------- liveness
