@@ -663,7 +663,7 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx", **FAST)
     text = (index.parent / "README.md").read_text()
     findings = text.split("## Findings", 1)[1].split("\n\n", 2)[1]
-    assert findings.startswith(f"- {md(a.claim)}: {md(a.verdict)} across 3 contexts. ")
+    assert findings.startswith(f"- {md(a.claim)}: {md(a.verdict)} (3 contexts). ")
     assert "a new context" in findings and "I² =" in findings and md(a.pooled.method) in findings
     assert (index.parent / "contexts_1.png").is_file() and "### Across contexts" in text
     assert "across contexts" in text and "pooled (3 contexts)" in text
@@ -716,7 +716,7 @@ def test_a_contrast_with_fewer_than_two_contexts_with_a_spread_is_said_not_poole
     index = write_report(Plan.of(study), synthetic(study, np.random.default_rng(5), effect=0.1),
                          tmp_path / "reports" / "ctx2", **FAST)
     text = (index.parent / "README.md").read_text()
-    assert f"{md(a.claim)}: not resolved across 3 contexts. 0 of its 3 contexts have a spread" in text
+    assert f"{md(a.claim)}: not resolved (3 contexts). 0 of its 3 contexts have a spread" in text
     assert not (index.parent / "contexts_1.png").exists()
 
 
@@ -745,7 +745,7 @@ def test_the_scope_of_a_committed_context_report_is_recomputed_from_its_files(tm
     text = scope.findings_scope(rows, {"addition / tiny-llama": ["other"]})
     assert f"| loss normalization | {a.claim} ★ | synth | 3: clip_high ∈ {{0.2, 0.28, 0.3}} | **{a.verdict}** |" in text
     assert "Tested in one context only (addition / tiny-llama): the claims of 1 reports, other" in text
-    assert f"**loss normalization** ({a.claim.split(': ', 1)[1]}): {a.verdict} across 3 (synth)" in \
+    assert f"**loss normalization** ({a.claim.split(': ', 1)[1]}): {a.verdict} (3 contexts, synth)" in \
         scope.readme_scope(rows, {})
     assert scope.mission_factor(["reward.components"]) == "reward granularity"
     assert scope.mission_factor(["loss.ratio_level", "loss.clip_low"]) == "ratio level"

@@ -373,11 +373,13 @@ def context_sentence(a: AcrossContexts, scale: Scale) -> str:
     p = a.pooled
     reason = a.reason[0].upper() + a.reason[1:] if a.reason else ""
     if p is None:  # fewer than 2 contexts with a spread: nothing pooled
-        return f"{a.claim}: {a.verdict} across {len(a.contexts)} contexts. {reason}."
-    if np.isfinite(p.estimate) and "pooled" not in reason:
+        return f"{a.claim}: {a.verdict} ({len(a.contexts)} contexts). {reason}."
+    if np.isfinite(p.estimate) and "pooled" not in reason.lower():
         reason += (f"; pooled {signed(p.estimate * scale.factor)} {ci_text(p.ci_low, p.ci_high, scale.factor)}, "
                    f"τ = {num(p.tau * scale.factor)}, I² = {num(100 * p.i2, 2)}%")
-    return f"{a.claim}: {a.verdict} across {p.k} contexts. {reason} (random effects: {p.method})." + (
+    elif np.isfinite(p.estimate) and "I²" not in reason:  # every verdict says the spread between contexts
+        reason += f" (τ = {num(p.tau * scale.factor)}, I² = {num(100 * p.i2, 2)}%)"
+    return f"{a.claim}: {a.verdict} ({p.k} contexts). {reason} (random effects: {p.method})." + (
         f" {trend_sentence(a.trend, scale)}" if a.trend is not None else "")
 
 

@@ -177,7 +177,7 @@ def readme_scope(verdicts: pd.DataFrame, single: dict[str, list[str]]) -> str:
     prim = verdicts[verdicts["primary"]]
     parts = []
     for mission, rows in prim.groupby("mission", sort=False):
-        said = "; ".join(f"{r['verdict']} across {r['k']} ({r['report']})" for _, r in rows.iterrows())
+        said = "; ".join(f"{r['verdict']} ({r['k']} contexts, {r['report']})" for _, r in rows.iterrows())
         parts.append(f"**{mission}** ({rows.iloc[0]['claim'].split(': ', 1)[1]}): {said}")
     n_single = sum(len(v) for v in single.values())
     where = " or ".join(sorted(single))
