@@ -463,7 +463,7 @@ def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
     report's inference on them (:func:`pilot_inference`), so that the SDs planned with are the report's."""
     from ablate.results import load_results
 
-    results = load_results(plan, tracking_uri=tracking_uri)
+    results = load_results(plan, tracking_uri=tracking_uri, allow_fewer=True)  # a pilot: what there is
     finished = int((results.trials["state"] == DONE).sum()) if not results.trials.empty else 0
     return Pilot(results, pilot_inference(plan.study, results), finished)
 

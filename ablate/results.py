@@ -374,7 +374,8 @@ def _trial_row(spec: TrialSpec, runs: list[Run] | None, columns: Mapping[str, st
     return row
 
 
-def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str | Path | None = None) -> Results:
+def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str | Path | None = None,
+                 allow_fewer: bool = False) -> Results:
     """Read a study's trials at the plan's budget from MLflow into :class:`Results`.
 
     Args:
@@ -383,9 +384,16 @@ def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str 
             study's added seeds, a tuned study's tuned values, which are part of its trial keys).
         tracking_uri: the MLflow tracking URI (default: as :func:`ablate.tracking.resolve_tracking_uri`).
         cache_dir: a folder for downloaded files of finished runs (None: no cache).
+        allow_fewer: read the plan's trials even when finished trial runs under the parent run are not
+            trials of the plan (the study file was edited after its run: a changed level or budget value);
+            they are left out, with a note. Without it that is refused.
 
     Returns:
         Every trial of the plan with its state; the tidy table of the finished ones.
+
+    Raises:
+        EditedStudyError: finished trial runs of the parent are not in the plan (without ``allow_fewer``);
+            the message names their arms and the fixes.
     """
     from ablate.tracking import EVAL_PROBLEMS_FILE, TAG_KEY, Tracker, study_runs
 
@@ -400,6 +408,9 @@ def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str 
         by_key.setdefault(r.tags.get(TAG_KEY, ""), []).append(r)
     out = _Collected()
     extra = sorted(k for k in by_key if k not in plan.by_key)
+    finished_extra = [k for k in extra if any(r.status == "FINISHED" for r in by_key[k])]
+    if finished_extra and not allow_fewer:
+        raise _design_changed(study, budget, plan, finished_extra, by_key, len(runs))
     if extra:
         out.notes.append(f"{len(extra)} trial run(s) under the parent run are not in the current design (the study "
                          "file changed?) and are left out")
@@ -421,6 +432,26 @@ def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str 
     return Results(study=study.name, budget=budget, factors=list(columns), columns=columns, table=table,
                    trials=trials, samples=out.samples, parent=dict(parent.tags) if parent is not None else {},
                    notes=out.notes, problems=problems)
+
+
+class EditedStudyError(AblateError):
+    """A study file no longer defines trials its MLflow parent run finished (edited after its run)."""
+
+
+def _design_changed(study: Any, budget: str, plan: Plan, extra: list[str], by_key: Mapping[str, list[Run]],
+                    n_runs: int) -> AblateError:
+    """The refusal of a report from a study file whose design differs from the one that ran."""
+    from ablate.tracking import TAG_ARM
+
+    arms = sorted({r.tags.get(TAG_ARM, "?") for k in extra for r in by_key[k]})
+    shown = ", ".join(arms[:4]) + (f" and {len(arms) - 4} more" if len(arms) > 4 else "")
+    kept = sum(1 for k in by_key if k in plan.by_key)
+    return EditedStudyError(
+        f"{study.path}: the study file's design at budget {budget!r} differs from the one that ran: {len(extra)} "
+        f"finished trial(s) under its MLflow parent run (arms {shown}) are not trials of this file (a level or a "
+        f"budget value changed since), and a report now would hold {kept} of the {n_runs} trial runs. Restore the "
+        "file as it ran (its parent run keeps it as study.yaml); add levels or seeds with `ablate run --extend`; "
+        "give a new study a new `name:`; or pass --allow-fewer to report this file's trials alone")
 
 
 def count_states(trials: pd.DataFrame) -> dict[str, int]:

@@ -724,3 +724,24 @@ def test_the_report_is_written_under_its_folder_lock(workdir, monkeypatch):
 
     monkeypatch.setattr(build, "write_report", probe)
     assert main(["report", str(study), "--no-log"]) == 0 and seen == [True]
+
+
+def test_a_report_from_an_edited_study_file_is_refused_unless_asked(workdir, capsys):
+    """A study file edited after its run (one level's value changed) no longer defines the trials that ran:
+    `ablate report` refuses (exit 2, one message naming the budget, the left-out arm and the fixes) and leaves
+    the report as it was; --allow-fewer writes the report of the file's trials, saying it in a note."""
+    study = write_study(workdir, "edited")
+    assert run(str(study), "--no-progress") == 0
+    readme = workdir / "reports" / "edited" / "README.md"
+    before = readme.read_text()
+    text = study.read_text()
+    assert text.count("loss.aggregation: token-mean\n") == 1
+    study.write_text(text.replace("loss.aggregation: token-mean\n", "loss.aggregation: seq-mean-token-sum\n"))
+    capsys.readouterr()
+    assert main(["report", str(study), "--no-log"]) == 2
+    err = capsys.readouterr().err
+    assert "the study file's design at budget 'default' differs from the one that ran: 2 finished trial(s)" in err
+    assert "arms loss_norm=token" in err and "--allow-fewer" in err and "--extend" in err
+    assert readme.read_text() == before
+    assert main(["report", str(study), "--no-log", "--allow-fewer"]) == 0
+    assert "are not in the current design (the study file changed?) and are left out" in readme.read_text()

@@ -43,6 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--no-log", action="store_true", help="do not log the report to the study's MLflow run")
     parser.add_argument("--svg", action="store_true", help="also write every figure as SVG")
+    parser.add_argument("--allow-fewer", action="store_true",
+                        help="report the study file's trials even when its MLflow parent run holds finished trials "
+                             "the file no longer defines (a level or budget value edited since the run); without it "
+                             "that is refused, so that a report is never replaced by one of fewer trials unasked")
     parser.add_argument("--from", dest="from_folder", metavar="DIR",
                         help="analyse again the results saved in a report folder (results.csv, tidy.csv.gz) "
                              "instead of reading MLflow: today's statistics on trials that are not rerun; the report "
@@ -141,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
         check_out_writable(Path(args.out) if args.out else default_out_dir(study.name, args.budget))
         index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out,
-                             formats=_formats(args))
+                             allow_fewer=args.allow_fewer, formats=_formats(args))
         if not args.no_log:
             upload_report(study.name, args.budget, args.tracking_uri, index.parent)
     print(f"report: {index}")

@@ -357,7 +357,7 @@ def default_out_dir(study_name: str, budget: str = DEFAULT_BUDGET) -> Path:
 
 
 def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | Path | None = None,
-                 **options: Any) -> Path:
+                 allow_fewer: bool = False, **options: Any) -> Path:
     """Read a study's results from MLflow and write its report (:func:`write_report`).
 
     Args:
@@ -365,6 +365,8 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
         tracking_uri: the MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db).
         out_dir: the report folder (default :func:`default_out_dir`: ``reports/<study>/``, or
             ``reports/<study>-<budget>/`` at a budget other than the default).
+        allow_fewer: report the plan's trials even when the parent run holds finished trials the plan
+            does not define (the study file was edited since it ran; :func:`ablate.results.load_results`).
         options: passed to :func:`write_report` (``formats`` ...).
 
     Returns:
@@ -381,7 +383,7 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
     study, budget = plan.study, plan.budget
     folder = Path(out_dir) if out_dir is not None else default_out_dir(study.name, budget)
     Tracker(tracking_uri).check_identity(study)  # another study of this name: no report of its runs
-    results = load_results(plan, tracking_uri=tracking_uri, cache_dir=folder / ".cache")
+    results = load_results(plan, tracking_uri=tracking_uri, cache_dir=folder / ".cache", allow_fewer=allow_fewer)
     if not results.parent:
         raise AblateError(
             f"study {study.name!r} has no runs at budget {budget!r} in MLflow {Tracker(tracking_uri).uri}; run "

@@ -250,7 +250,7 @@ def context_forest(claim: str, contexts: pd.DataFrame, pooled: Mapping[str, floa
         ax.set_xlabel(f"difference level − baseline ({unit})" if unit else "difference level − baseline")
         tau, i2 = pooled.get("tau", math.nan), pooled.get("i2", math.nan)
         ax.set_title(f"{claim}: {verdict}\n" + (f"τ = {tau * scale:.3g} {unit}, I² = {100 * i2:.0f}%" if np.isfinite(tau)
-                                                else "") + (f"; {method}" if method else ""), fontsize="medium")
+                                                else "") + (f"\n{method}" if method else ""), fontsize="medium")
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     return fig
 
