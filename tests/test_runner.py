@@ -745,3 +745,23 @@ def test_a_report_from_an_edited_study_file_is_refused_unless_asked(workdir, cap
     assert readme.read_text() == before
     assert main(["report", str(study), "--no-log", "--allow-fewer"]) == 0
     assert "are not in the current design (the study file changed?) and are left out" in readme.read_text()
+
+
+def test_a_changed_level_is_refused_at_a_budget_the_store_never_ran(workdir, capsys):
+    """The store keeps every level that ran: the same file with one level's value changed is refused at
+    another budget too (before: accepted there, after which the first file was refused), with the level, both
+    values and the fixes; nothing of that budget is frozen."""
+    study = write_study(workdir, "lv", budgets={"smoke": {"train.steps": 1}})
+    assert run(str(study), "--no-progress") == 0
+    text = study.read_text()
+    assert text.count("loss.aggregation: token-mean\n") == 1
+    study.write_text(text.replace("loss.aggregation: token-mean\n", "loss.aggregation: seq-mean-token-sum\n"))
+    capsys.readouterr()
+    assert run(str(study), "--budget", "smoke", "--no-progress") == 2
+    err = capsys.readouterr().err
+    assert "the study file changed a level that ran" in err and "level 'token' of factor 'loss_norm' sets" in err
+    assert "seq-mean-token-sum" in err and "give a new study a new `name:`" in err
+    store = StudyStore(str(workdir / "runs" / "lv" / STORE_FILE), "lv", create=False)
+    assert store.frozen_design("smoke") is None
+    study.write_text(text)  # restored: the smoke budget runs
+    assert run(str(study), "--budget", "smoke", "--no-progress") == 0

@@ -66,6 +66,8 @@ _NOTE_ATTR = "ablate:note:"  # + name (study system attribute)
 #: allows one categorical space per parameter name in a study, whatever the budget
 _PARAMS_ATTR = "ablate:params"
 _IDENTITY_ATTR = "ablate:identity"  # {fingerprint, file} of the study that first used the store
+#: {factor: {level: its overrides}} of every level a design of the store has run (any budget)
+_LEVELS_ATTR = "ablate:levels"
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -574,6 +576,7 @@ class StudyStore:
                 if not (extend and diff.additions_only):
                     raise DesignChangedError(self._explain_change(budget, diff, extend), diff)
                 extended = diff
+            self._check_levels(plan)  # a budget not frozen yet: its levels against those that ran elsewhere
             if created or extended is not None:
                 self.storage.set_study_system_attr(self.study_id, _DESIGN_ATTR + budget, new)
             stale = self.fail_stale(budget, retry=False)
@@ -592,6 +595,32 @@ class StudyStore:
                     self._enqueue(s.key, s.arm, s.seed, budget, s.levels, retry=0, space=space)
                     enqueued += 1
         return PrepareResult(len(specs), complete, pending, enqueued, created, extended, stale)
+
+    def _check_levels(self, plan: Plan) -> None:
+        """Refuse a plan whose study gives a level that ran (at any budget) other overrides: a study file
+        edited after its run would otherwise start a budget the store never froze with a changed level under
+        the old name. New levels and factors are recorded (``--extend`` adds them to a frozen budget).
+
+        Raises:
+            DesignChangedError: naming each changed level, what it sets now and what it ran with, and the fixes.
+        """
+        study = getattr(plan, "study", None)
+        if study is None:  # a plan without its study (tests of the store alone)
+            return
+        held = self.storage.get_study_system_attrs(self.study_id).get(_LEVELS_ATTR) or {}
+        now = {f.name: {lv.name: jsonable(lv.overrides) for lv in f.levels} for f in study.factors}
+        changed = [f"level {lv!r} of factor {f!r} sets {ov} here but ran with {held[f][lv]}"
+                   for f, levels in now.items() for lv, ov in levels.items()
+                   if lv in held.get(f, {}) and held[f][lv] != ov]
+        if changed:
+            raise DesignChangedError(
+                f"study {self.name!r}: the study file changed a level that ran (store {self.description}): "
+                + "; ".join(changed) + ". Restore the level, give the new setting a new level name (added with "
+                "--extend), or give a new study a new `name:`", DesignDiff())
+        merged = {f: {**held.get(f, {}), **levels} for f, levels in now.items()}
+        merged.update({f: v for f, v in held.items() if f not in merged})
+        if merged != held:
+            self.storage.set_study_system_attr(self.study_id, _LEVELS_ATTR, merged)
 
     def _explain_change(self, budget: str, diff: DesignDiff, extend: bool) -> str:
         head = (f"study {self.name!r}: the study file's design at budget {budget!r} differs from the one frozen "
