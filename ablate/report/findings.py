@@ -571,9 +571,10 @@ def _context_tables(stats: ReportStatistics) -> list[Table]:
                          "95% CI": ci_text(p.ci_low, p.ci_high, f)})
             rows.append({"context": "a new context (prediction interval)", "seeds": "", "estimate": "",
                          "95% CI": ci_text(p.pi_low, p.pi_high, f) if np.isfinite(p.pi_low) else "–"})
+        reason = (a.reason[0].upper() + a.reason[1:]).rstrip(".") + "." if a.reason else ""
         tables.append(Table(f"{a.claim} across contexts", pd.DataFrame(rows),
-                            f"{a.verdict}. {a.reason}".strip() + (f" Method: {p.method}." if p is not None else "."),
-                            ""))
+                            f"{a.verdict[0].upper() + a.verdict[1:]}. {reason}".strip()
+                            + (f" Method: {p.method}." if p is not None else ""), ""))
     return tables
 
 
