@@ -181,7 +181,7 @@ class GraphSampler:
         self.finished |= (tokens.unsqueeze(1) == self.stops).any(1)
         d = self.decoder
         d.bias.index_fill_(0, self.slot, 0.0)
-        logits.copy_(d._step_layers(tokens, self.pos, self.slot, d.S))
+        logits.copy_(d.step_layers(tokens, self.pos, self.slot, d.S))
         self.pos.add_(1)
         self.slot.add_(1)
         self.t.add_(1)
@@ -255,7 +255,7 @@ class GraphSampler:
                     warnings.warn(f"rollout.cuda_graph: capturing the decode step failed ({str(exc)[:300]}); "
                                   "this shape decodes eagerly over the same buffers", RuntimeWarning, stacklevel=2)
                 finally:
-                    model.__dict__["_ablate_graph_capture_s"] = capture_seconds(model) + self.capture_s - before
+                    _CAPTURE_S[model] = capture_seconds(model) + self.capture_s - before
             return self._loop(prompt_ids, prompt_mask, generator)
 
     def _loop(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, generator: torch.Generator | None
@@ -282,7 +282,11 @@ class GraphSampler:
 
 def capture_seconds(model: nn.Module) -> float:
     """Seconds spent capturing ``model``'s decode graphs so far, warm-up included (0.0 when none was)."""
-    return float(model.__dict__.get("_ablate_graph_capture_s", 0.0))
+    return float(_CAPTURE_S.get(model, 0.0))
+
+
+#: model -> its graphs' capture seconds (weak: forgotten with the model; nothing is stored on the model itself)
+_CAPTURE_S: weakref.WeakKeyDictionary[nn.Module, float] = weakref.WeakKeyDictionary()
 
 
 #: this process's copies of model shapes and its samplers (least recently used first); _LOCK guards both

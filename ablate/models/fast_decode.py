@@ -162,7 +162,7 @@ def fast_decoder_unsupported_reason(model: nn.Module) -> str | None:
     return None
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding, the same operations as transformers' ``apply_rotary_pos_emb``."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -328,7 +328,7 @@ class FastLlamaDecoder:
             q = attn.q_proj(x).view(B, P, -1, D).transpose(1, 2)  # (B, Hq, P, D)
             k = attn.k_proj(x).view(B, P, -1, D).transpose(1, 2)  # (B, Hkv, P, D)
             v = attn.v_proj(x).view(B, P, -1, D).transpose(1, 2)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             kc[:P] = k.permute(2, 0, 1, 3).reshape(P, -1, D)  # (P, B * Hkv, D)
             vc[:P] = v.permute(2, 0, 1, 3).reshape(P, -1, D)
             o = self._attend_prefill(q, k, v, mask).transpose(1, 2).reshape(B, P, -1)
@@ -352,7 +352,7 @@ class FastLlamaDecoder:
         probs = torch.softmax(scores, dim=0)
         return (probs.unsqueeze(-1) * values).sum(0).view(B, self.n_heads * D)
 
-    def _step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, slot: int | torch.Tensor, end: int
+    def step_layers(self, tokens: torch.Tensor, pos: torch.Tensor, slot: int | torch.Tensor, end: int
                      ) -> torch.Tensor:
         B, D, Hq, Hkv = tokens.shape[0], self.head_dim, self.n_heads, self.n_kv
         # rotary: x * cos + x[perm] * (sign * sin), the same values as transformers' rotate_half form
@@ -379,7 +379,7 @@ class FastLlamaDecoder:
 
     def _step_static(self, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
         """The decode step over the whole cache (static shapes; what ``torch.compile`` traces)."""
-        return self._step_layers(tokens, pos, slot, self.S)
+        return self.step_layers(tokens, pos, slot, self.S)
 
     def _compact(self, keep: torch.Tensor) -> None:
         """Drop the rows not in ``keep`` (indices into the current rows) from the cache and state."""
@@ -417,7 +417,7 @@ class FastLlamaDecoder:
         if self.compiled is not None:
             slot_t = torch.full((1,), slot, dtype=torch.long, device=tokens.device)
             return self.compiled(tokens, pos, slot_t)
-        logits = self._step_layers(tokens, pos, slot, slot + 1)
+        logits = self.step_layers(tokens, pos, slot, slot + 1)
         if self.rows is None:
             return logits
         full = logits.new_zeros((self.B, logits.shape[1]))

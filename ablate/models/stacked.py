@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ablate.models.fast_decode import _rotate, fast_decoder_unsupported_reason
+from ablate.models.fast_decode import apply_rotary, fast_decoder_unsupported_reason
 from ablate.models.logprobs import position_ids_from_mask
 
 #: Per-layer parameter paths (relative to ``model.model.layers[i]``) a stacked layer reads.
@@ -185,7 +185,7 @@ class StackedLlama:
             q = lin("self_attn.q_proj", a).view(K, B, L, Hq, D).transpose(2, 3)  # (K, B, Hq, L, D)
             k = lin("self_attn.k_proj", a).view(K, B, L, Hkv, D).transpose(2, 3)
             v = lin("self_attn.v_proj", a).view(K, B, L, Hkv, D).transpose(2, 3)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             if cache is not None:
                 kc, vc = cache[i]
                 kc[:, :, :, slot : slot + L] = k
