@@ -36,7 +36,9 @@ def num(x: Any, digits: int = 3) -> str:
 
 
 def signed(x: float, digits: int = 3) -> str:
-    """``+3.1`` / ``-0.42``."""
+    """``+3.1`` / ``-0.42``; a float's rounding residue of an exact 0 (|x| < 1e-12) is ``+0``."""
+    if math.isfinite(x) and abs(x) < 1e-12:
+        x = 0.0
     return f"{x:+.{digits}g}" if math.isfinite(x) else "–"
 
 
