@@ -54,7 +54,7 @@ from ablate.states import DONE, FAILED, PENDING, RUNNING, STATES
 
 if TYPE_CHECKING:
     from ablate.plan import Plan
-    from ablate.study import TrialSpec
+    from ablate.study import Study, TrialSpec
     from ablate.tracking import RunRecord as Run
     from ablate.tracking import Tracker
 
@@ -438,7 +438,7 @@ class EditedStudyError(AblateError):
     """A study file no longer defines trials its MLflow parent run finished (edited after its run)."""
 
 
-def _design_changed(study: Any, budget: str, plan: Plan, extra: list[str], by_key: Mapping[str, list[Run]],
+def _design_changed(study: Study, budget: str, plan: Plan, extra: list[str], by_key: Mapping[str, list[Run]],
                     n_runs: int) -> AblateError:
     """The refusal of a report from a study file whose design differs from the one that ran."""
     from ablate.tracking import TAG_ARM

@@ -76,7 +76,7 @@ def smoke_root(tmp_path_factory) -> Path:
 
 
 #: Seconds of each smoke run in the suite (in-process, one thread, beside the other pytest-xdist process
-#: on 2 cores; Intel Xeon, 2026-12-05; the generalization studies: AMD EPYC, 2026-12-06, estimated), only to
+#: on 2 cores; Intel Xeon, 2026-12-05; the generalization studies: AMD EPYC, 2026-12-06, scale at 1 seed estimated), only to
 #: start the longest first; a study not listed counts as 10 s.
 #: A process's first smoke run also imports the report's libraries and builds the shared warm start.
 SMOKE_SECONDS = {
