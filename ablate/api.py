@@ -19,7 +19,6 @@ before a run starts.
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -33,7 +32,6 @@ from ablate.study.checker import StudyError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.inference import Family
     from ablate.planning import SeedPlan
     from ablate.study import Study
 
@@ -49,9 +47,10 @@ class StudyResults:
             ``state``, ``objective``, ``fingerprint`` and each trial's last logged value of every metric.
         curves: the objective metric per trial and step (curves.csv): ``key, arm, seed, step, value``
             and the factor columns.
-        claims: one row per claim of the report's family: ``claim, primary, n, estimate, ci_low, ci_high,
-            p, p_holm, verdict, method`` (estimate and interval in the objective's units, e.g. a fraction
-            for eval/accuracy; ``method`` the interval's: paired t or the linear model).
+        claims: one row per claim of the report's family (:meth:`ablate.inference.Family.table`): ``claim,
+            primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method, seeds_needed`` (estimate and
+            interval in the objective's units, e.g. a fraction for eval/accuracy; ``method`` the interval's:
+            paired t or the linear model; ``seeds_needed`` for 80% power at ``min_effect``).
         figures: figure name -> its PNG in the report folder.
         folder: the report folder (None when nothing was written).
         study: the loaded study.
@@ -136,9 +135,10 @@ def plan_seeds(study: str | Path | Study | Mapping[str, Any], *, budget: str = "
         AblateError: the report folder holds no finished trial of the study.
     """
     from ablate import planning
+    from ablate.paths import report_dir_for
 
     s = validate(study)
-    folder = Path(report) if report is not None else _report_folder(s.name, budget)
+    folder = Path(report) if report is not None else report_dir_for(s.name, budget)
     pilot = planning.read_report_pilot(s, folder)
     verdicts = {c.name: c.verdict for c in pilot.inference.family.claims if c.contrast is not None}
     return planning.plan_seeds(pilot.inference.contrasts, min_effect=s.min_effect,
@@ -209,12 +209,6 @@ def load(source: str | Path, *, budget: str = "default", tracking_uri: str | Non
     return _read_folder(index.parent, s, budget)
 
 
-def _report_folder(name: str, budget: str) -> Path:
-    from ablate.report import default_out_dir
-
-    return default_out_dir(name, budget)
-
-
 def _read_folder(folder: Path, study: Study | None, budget: str | None) -> StudyResults:
     """A report folder's results; the study and budget from its provenance line when not given."""
     import pandas as pd
@@ -235,22 +229,4 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
     curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else pd.DataFrame()
     inference = read_report_pilot(study, folder).inference
     figures = {p.stem: p for p in sorted(folder.glob("*.png"))}
-    return StudyResults(study.name, budget, trials, curves, claims_table(inference.family), figures, folder, study)
-
-
-def claims_table(family: Family) -> pd.DataFrame:
-    """One row per claim of ``family`` (:attr:`StudyResults.claims`'s columns)."""
-    import pandas as pd
-
-    rows = []
-    for c in family.claims:
-        k = c.contrast
-        nan = math.nan
-        rows.append({"claim": c.name, "primary": c.primary,
-                     "n": k.n_seeds if k is not None else int(family.n_seeds),
-                     "estimate": k.estimate if k is not None else nan, "ci_low": k.ci_low if k is not None else nan,
-                     "ci_high": k.ci_high if k is not None else nan,
-                     "p": k.p if k is not None else (c.term.p if c.term is not None else nan),
-                     "p_holm": c.p_holm, "verdict": c.verdict, "method": family.method})
-    return pd.DataFrame(rows, columns=["claim", "primary", "n", "estimate", "ci_low", "ci_high", "p", "p_holm",
-                                       "verdict", "method"])
+    return StudyResults(study.name, budget, trials, curves, inference.family.table(), figures, folder, study)

@@ -815,6 +815,24 @@ class Family:
     def exploratory(self) -> tuple[Claim, ...]:
         return tuple(c for c in self.claims if not c.primary)
 
+    def table(self) -> pd.DataFrame:
+        """One row per claim: ``claim, primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method,
+        seeds_needed`` (estimate and interval in the objective's units; ``p`` the contrast's test or the
+        term's; a term's estimate and interval NaN, its ``n`` the family's seeds)."""
+        rows = []
+        for c in self.claims:
+            k = c.contrast
+            rows.append({"claim": c.name, "primary": c.primary,
+                         "n": k.n_seeds if k is not None else int(self.n_seeds),
+                         "estimate": k.estimate if k is not None else math.nan,
+                         "ci_low": k.ci_low if k is not None else math.nan,
+                         "ci_high": k.ci_high if k is not None else math.nan,
+                         "p": k.p if k is not None else (c.term.p if c.term is not None else math.nan),
+                         "p_holm": c.p_holm, "verdict": c.verdict, "method": self.method,
+                         "seeds_needed": c.seeds_needed})
+        return pd.DataFrame(rows, columns=["claim", "primary", "n", "estimate", "ci_low", "ci_high", "p", "p_holm",
+                                           "verdict", "method", "seeds_needed"])
+
 
 def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *, min_effect: float | None = None,
                 alpha: float = ALPHA, method: str = PAIRED, power: float = POWER) -> Family:

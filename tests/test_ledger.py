@@ -143,3 +143,11 @@ def test_the_shared_baseline_docs_findings_names_is_one_set_of_trials(trials):
     assert int(base.loc[base["other"] == "prm_quality", "n"].iloc[0]) == 9
     cells = pairs[pairs["report"] == "granularity_cross"]
     assert {"ratio_level", "ppo_critic", "granularity_cross_kl"} <= set(cells["other"])
+
+
+def test_the_budget_of_a_report_s_command_is_read_in_both_spellings():
+    from ablate.report.folder import command_budget
+
+    assert command_budget(["ablate", "run", "s.yaml", "--budget", "smoke", "--workers", "2"]) == "smoke"
+    assert command_budget(["ablate", "run", "s.yaml", "--budget=full"]) == "full"
+    assert command_budget(["ablate", "run", "s.yaml", "--workers", "2"]) == "default"

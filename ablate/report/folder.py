@@ -30,6 +30,17 @@ PRODUCED = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<co
 VERSION_LINE = re.compile(r"^- (?P<name>[^:]+): (?P<value>.+)$")
 
 
+def command_budget(argv: list[str]) -> str:
+    """The budget an ``ablate run`` / ``ablate report`` command line names (``--budget B`` or
+    ``--budget=B``), ``default`` when it names none."""
+    for i, arg in enumerate(argv):
+        if arg == "--budget" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--budget="):
+            return arg.split("=", 1)[1]
+    return "default"
+
+
 #: The tuned values of a study with ``tune:`` in its report folder (JSON: arm -> {dotted path: value}).
 TUNED_FILE = "tuned.json"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,12 +60,11 @@ _OLD_TABLE_HTML = re.compile(r"<details><summary>Trials shared with other commit
 def report_folders(reports: Path) -> list[Path]:
     """The committed report folders under ``reports`` (README.md and results.csv), by name: reports of a
     study's default budget only (a smoke run's report, ``reports/<study>-smoke/``, is no evidence)."""
-    from ablate.report.folder import PRODUCED
+    from ablate.report.folder import PRODUCED, command_budget
 
     def default_budget(folder: Path) -> bool:
         m = PRODUCED.search((folder / "README.md").read_text(encoding="utf-8"))
-        argv = [a for arg in (m["command"].split() if m else []) for a in arg.split("=", 1)] if m else []
-        return "--budget" not in argv[:-1] or argv[argv.index("--budget") + 1] == "default"
+        return command_budget(shlex.split(m["command"]) if m else []) == "default"
 
     return sorted(p for p in reports.iterdir()
                   if (p / "README.md").is_file() and (p / "results.csv").is_file() and default_budget(p))
@@ -173,20 +173,12 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
     except AblateError:  # its results.csv does not hold the study's level columns (another study's folder)
         return None
     family = inference.family
-    rows = []
-    for c in family.claims:
-        k = c.contrast
-        p = k.p if k is not None else (c.term.p if c.term is not None else math.nan)
-        rows.append({"report": folder.name, "claim": c.name, "primary": c.primary,
-                     "n": k.n_seeds if k is not None else int(family.n_seeds),
-                     "estimate": k.estimate if k is not None else math.nan,
-                     "ci_low": k.ci_low if k is not None else math.nan,
-                     "ci_high": k.ci_high if k is not None else math.nan,
-                     "p": p, "p_report": c.p_holm, "verdict": c.verdict, "seeds_needed": c.seeds_needed})
+    claims = family.table().drop(columns="method").rename(columns={"p_holm": "p_report"})
+    claims.insert(0, "report", folder.name)
     from ablate.report.statistics import Scale
 
     factor = Scale.of(study.objective.metric).factor
-    return ReportClaims(folder.name, pd.DataFrame(rows), factor,
+    return ReportClaims(folder.name, claims, factor,
                         staged_frame(inference, family, factor))
 
 

@@ -74,7 +74,7 @@ def committed_report(folder: Path, root: Path | None = None) -> CommittedReport 
     """
     from ablate.errors import AblateError
     from ablate.plan import Plan
-    from ablate.report.folder import PRODUCED
+    from ablate.report.folder import PRODUCED, command_budget
     from ablate.study import load_study
 
     readme, csv = folder / "README.md", folder / "results.csv"
@@ -86,7 +86,7 @@ def committed_report(folder: Path, root: Path | None = None) -> CommittedReport 
     argv = shlex.split(m["command"])
     if argv[:2] != ["ablate", "run"] or len(argv) < 3:
         return None
-    budget = argv[argv.index("--budget") + 1] if "--budget" in argv[:-1] else "default"
+    budget = command_budget(argv)
     tuned_file = folder / "tuned.json"
     try:
         study = load_study((root or folder.parent.parent) / argv[2])
