@@ -332,6 +332,68 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
         assert set(metric_rows(client, r.info.run_id).values()) == {1}  # each (metric, step) once
 
 
+def _tree(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_read_only_study_folder_is_read_and_every_writer_refused_in_one_line(tmp_path):
+    """A finished study's folder (study file, runs/, the MLflow store, reports/) bind-mounted read-only, as an
+    archived study or a shared read-only mount is: `status`, `show`, `plan --from`, `report --from --out`
+    and `report --no-log --out` work; `report` into the read-only reports/, `report --out` elsewhere (its
+    MLflow artifact folder is read-only) and `run` exit 2 with one line naming the folder and the fix,
+    before anything is read or drawn. With only reports/ read-only, `run` of a new study refuses before
+    any trial (no store, no MLflow run). Not one byte of the folder changes."""
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    out.mkdir()
+    prefix = _private_mount_prefix(out)
+    if prefix is None:
+        pytest.skip("this machine permits no private mount, not even in a user namespace")
+    study = write_study(work, "archived", seeds=1)
+    other = write_study(work, "other", seeds=1)
+    env = sub_env(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "ablate", "run", study.name, "--threads", "1", "--no-progress"],
+                          cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    before = _tree(work)
+    ablate = f"{shlex.quote(sys.executable)} -m ablate"
+    commands = {
+        "status": f"status {study.name}", "show": f"show {study.name}",
+        "plan": "plan archived.yaml --from reports/archived",
+        "rerender": f"report {study.name} --from reports/archived --out {out / 'rerendered'}",
+        "nolog": f"report {study.name} --no-log --out {out / 'nolog'}",
+        "report": f"report {study.name}", "logged": f"report {study.name} --out {out / 'logged'}",
+        "run": f"run {study.name} --threads 1 --no-progress",
+    }
+    script = "mount --bind . . && mount -o remount,ro,bind . && cd \"$PWD\"\n" + "".join(
+        f"{ablate} {argv} > {out / name}.out 2> {out / name}.err; echo $? > {out / name}.rc\n"
+        for name, argv in commands.items())
+    script += (f"cd /; mount -o remount,rw,bind {work}; mount --bind {work / 'reports'} {work / 'reports'} && "
+               f"mount -o remount,ro,bind {work / 'reports'} && cd {work} && {ablate} run {other.name} --threads 1 "
+               f"--no-progress > {out}/new.out 2> {out}/new.err; echo $? > {out}/new.rc\n")
+    subprocess.run([*prefix, "bash", "-c", script], cwd=work, env=env, timeout=600, check=True)
+    read = lambda name: (out / name).read_text()  # noqa: E731
+
+    for name in ("status", "show", "plan", "rerender", "nolog"):
+        assert read(f"{name}.rc").strip() == "0", (name, read(f"{name}.err"))
+        assert "Traceback" not in read(f"{name}.err"), name
+    assert "total" in read("status.out") and "loss_norm" in read("show.out")
+    assert (out / "rerendered" / "index.html").exists() and (out / "nolog" / "index.html").exists()
+    refusals = {"report": f"the report folder {work / 'reports' / 'archived'} is not writable",
+                "logged": "the MLflow artifact folder of the study's parent run",
+                "run": f"the runs folder {work / 'runs'} is not writable",
+                "new": f"the reports folder {work / 'reports'} is not writable"}
+    for name, message in refusals.items():
+        err = read(f"{name}.err")
+        assert read(f"{name}.rc").strip() == "2", (name, err)
+        assert len(err.strip().splitlines()) == 1 and message in err and "Read-only file system" in err, (name, err)
+    assert "--no-log" in read("logged.err")
+    assert not (out / "logged").exists()  # refused before anything was drawn
+    assert _tree(work) == before  # not one byte changed, no file made
+    assert not (work / "runs" / "other").exists()
+
+
 def test_a_full_disk_is_recognised_through_its_causes_and_said_in_one_line(tmp_path):
     import errno
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ablate.study import Study
+    from ablate.tracking import Tracker
 
 HELP = "write a study's report: findings with CIs, seaborn figures, index.html and README.md"
 DESCRIPTION = """\
@@ -118,22 +119,47 @@ def check_out_writable(folder: Path) -> None:
     check_writable(folder, "the report folder", "--out", {}, "or pass --out DIR with a writable folder")
 
 
-def upload_report(study_name: str, budget: str, tracking_uri: str | None, folder: Path) -> bool:
-    """Log the report folder as artifacts (under ``report/``) of the study's parent MLflow run at
-    ``budget``; False when there is no such run."""
-    from ablate.tracking import Tracker, log_report
+def report_parent(study_name: str, budget: str, tracking_uri: str | None) -> tuple[Tracker, str] | None:
+    """The tracker and the study's parent MLflow run at ``budget`` that the report will be logged to, None
+    when there is no such run; checked before the report is built, so that a read-only local MLflow store
+    (an archived study, a read-only mount) is refused up front, not after the report is written.
+
+    Raises:
+        AblateError: the parent run's local artifact folder is not writable, naming it and ``--no-log``.
+    """
+    from urllib.parse import urlparse
+
+    from ablate.runner import check_writable
+    from ablate.tracking import Tracker
 
     tracker = Tracker(tracking_uri)
     parent = tracker.find_parent(study_name, budget)
     if parent is None:
+        return None
+    uri = tracker.client.get_run(parent).info.artifact_uri
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        check_writable(Path(parsed.path or uri), "the MLflow artifact folder of the study's parent run", "MLflow's", {},
+                       "or pass --no-log to write the report without logging it to MLflow")
+    return tracker, parent
+
+
+def upload_report(study_name: str, budget: str, tracking_uri: str | None, folder: Path) -> bool:
+    """Log the report folder as artifacts (under ``report/``) of the study's parent MLflow run at
+    ``budget``; False when there is no such run."""
+    from ablate.tracking import log_report
+
+    found = report_parent(study_name, budget, tracking_uri)
+    if found is None:
         return False
-    log_report(tracker, parent, folder)
+    log_report(*found, folder)
     return True
 
 
 def run(args: argparse.Namespace) -> int:
     """Load the study, build the report, upload it to the study's parent run, print where it is."""
     from ablate.report import build_report
+    from ablate.tracking import log_report
 
     if args.from_folder:
         return rerender(args)
@@ -144,10 +170,11 @@ def run(args: argparse.Namespace) -> int:
         check_store(args.study, args.tracking_uri)
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
         check_out_writable(Path(args.out) if args.out else default_out_dir(study.name, args.budget))
+        parent = None if args.no_log else report_parent(study.name, args.budget, args.tracking_uri)
         index = build_report(Plan.of(study, args.budget), tracking_uri=args.tracking_uri, out_dir=args.out,
                              allow_fewer=args.allow_fewer, formats=_formats(args))
-        if not args.no_log:
-            upload_report(study.name, args.budget, args.tracking_uri, index.parent)
+        if parent is not None:
+            log_report(*parent, index.parent)
     print(f"report: {index}")
     print(f"markdown: {index.parent / 'README.md'}")
     return 0
