@@ -40,7 +40,6 @@ from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.progress import Progress
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
 from ablate.worker import (
-    DEFAULT_TRACKING_WAIT,
     Event,
     EventFn,
     RunSettings,
@@ -323,7 +322,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
         parent = parent_run_id(plan, store, tracker)  # running again
         record_stale(tracker, prepared.stale)
         tag_plan(tracker, parent, plan, adaptive_rounds(store, plan.budget))
-    outbox = upload_unsent(tracker, study.name, settings.runs, wait=settings.tracking_wait, stream=stream)
+    outbox = upload_unsent(tracker, study.name, settings.runs, wait=settings.end_wait(time.time() - t0), stream=stream)
     if not store.has_work(plan.budget):
         finish_parent(tracker, parent, failed=counts["failed"] > 0 or bool(outbox.left))
     return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, plan,
@@ -470,7 +469,7 @@ def make_settings(study: Study, budget: str, *, storage: str | None = None, trac
         tracking_uri=resolve_tracking_uri(tracking_uri), runs=runs, threads=threads,
         heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
         keep_checkpoints=keep_checkpoints, check_disk=check_disk,
-        tracking_wait=DEFAULT_TRACKING_WAIT if tracking_wait is None else tracking_wait,
+        tracking_wait=tracking_wait,
         pack=pack if pack == "auto" else int(pack),
     )
 

@@ -71,8 +71,12 @@ if TYPE_CHECKING:
 Event = dict[str, Any]
 EventFn = Callable[[Event], None]
 
-#: Seconds the end of a run waits for an MLflow server that stopped answering, to upload what it kept.
+#: The most seconds the end of a run waits by default for an MLflow server that stopped answering, to
+#: upload what it kept (:meth:`RunSettings.end_wait`).
 DEFAULT_TRACKING_WAIT = 60.0
+#: By default the end of a run waits for a stopped server at most this share of the run's own time so far:
+#: a tracking outage never adds more than a tenth to a study's wall time.
+TRACKING_WAIT_SHARE = 0.1
 #: Seconds an idle worker waits before looking for work again.
 POLL_SECONDS = 2.0
 #: What :func:`run_attempt` returns: the attempt completed, failed, or was lost (failed as stale by
@@ -98,7 +102,7 @@ class RunSettings:
         keep_checkpoints: keep a finished trial's checkpoint; by default it is deleted once the trial's
             result is recorded in the store and in MLflow or the outbox (:func:`drop_checkpoint`).
         tracking_wait: seconds the end of a run waits for an MLflow server that does not answer, to upload
-            the trials kept in the outbox meanwhile (``--tracking-wait``).
+            the trials kept in the outbox meanwhile (``--tracking-wait``); None: :meth:`end_wait`'s default.
         check_disk: refuse to start when a disk the study writes to has less free space than its
             estimated peak use (:func:`ablate.runner.check_disk_space`; ``--ignore-disk-space``).
         pack: the most trials with ``train.packed: true`` that train together as one population
@@ -120,8 +124,17 @@ class RunSettings:
     poll_seconds: float = POLL_SECONDS
     keep_checkpoints: bool = False
     check_disk: bool = True
-    tracking_wait: float = DEFAULT_TRACKING_WAIT
+    tracking_wait: float | None = None
     pack: int | str = "auto"
+
+    def end_wait(self, elapsed: float) -> float:
+        """Seconds the end of a run that has taken ``elapsed`` seconds gives an MLflow outage in all, from the
+        first trial it kept on disk (:func:`ablate.outbox.upload_unsent`): ``--tracking-wait`` when given,
+        else a tenth of ``elapsed``, at most 60 s. An outage as old as the run (the server down for the
+        whole study) is then not waited for at all, and a short one near the end is waited out."""
+        if self.tracking_wait is not None:
+            return self.tracking_wait
+        return min(DEFAULT_TRACKING_WAIT, TRACKING_WAIT_SHARE * max(0.0, elapsed))
 
     def open_store(self, study: Study) -> StudyStore:
         """The study store these settings name, for ``study``."""
@@ -205,6 +218,7 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
     from ablate.study import load_study
     from ablate.tracking import Tracker
 
+    started = time.time()
     keep_freed_memory()  # the next trial reuses this one's pages instead of faulting in new ones
     study = study if study is not None else load_study(settings.study_file)
     budget = settings.budget
@@ -226,7 +240,8 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
         if attempt is None:
             if not store.has_work(budget):
                 if settings.parent_run_id is None:  # `ablate worker`: its own outbox, and the parent's state
-                    stats.unsent = upload_unsent(tracker, study.name, settings.runs, wait=settings.tracking_wait,
+                    stats.unsent = upload_unsent(tracker, study.name, settings.runs,
+                                                 wait=settings.end_wait(time.time() - started),
                                                  stream=sys.stderr).left
                     finish_parent(tracker, parent, failed=store.counts(budget)["failed"] > 0 or bool(stats.unsent))
                 return stats
@@ -627,6 +642,7 @@ def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: s
 
 __all__ = [
     "DEFAULT_TRACKING_WAIT",
+    "TRACKING_WAIT_SHARE",
     "OUTCOMES",
     "POLL_SECONDS",
     "RunSettings",
