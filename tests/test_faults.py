@@ -170,6 +170,14 @@ def test_the_end_of_a_run_waits_for_a_server_only_what_is_left_of_its_outage(tmp
     assert time.monotonic() - t0 >= 2 and "waiting up to 3 s more" in err.getvalue()
 
 
+def test_the_default_end_wait_is_a_tenth_of_the_run_at_most_a_minute():
+    from ablate.worker import RunSettings
+
+    auto = RunSettings("s.yaml", "default", "j", "sqlite:///m.db")
+    assert [auto.end_wait(s) for s in (0, 30, 300, 6000)] == [0, 3, 30, 60]
+    assert RunSettings("s.yaml", "default", "j", "u", tracking_wait=5).end_wait(6000) == 5  # --tracking-wait wins
+
+
 # --------------------------------------------------------------------------------------- liveness
 
 
