@@ -126,7 +126,7 @@ def disk_full_error(exc: BaseException | None = None, folder: str | os.PathLike[
     where = nearest_existing(where)
     return DiskFullError(
         f"a write in {where} found its disk full ({human_bytes(free_bytes(where))} free now): free space there, or use a folder "
-        "on a larger disk (--runs DIR for checkpoints and the study store), then run the same command again: finished "
+        "on a larger disk (--runs DIR for checkpoints and the study store, --tracking-uri for a local MLflow store), then run the same command again: finished "
         "trials are kept and interrupted ones resume from their last checkpoint", folder=str(where))
 
 

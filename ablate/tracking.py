@@ -136,6 +136,17 @@ for _name in ("mlflow", "alembic", "alembic.runtime.migration"):
     logging.getLogger(_name).setLevel(logging.WARNING)
 
 
+def _not_a_full_disk(record: logging.LogRecord) -> bool:
+    """A logging filter: drop MLflow's traceback of a database write that found its disk full. The
+    exception it logs is raised on to ablate, which says it in one line naming the disk
+    (:func:`ablate.disk.disk_full_error`); the record would put 40 lines of SQL before that line."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not is_disk_full(exc)
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_not_a_full_disk)
+
+
 class TrackingError(AblateError):
     """The MLflow tracking store cannot be used as asked."""
 

@@ -340,6 +340,50 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
         assert set(metric_rows(client, r.info.run_id).values()) == {1}  # each (metric, step) once
 
 
+@pytest.mark.slow
+def test_the_mlflow_store_s_disk_filling_mid_run_ends_in_one_line_and_the_same_command_resumes(tmp_path):
+    """The local MLflow store (sqlite) on a tmpfs with ~150 kB left, the rest on a large disk: its disk fills
+    while the trials log. The run exits 1 with one line naming that disk (no traceback from MLflow's
+    logger or any worker: MLflow logs a 40-line SQL traceback for each failed write); with the tmpfs grown,
+    the same command finishes every trial, each MLflow run FINISHED with each (metric, step) once."""
+    (tmp_path / "mf").mkdir()
+    prefix = _private_mount_prefix(tmp_path / "mf")
+    if prefix is None:
+        pytest.skip("this machine permits no tmpfs mount, not even in a user namespace")
+    study = write_study(tmp_path, "mlfull", seeds=3, base={**TINY, "train.steps": 4, "eval.every": 1})
+    template = Path(servers.fresh_mlflow_db(tmp_path, "template.db")[len("sqlite:///"):])
+    size_k = template.stat().st_size // 1024 + 150
+    run = (f"{shlex.quote(sys.executable)} -m ablate run {study} --workers 2 --threads 1 --no-progress "
+           f"--tracking-uri sqlite:///{tmp_path / 'mf' / 'mlflow.db'}")
+    script = f"""
+        mount -t tmpfs -o size={size_k}k tmpfs mf && cp template.db mf/mlflow.db
+        {run} --ignore-disk-space > run1.out 2> run1.err; echo $? > run1.rc
+        mount -o remount,size=64m mf
+        {run} > run2.out 2> run2.err; echo $? > run2.rc
+        cp mf/mlflow.db after.db
+    """
+    subprocess.run([*prefix, "bash", "-c", script], cwd=tmp_path, env=sub_env(tmp_path), timeout=600, check=True)
+    read = lambda name: (tmp_path / name).read_text()  # noqa: E731
+
+    err = read("run1.err")
+    assert read("run1.rc").strip() == "1", err
+    assert "Traceback" not in err and "SQL" not in err, err
+    assert len(err.strip().splitlines()) <= 4, err  # the run's three opening lines, then the one error
+    assert err.strip().splitlines()[-1].startswith(f"ablate run: error: a write in {tmp_path / 'mf'} found its disk full")
+    assert "--tracking-uri" in err.splitlines()[-1]
+    assert read("run2.rc").strip() == "0", read("run2.err")
+    client = MlflowClient(f"sqlite:///{tmp_path / 'after.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("mlfull").experiment_id], "tags.`ablate.role` = 'trial'")
+    store = StudyStore(str(tmp_path / "runs" / "mlfull" / "store.journal"), "mlfull", create=False)
+    done = collections.Counter(a.key for a in store.attempts("default") if a.state == "done")
+    assert len(done) == 6 and set(done.values()) == {1}
+    assert sorted(r.data.tags["ablate.trial_key"] for r in runs) == sorted(done)
+    for r in runs:
+        assert r.info.status == "FINISHED"
+        rows = metric_rows(client, r.info.run_id)
+        assert set(rows.values()) == {1} and {s for _, s in rows} == set(range(5))
+
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
