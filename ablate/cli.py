@@ -20,7 +20,7 @@ import importlib
 import sys
 
 from ablate import __version__
-from ablate.errors import AblateError
+from ablate.errors import AblateError, say_warnings_in_one_line
 from ablate.registry import load_builtin_registries
 
 #: Sub-commands in the order ``ablate --help`` lists them: name → module under ablate.commands.
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    say_warnings_in_one_line(f"ablate {args.command}")
     try:
         if args.command not in TORCH_FREE_COMMANDS:
             load_builtin_registries()  # the edge: every built-in component registered before a command runs

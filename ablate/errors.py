@@ -7,6 +7,10 @@ exits with code 2. The message should name the file (when there is one), the key
 
 from __future__ import annotations
 
+import sys
+import warnings
+from typing import TextIO
+
 
 class AblateError(Exception):
     """A user-facing error: printed without a traceback, exit code 2."""
@@ -42,3 +46,26 @@ def identity_message(name: str, where: str, other_file: str, this_file: str) -> 
             "differs from it in its base, factors, design or objective. Give this study its own 'name:', or run it "
             "against another store and experiment (--runs DIR or --storage URL, and --tracking-uri URI); nothing "
             "was run or written")
+
+
+#: What a one-line warning of this process starts with (:func:`say_warnings_in_one_line`).
+_WARNING_PREFIX = ["ablate"]
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    """``warnings.showwarning`` for ablate's own categories: one line; others in Python's format."""
+    text = (f"{_WARNING_PREFIX[0]}: warning: {message}\n" if category.__module__.split(".")[0] == "ablate" else
+            warnings.formatwarning(message, category, filename, lineno, line))
+    try:
+        (file if file is not None else sys.stderr).write(text)
+    except OSError:  # a closed stderr: a warning never fails a command (as Python's own does)
+        pass
+
+
+def say_warnings_in_one_line(prefix: str) -> None:
+    """Show this process's warnings of ablate's own categories (a torn journal tail, a corrupt checkpoint
+    moved aside) as one line, ``<prefix>: warning: <message>``, instead of Python's two (the file and line
+    that warned, then its source line); other libraries' warnings keep Python's format."""
+    _WARNING_PREFIX[0] = prefix
+    warnings.showwarning = _show_warning

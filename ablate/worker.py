@@ -624,8 +624,9 @@ def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: s
         import torch
 
         torch.set_num_threads(settings.threads)
-    from ablate.errors import AblateError
+    from ablate.errors import AblateError, say_warnings_in_one_line
 
+    say_warnings_in_one_line(f"ablate worker {index}")
     try:
         run_worker(settings, index=index, events=events.put)
     except KeyboardInterrupt:

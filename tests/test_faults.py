@@ -282,7 +282,8 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
     """--runs on a 2 MB tmpfs: `ablate run` refuses to start (its estimate exceeds the free space); with
     --ignore-disk-space the first checkpoint finds no space. The run exits 1 with one line naming
     the folder and the fix, no traceback from any process, no wait for an "outage"; the journal holds only
-    whole records; `ablate status` works on the full disk; the same command on a larger filesystem (the
+    whole records; `ablate status` works on the full disk; a torn journal tail there is cut and said in one
+    warning line, and the run's error names the full disk; the same command on a larger filesystem (the
     tmpfs grown to 64 MB) finishes every trial exactly once."""
     (tmp_path / "probe").mkdir()
     prefix = _private_mount_prefix(tmp_path / "probe")
@@ -298,8 +299,10 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
         start=$(date +%s); {run} --ignore-disk-space > run1.out 2> run1.err; echo $? > run1.rc
         echo $(( $(date +%s) - start )) > run1.s
         cp runs/diskfull/store.journal saved/journal1
+        printf '{{"op_code": 5, "worker_id": "x", "tri' >> runs/diskfull/store.journal  # a writer died mid-record
         dd if=/dev/zero of=runs/filler bs=1k count=4096 2> /dev/null
         {shlex.quote(sys.executable)} -m ablate status {study} --runs runs > status.out 2> status.err; echo $? > status.rc
+        {run} --ignore-disk-space > torn.out 2> torn.err; echo $? > torn.rc
         rm runs/filler && mount -o remount,size=64m runs
         {run} > run2.out 2> run2.err; echo $? > run2.rc
         cp runs/diskfull/store.journal saved/journal2; find runs -name 'trainer.*' > saved/checkpoints
@@ -325,6 +328,11 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
         json.loads(line)  # whole records only
     assert read("status.rc").strip() == "0", read("status.err")
     assert "Traceback" not in read("status.err") and "total" in read("status.out")
+    torn = read("torn.err").strip().splitlines()  # the torn tail on the full disk: cut, said, and the full disk named
+    assert read("torn.rc").strip() == "1" and "Traceback" not in read("torn.err"), torn
+    assert any(ln.startswith("ablate run: warning: runs/diskfull/store.journal: its last record was cut short") and
+               "could not be kept" in ln for ln in torn), torn
+    assert torn[-1].startswith(f"ablate run: error: a write in {tmp_path / 'runs'}"), torn
 
     assert read("run2.rc").strip() == "0", read("run2.err")
     store = StudyStore(str(tmp_path / "saved" / "journal2"), "diskfull", create=False)
