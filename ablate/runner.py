@@ -48,6 +48,7 @@ from ablate.worker import (
     current_plan,
     finish_logged,
     finish_parent,
+    pack_size,
     parent_run_id,
     process_main,
     record_stale,
@@ -523,8 +524,9 @@ def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | No
     plan = current_plan(study, settings, store) if store is not None and study.tune is None else None
     specs = list((plan or Plan.of(study, settings.budget)).specs)
     done = store.counts(settings.budget)["done"] if store is not None else 0
+    pack = max((pack_size(settings.pack, s.config) for s in specs if s.config.train.packed), default=1)
     est = estimate_disk(specs, workers=workers, to_run=len(specs) - done, tracking_uri=settings.tracking_uri,
-                        keep_checkpoints=settings.keep_checkpoints)
+                        keep_checkpoints=settings.keep_checkpoints, pack=pack)
     folders = {"runs": settings.runs, "report": REPORTS_DIR, "tracking": local_tracking_folder(settings.tracking_uri)}
     disks: dict[int, list[str]] = {}  # filesystem -> the parts that land on it
     for part, folder in folders.items():

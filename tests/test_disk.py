@@ -38,6 +38,22 @@ def test_checkpoints_are_counted_as_the_trial_saves_them():
     assert parameter_count("no/such/dir") is None
 
 
+def test_a_population_counts_each_member_s_checkpoint_and_one_being_written_per_worker(tmp_path):
+    """--pack K: a worker holds K checkpoints, and one more while a member writes the next (the members
+    write one at a time); the trials still to run cap the running ones."""
+    from ablate.plan import Plan as _Plan
+
+    study = load_study(write_study(tmp_path, "packed", seeds=8,
+                                   base={**TINY, "train.packed": True, "train.steps": 4, "train.checkpoint_every": 2}))
+    specs = list(_Plan.of(study, "default").specs)  # 16 trials
+    one = checkpoint_bytes(specs[0].config)
+    assert estimate_disk(specs).checkpoints == 2 * one  # a solo trial: its last and the next
+    assert estimate_disk(specs, pack=4).checkpoints == 5 * one
+    assert estimate_disk(specs, workers=2, pack=4).checkpoints == 10 * one
+    assert estimate_disk(specs, workers=2, pack=8, to_run=3).checkpoints == (3 + 2) * one
+    assert "5 checkpoints of" in estimate_disk(specs, pack=4).text()
+
+
 def test_a_checkpoint_is_estimated_within_a_few_percent_of_what_is_written(tmp_path):
     cfg = config("train.steps=2", "train.checkpoint_every=2")
     run_trial(cfg, workdir=tmp_path)

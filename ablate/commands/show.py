@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", default="default", help="budget to count trials at (default: default)")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="local workers the disk estimate counts (as ablate run --workers; default 1)")
+    parser.add_argument("--pack", default="auto", metavar="K",
+                        help="trials with train.packed: true that a worker trains at once, as ablate run --pack (the disk "
+                             "estimate counts each member's checkpoints; default auto)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -51,7 +54,7 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s"
 
 
-def describe(study: Study, budget: str, workers: int = 1) -> dict[str, Any]:
+def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
     from ablate.plan import Plan
     from ablate.timing import estimate_study_seconds
@@ -60,7 +63,10 @@ def describe(study: Study, budget: str, workers: int = 1) -> dict[str, Any]:
 
     specs = Plan.of(study, budget).specs
     seconds = estimate_study_seconds(specs)
-    disk = estimate_disk(list(specs), workers=workers, tracking_uri=resolve_tracking_uri())
+    from ablate.worker import pack_size
+
+    members = max((pack_size(pack, s.config) for s in specs if s.config.train.packed), default=1)
+    disk = estimate_disk(list(specs), workers=workers, tracking_uri=resolve_tracking_uri(), pack=members)
     budgets = {}
     for name in study.budgets:
         bspecs = specs if name == budget else Plan.of(study, name).specs
@@ -144,11 +150,11 @@ def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
     return out
 
 
-def render(study: Study, budget: str, workers: int = 1) -> str:
+def render(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> str:
     """The text that ``ablate show`` prints."""
     from ablate.timing import parallel_seconds
 
-    d = describe(study, budget, workers)
+    d = describe(study, budget, workers, pack)
     out = [f"study {study.name} ({study.path})"]
     if study.description:
         out.append(f"  {study.description}")
@@ -222,11 +228,15 @@ def run(args: argparse.Namespace) -> int:
     from ablate.commands.validate import print_warnings
     from ablate.study import load_study
 
+    if args.pack != "auto" and not (args.pack.isdigit() and int(args.pack) >= 1):
+        from ablate.errors import AblateError
+
+        raise AblateError(f"--pack {args.pack}: must be a whole number of trials, 1 or more, or auto")
     study = load_study(args.file)
     print_warnings(study, notes_to_stderr=args.json)  # --json: stdout is one JSON document
     study.check_budget(args.budget)
     if args.json:
-        print(json.dumps(describe(study, args.budget, args.workers), indent=2))
+        print(json.dumps(describe(study, args.budget, args.workers, args.pack), indent=2))
     else:
-        print(render(study, args.budget, args.workers))
+        print(render(study, args.budget, args.workers, args.pack))
     return 0

@@ -10,6 +10,7 @@ so there is no earlier one to fall back to). A readable checkpoint of another tr
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -119,19 +120,27 @@ def read_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
         return None
 
 
+#: Held while a checkpoint file is written and renamed: the trials of a population (threads of one process)
+#: save at the same steps, and one at a time each holds its last checkpoint and the next only while it writes,
+#: so a process holds at most one checkpoint more than it has trials (``ablate.train.footprint``).
+_WRITING = threading.Lock()
+
+
 def save_checkpoint(
     state: TrialState, path: Path, step: int, history: History, eval_rows: list[dict[str, Any]]
 ) -> None:
     """Write the checkpoint of ``state`` after RL step ``step`` to ``path`` (via a temporary file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    try:
-        # Through a Python file object: a full disk then raises OSError(ENOSPC) naming the file (given
-        # a path, torch's C++ writer only says "basic_ios::clear: iostream error").
-        with open(tmp, "wb") as fh:
-            torch.save({"key": state.config.trial_key(), "step": step, "trainer": state_dict(state),
-                        "history": history, "eval_problems": eval_rows}, fh)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a partial file helps nobody, and its space may be what the next write needs
-        raise
-    os.replace(tmp, path)
+    payload = {"key": state.config.trial_key(), "step": step, "trainer": state_dict(state), "history": history,
+               "eval_problems": eval_rows}
+    with _WRITING:  # the members of a population write one at a time: one holds two checkpoints at once, not all
+        try:
+            # Through a Python file object: a full disk then raises OSError(ENOSPC) naming the file (given
+            # a path, torch's C++ writer only says "basic_ios::clear: iostream error").
+            with open(tmp, "wb") as fh:
+                torch.save(payload, fh)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # a partial file helps nobody, and its space may be what the next write needs
+            raise
+        os.replace(tmp, path)

@@ -8,7 +8,9 @@ values, ~290 bytes each with their indexes), its artefacts by 61 kB a trial; the
 The estimate is an upper bound of each part:
 
 - **checkpoints** (``runs/<study>/trials/<key>/trainer.pt``): each running trial keeps one, and writes
-  the next beside it before the rename, so ``2 x workers`` checkpoints at worst. A checkpoint holds the
+  the next beside it before the rename, so ``2 x workers`` checkpoints at worst. A worker training a
+  population of K trials (``--pack K``) holds K, and the members write one at a time, so ``K + 1`` at worst
+  (measured within 1.3x at K = 1, 4, 8: benchmarks/bench_disk.py). A checkpoint holds the
   policy's float32 weights and AdamW's two float32 moments (12 bytes a parameter; the same again for a
   critic, a copy of the backbone), the history logged so far and the training pool's order. A finished trial's checkpoint is
   deleted (``--keep-checkpoints`` keeps them all: then every trial's counts).
@@ -118,14 +120,16 @@ class DiskEstimate:
 
     Attributes:
         checkpoint: one trial's checkpoint (the largest), None when unknown.
-        copies: checkpoints a running trial holds at once (0, 1 or 2: :func:`checkpoint_copies`).
+        copies: checkpoints a trial holds at once while it writes one (0, 1 or 2: :func:`checkpoint_copies`);
+            one trial per worker process writes at a time.
         checkpoints: the checkpoints under ``--runs`` at their peak (the running trials', and with
             ``--keep-checkpoints`` every finished trial's).
         kept: the checkpoints left when the study ends (0 unless ``--keep-checkpoints``).
         journal: the study store.
         tracking: what a local MLflow store gains (0 for a tracking server).
         report: the report folder.
-        workers: the running trials counted; trials: the trials still to run.
+        workers: the running trials counted (the worker processes times the population size); writers: the
+            worker processes among them (each writes one checkpoint at a time); trials: the trials still to run.
     """
 
     checkpoint: int | None
@@ -137,6 +141,7 @@ class DiskEstimate:
     report: int
     workers: int
     trials: int
+    writers: int = 1
 
     @property
     def runs(self) -> int:
@@ -166,7 +171,7 @@ class DiskEstimate:
         elif self.checkpoint is None:
             ckpt = "checkpoints of a model of unknown size not counted"
         else:
-            n = self.copies * self.workers
+            n = self.workers + (self.copies - 1) * self.writers
             ckpt = (f"{n} checkpoint{'s' if n != 1 else ''} of {human_bytes(self.checkpoint)} while {self.workers} "
                     f"trial{'s' if self.workers != 1 else ''} run" + (", and every finished trial's" if self.kept else ""))
         return (f"~{human_bytes(self.total)} at peak: runs/ {human_bytes(self.runs)} ({ckpt}), MLflow "
@@ -175,11 +180,14 @@ class DiskEstimate:
 
 
 def estimate_disk(specs: list[TrialSpec], *, workers: int = 1, to_run: int | None = None,
-                  tracking_uri: str | None = None, keep_checkpoints: bool = False) -> DiskEstimate:
+                  tracking_uri: str | None = None, keep_checkpoints: bool = False, pack: int = 1) -> DiskEstimate:
     """The peak disk use of running ``specs`` on ``workers`` local workers.
 
     Args:
         specs: the study's trials at one budget.
+        workers: local worker processes.
+        pack: the trials one worker trains at once as a population (``--pack``; 1 for trials that do not
+            set ``train.packed``): each member saves its own checkpoints, at the same steps as the others.
         to_run: how many of them still run (what MLflow and kept checkpoints gain); all by default.
         tracking_uri: the MLflow store; a server's disk is not counted.
         keep_checkpoints: ``--keep-checkpoints``: every trial run keeps its checkpoint.
@@ -190,9 +198,11 @@ def estimate_disk(specs: list[TrialSpec], *, workers: int = 1, to_run: int | Non
     sizes = [b for b in (checkpoint_bytes(c) for c in saved) if b is not None]
     largest = max(sizes) if sizes else None
     copies = max((checkpoint_copies(c) for c in saved), default=0)
-    running = max(1, min(workers, n or 1))
+    running = max(1, min(workers * max(1, pack), n or 1))
+    writers = min(workers, running)  # processes: the trials of one write their checkpoints one at a time
     kept = n * largest if keep_checkpoints and largest is not None else 0
-    checkpoints = (0 if largest is None else copies * running * largest) + kept
+    held = running + (copies - 1) * writers if copies else 0
+    checkpoints = (0 if largest is None else held * largest) + kept
     tracking = 0
     if tracking_uri is None or local_tracking_folder(tracking_uri) is not None:
         mean = sum(tracking_bytes(c) for c in configs) / max(1, len(configs))
@@ -200,7 +210,8 @@ def estimate_disk(specs: list[TrialSpec], *, workers: int = 1, to_run: int | Non
     arms = len({s.arm for s in specs})
     return DiskEstimate(checkpoint=largest, copies=copies, checkpoints=checkpoints, kept=kept,
                         journal=len(specs) * JOURNAL_BYTES_PER_TRIAL, tracking=tracking,
-                        report=REPORT_BYTES + REPORT_BYTES_PER_ARM * arms, workers=running, trials=n)
+                        report=REPORT_BYTES + REPORT_BYTES_PER_ARM * arms, workers=running, trials=n,
+                        writers=writers)
 
 
 __all__ = [
