@@ -69,8 +69,8 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-wait", type=float, metavar="S",
                         help="seconds the end of a run waits for an MLflow server that stopped answering, to upload the "
                              "trials kept on disk meanwhile, counted from the first it kept (default: a tenth of the run's time, at most "
-                             "60 s, so a server down for the whole study is not waited for; 0: do not wait, the next run "
-                             "uploads them)")
+                             "60 s, so a server down for the whole study is not waited for; `ablate worker`, unattended on a "
+                             "cluster: 60 s; 0: do not wait, the next run uploads them)")
     parser.add_argument("--ignore-disk-space", action="store_true",
                         help="start even when a disk the study writes to has less free space than its estimated peak "
                              "use (`ablate show` prints the estimate); a full disk then stops the run with one message")

@@ -37,7 +37,11 @@ def run(args: argparse.Namespace) -> int:
     from ablate.runner import run_one_worker
     from ablate.study import load_study
 
+    from ablate.worker import DEFAULT_TRACKING_WAIT
+
     study = load_study(args.file)
+    if args.tracking_wait is None:  # an unattended worker of a cluster waits out a server's restart (60 s)
+        args.tracking_wait = DEFAULT_TRACKING_WAIT
     stats = run_one_worker(study, settings_from_args(args, study), stream=sys.stderr)
     print(f"worker done: {len(stats.done)} trial(s) completed, {len(stats.failed)} failed, {len(stats.lost)} lost")
     if stats.unsent:
