@@ -162,3 +162,59 @@ def test_the_architecture_page_names_every_module(doc):
                                                                                  text.split() if w.startswith("`")})
     missing = [m for m in missing if f"`{m}" not in text and f"{m}/" not in text and f"{m}.py" not in text]
     assert not missing, f"{doc} does not mention: {missing}"
+
+
+def _is_private(name: str) -> bool:
+    """``_x`` and ``__x`` are another module's own; ``__x__`` (a dunder) is Python's."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _ablate_bindings(tree: ast.Module) -> dict[str, str]:
+    """Each local name an ``ablate`` import binds -> what it names (``import ablate.x as m``,
+    ``from ablate import x``, ``from ablate.x import Y``; a bare ``import ablate.x`` binds ``ablate``)."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == "ablate" or a.name.startswith("ablate."):
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else "ablate"
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("ablate"):
+            out.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    return out
+
+
+def private_uses(name: str, tree: ast.Module) -> list[tuple[str, str]]:
+    """(module, ``what``) for each private name of another ablate module that ``name`` reaches for: a
+    ``from ablate.x import _y``, or ``m._y`` / ``getattr(m, "_y")`` on a name an ablate import bound
+    (a module, a class or a function of another module)."""
+    bound = _ablate_bindings(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and (node.level or node.module.startswith("ablate")):
+            module = "." * node.level + node.module
+            out += [(name, f"from {module} import {a.name}") for a in node.names if _is_private(a.name)]
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):  # ablate.x.y._z: the chain's root is the import
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in bound:
+                out.append((name, f"{ast.unparse(node)} ({bound[base.id]})"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
+              and isinstance(node.args[0], ast.Name) and node.args[0].id in bound
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and _is_private(node.args[1].value)):
+            out.append((name, f"{ast.unparse(node)} ({bound[node.args[0].id]})"))
+    return out
+
+
+#: (module, use) pairs tolerated for now, each with the reason; empty: no module reaches into another.
+PRIVATE_USES_ALLOWED: set[tuple[str, str]] = set()
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A name with a leading underscore is its module's own: another module that needs it needs it
+    public (renamed without the underscore), so that what a module offers is what it names."""
+    bad = [f"{m}: {what}" for name, tree in modules_cache().items() for m, what in private_uses(name, tree)
+           if (m, what) not in PRIVATE_USES_ALLOWED]
+    assert not bad, "make these names public (no leading underscore) where they are defined:\n" + "\n".join(bad)

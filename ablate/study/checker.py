@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.errors import AblateError
-from ablate.study.model import SEED_PATH, SeedRange, _unknown
+from ablate.study.model import SEED_PATH, SeedRange, unknown_choice
 from ablate.yamlio import FileProblem, LineDict, LineList, YamlError, plain
 from ablate.yamlio import read_yaml as _read_yaml
 
@@ -71,7 +71,7 @@ class StudyError(AblateError):
         return str(self.args[0])
 
 
-def _indent(text: str) -> str:
+def indented(text: str) -> str:
     """A multi-line message on one problem line: continuation lines indented."""
     return str(text).strip().replace("\n", "\n      ")
 
@@ -84,7 +84,7 @@ def read_yaml(path: str | Path) -> Any:
         raise StudyError(exc.file, exc.problems) from None
 
 
-def _line(node: Any, key: Any = None) -> int | None:
+def line_of(node: Any, key: Any = None) -> int | None:
     if isinstance(node, LineDict):
         if key is not None and key in node.key_lines:
             return node.key_lines[key]
@@ -96,21 +96,21 @@ def _line(node: Any, key: Any = None) -> int | None:
     return None
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "empty"}.get(
         type(plain(value)), type(value).__name__
     )
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-class _Checker:
+class Checker:
     """Collects the problems of one study file."""
 
     def __init__(self, file: str, doc: Any) -> None:
@@ -138,23 +138,23 @@ class _Checker:
     def keys(self, node: LineDict, path: str, allowed: Sequence[str], what: str) -> None:
         for key in node:
             if key not in allowed:
-                self.add(_line(node, key), f"{path}.{key}" if path else str(key), _unknown(what, key, allowed))
+                self.add(line_of(node, key), f"{path}.{key}" if path else str(key), unknown_choice(what, key, allowed))
 
     def overrides(self, parent: Any, key: Any, path: str) -> dict[str, Any] | None:
         """Check a mapping of dotted overrides (``parent[key]``); None if malformed. Empty -> {}."""
         node = parent[key]
-        line = _line(parent, key)
+        line = line_of(parent, key)
         if node is None:
             return {}
         if not isinstance(node, dict):
             self.add(
-                line, path, f"must be a mapping of dotted config paths to values, got {_type_name(node)} "
+                line, path, f"must be a mapping of dotted config paths to values, got {type_name(node)} "
                 f"{plain(node)!r}; e.g. {{loss.clip_high: 0.28}}"
             )
             return None
         ok = True
         for k in node:
-            kline = _line(node, k)
+            kline = line_of(node, k)
             if not isinstance(k, str) or not PATH_RE.match(k):
                 self.add(kline, f"{path}.{k}", "not a dotted config path; write e.g. loss.aggregation")
                 ok = False
@@ -166,10 +166,10 @@ class _Checker:
     def seed_range(self, parent: Any, key: str, path: str) -> SeedRange | None:
         """``{min: a, max: b}`` with 1 <= a <= b."""
         node = parent[key]
-        line = _line(parent, key)
+        line = line_of(parent, key)
         self.keys(node, path, SEED_RANGE_KEYS, "seeds key")
         lo, hi = node.get("min"), node.get("max")
-        if not (_is_int(lo) and _is_int(hi) and 1 <= lo <= hi):
+        if not (is_int(lo) and is_int(hi) and 1 <= lo <= hi):
             self.add(line, path, f"got {plain(node)!r}; allowed: {{min: a, max: b}} with integers 1 <= a <= b, "
                                  "e.g. {min: 4, max: 16}")
             return None
@@ -177,16 +177,16 @@ class _Checker:
 
     def seeds(self, parent: Any, key: str, path: str, allow_range: bool = False) -> tuple[int, ...] | None:
         value = parent[key]
-        line = _line(parent, key)
+        line = line_of(parent, key)
         allowed = "allowed: a positive integer n (seeds 0..n-1) or a list of distinct integers >= 0"
         if allow_range:
             allowed += ", or {min: a, max: b} (adaptive)"
-        if _is_int(value):
+        if is_int(value):
             if value >= 1:
                 return tuple(range(value))
             self.add(line, path, f"must be at least 1, got {value}; {allowed}")
             return None
-        if isinstance(value, list) and value and all(_is_int(v) and v >= 0 for v in value):
+        if isinstance(value, list) and value and all(is_int(v) and v >= 0 for v in value):
             dup = sorted({v for v in value if value.count(v) > 1})
             if dup:
                 self.add(line, path, f"seeds repeat: {dup}; {allowed}")
@@ -202,5 +202,5 @@ class _Checker:
         msg = f"{what} {value!r} must match {_PATTERN_TEXT[pattern]}"
         if fix:
             msg += f"; did you mean {fix!r}?"
-        self.add(_line(parent, key), path, msg)
+        self.add(line_of(parent, key), path, msg)
         return False

@@ -9,7 +9,7 @@ from typing import Any
 
 from ablate.config import ConfigWarning, TrialConfig
 from ablate.errors import ConfigError
-from ablate.study.checker import MAX_ARM_PROBLEMS, _Checker, _indent, _line
+from ablate.study.checker import MAX_ARM_PROBLEMS, Checker, indented, line_of
 from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, TuneSpec, level_name
 from ablate.yamlio import LineDict
 
@@ -58,7 +58,7 @@ class _Builder:
 class _Context:
     """What the checks below share: the file, its parsed sections, and the builder."""
 
-    ck: _Checker
+    ck: Checker
     doc: LineDict
     base: dict[str, Any]
     budgets: dict[str, dict[str, Any]]
@@ -101,8 +101,8 @@ def _check_keys(cx: _Context) -> None:
             own = cx.build.own_problems(key, value)
             if not own:
                 continue
-            line = _line(node, key) if isinstance(node, dict) else None
-            cx.ck.add(line or _line(doc, where.split(".")[0]), f"{where}.{key}", _indent("; ".join(own)))
+            line = line_of(node, key) if isinstance(node, dict) else None
+            cx.ck.add(line or line_of(doc, where.split(".")[0]), f"{where}.{key}", indented("; ".join(own)))
             cx.bad.add((where, key))
 
 
@@ -130,15 +130,15 @@ def _explain_base_and_budgets(cx: _Context) -> bool:
     if len(cx.failed) == len(cx.arms) * len(cx.budgets):
         _, err = cx.build(dict(base))
         if err is not None:
-            ck.add(_line(doc, "base"), "base", f"invalid overrides: {_indent(err)}")
+            ck.add(line_of(doc, "base"), "base", f"invalid overrides: {indented(err)}")
             return False
     bnode = doc.get("budgets")
     for b in cx.budgets:
         if all((a.name, b) in cx.failed for a in cx.arms):
             _, err = cx.build({**base, **cx.budget_ov(b)})
             if err is not None:
-                line = _line(bnode, b) if isinstance(bnode, dict) else _line(doc, "budgets")
-                ck.add(line, f"budgets.{b}", f"invalid overrides: {_indent(err)}")
+                line = line_of(bnode, b) if isinstance(bnode, dict) else line_of(doc, "budgets")
+                ck.add(line, f"budgets.{b}", f"invalid overrides: {indented(err)}")
                 cx.explained.update((a.name, b) for a in cx.arms)
     return True
 
@@ -152,7 +152,7 @@ def _explain_shorthand_path(cx: _Context, f: Factor) -> bool:
     if not all(k in cx.failed for k in keys):
         return False
     spec = cx.doc["factors"][f.name]
-    cx.ck.add(_line(spec, "path"), f"factors.{f.name}.path", f"invalid: {_indent(errs[f.levels[0].name])}")
+    cx.ck.add(line_of(spec, "path"), f"factors.{f.name}.path", f"invalid: {indented(errs[f.levels[0].name])}")
     cx.explained.update(keys)
     return True
 
@@ -172,11 +172,11 @@ def _explain_levels(cx: _Context) -> None:
                 continue
             spec = cx.doc["factors"][f.name]
             if f.path is None:
-                line, key = _line(spec["levels"], lv.name), f"factors.{f.name}.levels.{lv.name}"
+                line, key = line_of(spec["levels"], lv.name), f"factors.{f.name}.levels.{lv.name}"
             else:
                 i = [level_name(v) for v in spec["values"]].index(lv.name)
-                line, key = _line(spec["values"], i), f"factors.{f.name}.values[{i}]"
-            cx.ck.add(line, key, f"invalid overrides: {_indent(err)}")
+                line, key = line_of(spec["values"], i), f"factors.{f.name}.values[{i}]"
+            cx.ck.add(line, key, f"invalid overrides: {indented(err)}")
             cx.explained.update(todo)
 
 
@@ -185,11 +185,11 @@ def _report_arms(cx: _Context) -> None:
     by_arm: dict[str, list[str]] = {}
     for arm_name, b in (k for k in cx.failed if k not in cx.explained):
         by_arm.setdefault(arm_name, []).append(b)
-    fline = _line(cx.doc, "factors")
+    fline = line_of(cx.doc, "factors")
     for arm_name, bs in list(by_arm.items())[:MAX_ARM_PROBLEMS]:
         err = cx.failed[(arm_name, bs[0])]
         at = "" if len(bs) == len(cx.budgets) else f" at budget {', '.join(bs)}"
-        cx.ck.add(fline, f"arm {arm_name}", f"this combination of levels is invalid{at}: {_indent(err)}; change a "
+        cx.ck.add(fline, f"arm {arm_name}", f"this combination of levels is invalid{at}: {indented(err)}; change a "
                   "level or add the combination to 'exclude:'")
     if len(by_arm) > MAX_ARM_PROBLEMS:
         cx.ck.add(fline, "factors", f"... and {len(by_arm) - MAX_ARM_PROBLEMS} more invalid arms")
@@ -201,7 +201,7 @@ def _check_distinct_arms(cx: _Context, configs: dict[ArmBudget, TrialConfig]) ->
     for arm in cx.arms:
         key = configs[(arm.name, DEFAULT_BUDGET)].trial_key()
         if key in seen:
-            cx.ck.add(_line(cx.doc, "factors"), f"arm {arm.name}",
+            cx.ck.add(line_of(cx.doc, "factors"), f"arm {arm.name}",
                       f"resolves to the same configuration as arm {seen[key]}; their levels set the same values "
                       "(a level equal to the defaults?); make the levels differ or drop one")
         else:
@@ -213,7 +213,7 @@ def _check_tuned_params(cx: _Context, tune: TuneSpec) -> None:
     tnode = cx.doc["tune"]["params"]
     varied = {p for f in cx.factors for p in f.paths()}
     for param in tune.params:
-        line = _line(tnode, param.path)
+        line = line_of(tnode, param.path)
         if param.path in varied:
             cx.ck.add(line, f"tune.params.{param.path}",
                       "is varied by a factor; tuning it per arm would erase the factor; remove one of them")
@@ -221,12 +221,12 @@ def _check_tuned_params(cx: _Context, tune: TuneSpec) -> None:
         for end in (param.low, param.high):
             _, err = cx.build({**cx.base, **cx.budgets[tune.budget], **{param.path: end}})
             if err is not None:
-                cx.ck.add(line, f"tune.params.{param.path}", f"invalid at {end}: {_indent(err)}")
+                cx.ck.add(line, f"tune.params.{param.path}", f"invalid at {end}: {indented(err)}")
                 break
 
 
-def _check_configs(
-    ck: _Checker,
+def check_configs(
+    ck: Checker,
     doc: LineDict,
     base: dict[str, Any],
     budgets: dict[str, dict[str, Any]],

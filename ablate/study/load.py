@@ -10,37 +10,37 @@ from ablate.study.checker import (
     NAME_RE,
     REQUIRED_KEYS,
     STUDY_KEYS,
+    Checker,
     StudyError,
-    _Checker,
-    _is_int,
-    _is_number,
-    _line,
+    is_int,
+    is_number,
+    line_of,
     read_yaml,
 )
-from ablate.study.configs import _check_configs
-from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study, _unknown
+from ablate.study.configs import check_configs
+from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study, unknown_choice
 from ablate.study.sections import (
-    _design_arms,
-    _import_plugins,
-    _parse_contexts,
-    _parse_design,
-    _parse_factors,
-    _parse_level_map,
-    _parse_objective,
-    _parse_primary,
-    _parse_report,
-    _parse_tune,
+    design_arms,
+    import_plugins,
+    parse_contexts,
+    parse_design,
+    parse_factors,
+    parse_level_map,
+    parse_objective,
+    parse_primary,
+    parse_report,
+    parse_tune,
 )
 from ablate.yamlio import LineDict, plain
 
 
-def _read_document(file: str, path: str | Path) -> tuple[LineDict, _Checker]:
+def _read_document(file: str, path: str | Path) -> tuple[LineDict, Checker]:
     """The file as a mapping, with its top-level keys checked; raises at once when it is no mapping."""
     doc = read_yaml(path)
-    ck = _Checker(file, doc)
+    ck = Checker(file, doc)
     if not isinstance(doc, dict):
         what = "empty" if doc is None else f"a {type(plain(doc)).__name__}"
-        ck.add(_line(doc) or 1, "study", f"the file is {what}; a study file is a mapping with keys "
+        ck.add(line_of(doc) or 1, "study", f"the file is {what}; a study file is a mapping with keys "
                + ", ".join(REQUIRED_KEYS) + " (see `ablate validate --help`)")
         raise StudyError(file, ck.problems)
     ck.duplicates(doc, "")
@@ -55,7 +55,7 @@ def _read_document(file: str, path: str | Path) -> tuple[LineDict, _Checker]:
 BUDGET_SEEDS_KEY = "seeds"
 
 
-def _parse_budgets(ck: _Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any]] | None, dict[str, int]]:
+def _parse_budgets(ck: Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any]] | None, dict[str, int]]:
     """``budgets:`` with ``default`` always present (None when any budget is invalid), and the budgets
     that run only the study's first n seeds (``seeds: n`` in the budget)."""
     budgets: dict[str, dict[str, Any]] | None = {DEFAULT_BUDGET: {}}
@@ -64,7 +64,7 @@ def _parse_budgets(ck: _Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any
         return budgets, budget_seeds
     bnode = doc["budgets"]
     if not isinstance(bnode, dict):
-        ck.add(_line(doc, "budgets"), "budgets", "must be a mapping budget name -> {dotted overrides}")
+        ck.add(line_of(doc, "budgets"), "budgets", "must be a mapping budget name -> {dotted overrides}")
         return None, budget_seeds
     for bname in bnode:
         if not ck.name_like(bnode, bname, f"budgets.{bname}", bname, NAME_RE, "budget name"):
@@ -73,10 +73,10 @@ def _parse_budgets(ck: _Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any
         ov = ck.overrides(bnode, bname, f"budgets.{bname}")
         if ov is not None and BUDGET_SEEDS_KEY in ov:
             n = ov.pop(BUDGET_SEEDS_KEY)
-            if _is_int(n) and n >= 1:
+            if is_int(n) and n >= 1:
                 budget_seeds[bname] = n
             else:
-                ck.add(_line(bnode[bname], BUDGET_SEEDS_KEY), f"budgets.{bname}.{BUDGET_SEEDS_KEY}",
+                ck.add(line_of(bnode[bname], BUDGET_SEEDS_KEY), f"budgets.{bname}.{BUDGET_SEEDS_KEY}",
                        f"must be an integer >= 1 (the budget runs the study's first n seeds), got {plain(n)!r}")
         if ov is None:
             budgets = None
@@ -85,11 +85,11 @@ def _parse_budgets(ck: _Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any
     return budgets, budget_seeds
 
 
-def _check_budget_seeds(ck: _Checker, doc: LineDict, budget_seeds: dict[str, int], seeds: tuple[int, ...] | None,
+def _check_budget_seeds(ck: Checker, doc: LineDict, budget_seeds: dict[str, int], seeds: tuple[int, ...] | None,
                         seed_range: SeedRange | None) -> None:
     """A budget's ``seeds: n`` takes the first n of the study's fixed seeds."""
     for bname, n in budget_seeds.items():
-        line = _line(doc["budgets"][bname], BUDGET_SEEDS_KEY)
+        line = line_of(doc["budgets"][bname], BUDGET_SEEDS_KEY)
         if seed_range is not None:
             ck.add(line, f"budgets.{bname}.{BUDGET_SEEDS_KEY}", "a budget cannot set seeds in a study with adaptive "
                    "seeds {min, max}: remove it, or give the study a fixed seed count")
@@ -98,7 +98,7 @@ def _check_budget_seeds(ck: _Checker, doc: LineDict, budget_seeds: dict[str, int
                    f"a budget runs the first n of them; use at most {len(seeds)}")
 
 
-def _parse_seeds(ck: _Checker, doc: LineDict) -> tuple[tuple[int, ...] | None, SeedRange | None]:
+def _parse_seeds(ck: Checker, doc: LineDict) -> tuple[tuple[int, ...] | None, SeedRange | None]:
     """``seeds:``: the seeds (0..min-1 for an adaptive range) and the range, if adaptive."""
     if isinstance(doc.get("seeds"), dict):
         seed_range = ck.seed_range(doc, "seeds", "seeds")
@@ -106,19 +106,19 @@ def _parse_seeds(ck: _Checker, doc: LineDict) -> tuple[tuple[int, ...] | None, S
     return (ck.seeds(doc, "seeds", "seeds", allow_range=True) if "seeds" in doc else None), None
 
 
-def _parse_exclude(ck: _Checker, doc: LineDict, factors: list[Factor] | None) -> list[dict[str, str]] | None:
+def _parse_exclude(ck: Checker, doc: LineDict, factors: list[Factor] | None) -> list[dict[str, str]] | None:
     """``exclude:``: a list of partial level maps; None when any entry is invalid."""
     exclude: list[dict[str, str]] | None = []
     if doc.get("exclude") is None:
         return exclude
     enode = doc["exclude"]
     if not isinstance(enode, list):
-        ck.add(_line(doc, "exclude"), "exclude", "must be a list of mappings factor -> level")
+        ck.add(line_of(doc, "exclude"), "exclude", "must be a list of mappings factor -> level")
         return None
     if factors is None:
         return exclude
     for i in range(len(enode)):
-        entry = _parse_level_map(ck, enode, i, f"exclude[{i}]", factors, complete=False)
+        entry = parse_level_map(ck, enode, i, f"exclude[{i}]", factors, complete=False)
         if entry is None:
             exclude = None
         elif exclude is not None:
@@ -126,7 +126,7 @@ def _parse_exclude(ck: _Checker, doc: LineDict, factors: list[Factor] | None) ->
     return exclude
 
 
-def _parse_acknowledge(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
+def _parse_acknowledge(ck: Checker, doc: LineDict) -> tuple[str, ...]:
     """``acknowledge:``: a list of configuration-warning names (:data:`ablate.config.WARNING_RULES`)."""
     from ablate.config import WARNING_RULES
 
@@ -134,22 +134,23 @@ def _parse_acknowledge(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
     if node is None:
         return ()
     if not isinstance(node, list) or not all(isinstance(v, str) for v in node):
-        ck.add(_line(doc, "acknowledge"), "acknowledge", "must be a list of warning names, e.g. [gspo-token-sum]; "
+        ck.add(line_of(doc, "acknowledge"), "acknowledge", "must be a list of warning names, e.g. [gspo-token-sum]; "
                f"allowed: {', '.join(WARNING_RULES)}")
         return ()
     out = []
     for i, rule in enumerate(node):
         if rule not in WARNING_RULES:
-            ck.add(_line(node, i) or _line(doc, "acknowledge"), f"acknowledge[{i}]",
-                   _unknown("warning name", rule, WARNING_RULES) + " (each warning names itself in [brackets])")
+            ck.add(line_of(node, i) or line_of(doc, "acknowledge"), f"acknowledge[{i}]",
+                   unknown_choice("warning name", rule, WARNING_RULES) + " (each warning names itself in [brackets])")
         elif rule in out:
-            ck.add(_line(node, i) or _line(doc, "acknowledge"), f"acknowledge[{i}]", f"{rule} is listed twice; list it once")
+            ck.add(line_of(node, i) or line_of(doc, "acknowledge"), f"acknowledge[{i}]",
+                   f"{rule} is listed twice; list it once")
         else:
             out.append(rule)
     return tuple(out)
 
 
-def _split_acknowledged(ck: _Checker, doc: LineDict, acknowledge: tuple[str, ...],
+def _split_acknowledged(ck: Checker, doc: LineDict, acknowledge: tuple[str, ...],
                         warned: list[tuple[str, str | None, str]]) -> tuple[tuple[str, ...], tuple]:
     """The arms' warnings split into those still warned (``arm <name>: <message> [<rule>]``) and the
     acknowledged rules with their arms; an acknowledged rule that no arm triggers is a problem."""
@@ -164,37 +165,37 @@ def _split_acknowledged(ck: _Checker, doc: LineDict, acknowledge: tuple[str, ...
     node = doc.get("acknowledge")
     for rule in acknowledge:
         if not arms_of[rule]:
-            line = _line(node, node.index(rule)) if isinstance(node, list) else None
-            ck.add(line or _line(doc, "acknowledge"), "acknowledge",
+            line = line_of(node, node.index(rule)) if isinstance(node, list) else None
+            ck.add(line or line_of(doc, "acknowledge"), "acknowledge",
                    f"{rule} is acknowledged but no arm of this study triggers it at any budget: remove it")
     return tuple(shown), tuple((rule, tuple(arms)) for rule, arms in arms_of.items() if arms)
 
 
-def _parse_min_effect(ck: _Checker, doc: LineDict, seed_range: SeedRange | None) -> float | None:
+def _parse_min_effect(ck: Checker, doc: LineDict, seed_range: SeedRange | None) -> float | None:
     """``min_effect:`` (> 0, finite), which adaptive seeds need."""
     min_effect = None
     if doc.get("min_effect") is not None:
         v = doc["min_effect"]
-        if _is_number(v) and v > 0 and v != float("inf"):
+        if is_number(v) and v > 0 and v != float("inf"):
             min_effect = float(v)
         else:
-            ck.add(_line(doc, "min_effect"), "min_effect", f"must be a number > 0 in the objective's units (e.g. "
+            ck.add(line_of(doc, "min_effect"), "min_effect", f"must be a number > 0 in the objective's units (e.g. "
                                                           f"0.03 for 3 points of accuracy), got {plain(v)!r}")
     if seed_range is not None and doc.get("min_effect") is None:
-        ck.add(_line(doc, "seeds"), "seeds", "adaptive seeds {min, max} are re-estimated for the study's min_effect, "
+        ck.add(line_of(doc, "seeds"), "seeds", "adaptive seeds {min, max} are re-estimated for the study's min_effect, "
                "which is missing; add 'min_effect:' (the smallest difference worth finding, in the objective's "
                "units, e.g. 0.03 for 3 points of accuracy) or give a fixed number of seeds")
     return min_effect
 
 
-def _parse_extended_after(ck: _Checker, doc: LineDict, seeds: tuple[int, ...] | None,
+def _parse_extended_after(ck: Checker, doc: LineDict, seeds: tuple[int, ...] | None,
                           seed_range: SeedRange | None) -> tuple[int, ...]:
     """``extended_after:``: the seed counts n1 < n2 < ... at which a report of the study was read before its
     seeds were extended (a list of ints, each at least 2 and below the study's seed count; fixed seeds
     0..n-1 only). The report then tests each contrast as a two-stage design (:mod:`ablate.sequential`)."""
     if doc.get("extended_after") is None:
         return ()
-    v, line = doc["extended_after"], _line(doc, "extended_after")
+    v, line = doc["extended_after"], line_of(doc, "extended_after")
     values = [v] if isinstance(v, int) and not isinstance(v, bool) else v
     fix = ("a list of the seed counts whose report was read before the seeds were extended, increasing, each "
            "from 2 to below the study's seed count, e.g. [20] for a 20-seed report extended to 47 seeds")
@@ -225,29 +226,29 @@ def load_study(path: str | Path) -> Study:
     """
     file = str(path)
     doc, ck = _read_document(file, path)
-    plugins = _import_plugins(ck, doc)
+    plugins = import_plugins(ck, doc)
     name = doc.get("name")
     if "name" in doc:
         ck.name_like(doc, "name", "name", name, NAME_RE, "study name")
     description = doc.get("description")
     if description is not None and not isinstance(description, str):
-        ck.add(_line(doc, "description"), "description", "must be a string")
+        ck.add(line_of(doc, "description"), "description", "must be a string")
     base = ck.overrides(doc, "base", "base") if "base" in doc else {}
     budgets, budget_seeds = _parse_budgets(ck, doc)
     seeds, seed_range = _parse_seeds(ck, doc)
     _check_budget_seeds(ck, doc, budget_seeds, seeds, seed_range)
-    objective = _parse_objective(ck, doc) if "objective" in doc else None
-    factors = _parse_factors(ck, doc) if "factors" in doc else None
-    design_name, design, design_options = _parse_design(ck, doc)
+    objective = parse_objective(ck, doc) if "objective" in doc else None
+    factors = parse_factors(ck, doc) if "factors" in doc else None
+    design_name, design, design_options = parse_design(ck, doc)
     baseline = None
     if factors is not None and doc.get("baseline") is not None:
-        baseline = _parse_level_map(ck, doc, "baseline", "baseline", factors, complete=True)
+        baseline = parse_level_map(ck, doc, "baseline", "baseline", factors, complete=True)
     bad_baseline = doc.get("baseline") is not None and baseline is None
     exclude = _parse_exclude(ck, doc, factors)
-    tune = _parse_tune(ck, doc, budgets) if doc.get("tune") is not None else None
-    report_metrics = _parse_report(ck, doc) if doc.get("report") is not None else ()
-    primary = _parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
-    contexts = _parse_contexts(ck, doc, factors, primary) if doc.get("contexts") is not None else ()
+    tune = parse_tune(ck, doc, budgets) if doc.get("tune") is not None else None
+    report_metrics = parse_report(ck, doc) if doc.get("report") is not None else ()
+    primary = parse_primary(ck, doc, factors, baseline) if doc.get("primary") is not None else ()
+    contexts = parse_contexts(ck, doc, factors, primary) if doc.get("contexts") is not None else ()
     min_effect = _parse_min_effect(ck, doc, seed_range)
     extended_after = _parse_extended_after(ck, doc, seeds, seed_range)
     acknowledge = _parse_acknowledge(ck, doc)
@@ -256,14 +257,14 @@ def load_study(path: str | Path) -> Study:
     excluded: list[Arm] = []
     aliasing = None
     if factors is not None and design is not None and not bad_baseline and exclude is not None:
-        arms, excluded, aliasing = _design_arms(ck, doc, factors, design, baseline, exclude, contexts)
+        arms, excluded, aliasing = design_arms(ck, doc, factors, design, baseline, exclude, contexts)
     config_warnings: list[tuple[str, str | None, str]] = []
     configs: dict[tuple[str, str], TrialConfig] = {}
     shown: tuple[str, ...] = ()
     acknowledged: tuple = ()
     if not ck.problems and arms:
         assert base is not None and budgets is not None and factors is not None
-        configs = _check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
+        configs = check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
         if not ck.problems:
             shown, acknowledged = _split_acknowledged(ck, doc, acknowledge, config_warnings)
     if ck.problems:

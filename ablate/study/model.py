@@ -23,7 +23,7 @@ def _did_you_mean(name: object, choices: Iterable[str]) -> str:
     return f"; did you mean {guess!r}?" if guess is not None else ""
 
 
-def _unknown(kind: str, name: object, allowed: Iterable[str]) -> str:
+def unknown_choice(kind: str, name: object, allowed: Iterable[str]) -> str:
     allowed = list(allowed)
     return f"unknown {kind} {name!r}; allowed: {', '.join(allowed) or '(none)'}" + _did_you_mean(name, allowed)
 
@@ -55,7 +55,7 @@ class Factor:
         for lv in self.levels:
             if lv.name == name:
                 return lv
-        raise AblateError(_unknown(f"level of factor {self.name!r}", name, self.level_names()))
+        raise AblateError(unknown_choice(f"level of factor {self.name!r}", name, self.level_names()))
 
     def level_names(self) -> list[str]:
         """The level names, in file order."""
@@ -233,14 +233,14 @@ class Study:
         for f in self.factors:
             if f.name == name:
                 return f
-        raise AblateError(_unknown("factor", name, [f.name for f in self.factors]))
+        raise AblateError(unknown_choice("factor", name, [f.name for f in self.factors]))
 
     def check_budget(self, budget: str) -> None:
         """Raise AblateError naming the budgets if ``budget`` is not one of them."""
         if budget not in self.budgets:
             raise AblateError(
                 f"study {self.name!r} ({self.path}): "
-                + _unknown("budget", budget, self.budgets)
+                + unknown_choice("budget", budget, self.budgets)
                 + "; add it under 'budgets:' or pass one of these to --budget"
             )
 

@@ -23,11 +23,11 @@ from ablate.study.checker import (
     REPORT_KEYS,
     TUNE_KEYS,
     TUNE_PARAM_KEYS,
-    _Checker,
-    _is_int,
-    _is_number,
-    _line,
-    _type_name,
+    Checker,
+    is_int,
+    is_number,
+    line_of,
+    type_name,
 )
 from ablate.study.model import (
     DEFAULT_BUDGET,
@@ -38,22 +38,22 @@ from ablate.study.model import (
     Objective,
     TuneParam,
     TuneSpec,
-    _unknown,
     level_name,
+    unknown_choice,
 )
 from ablate.yamlio import LineDict, plain
 
 
-def _import_plugins(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
+def import_plugins(ck: Checker, doc: LineDict) -> tuple[str, ...]:
     if "plugins" not in doc or doc["plugins"] is None:
         return ()
     node = doc["plugins"]
     if not isinstance(node, list):
-        ck.add(_line(doc, "plugins"), "plugins", f"must be a list of module names, got {plain(node)!r}")
+        ck.add(line_of(doc, "plugins"), "plugins", f"must be a list of module names, got {plain(node)!r}")
         return ()
     names: list[str] = []
     for i, mod in enumerate(node):
-        line = _line(node, i)
+        line = line_of(node, i)
         is_file = isinstance(mod, str) and mod.endswith(".py")
         if not isinstance(mod, str) or not (is_file or MODULE_RE.match(mod)):
             ck.add(line, f"plugins[{i}]", f"{mod!r} is not a module name or a .py file; write e.g. "
@@ -102,23 +102,23 @@ def _import_plugin_file(path: Path) -> None:
         raise
 
 
-def _parse_named_levels(ck: _Checker, spec: LineDict, fpath: str) -> list[Level]:
+def _parse_named_levels(ck: Checker, spec: LineDict, fpath: str) -> list[Level]:
     """The levels of a factor written as ``levels: {name: {overrides}}``."""
     lnode = spec["levels"]
     if not isinstance(lnode, dict) or not lnode:
-        got = "" if isinstance(lnode, dict) else f" (got {_type_name(lnode)})"
-        ck.add(_line(spec, "levels"), f"{fpath}.levels",
+        got = "" if isinstance(lnode, dict) else f" (got {type_name(lnode)})"
+        ck.add(line_of(spec, "levels"), f"{fpath}.levels",
                f"needs at least one level, as a mapping {{level_name: {{dotted.path: value}}}}{got}")
         return []
     levels = []
     for lname, _ in lnode.items():
         lpath = f"{fpath}.levels.{lname}"
         if not isinstance(lname, (str, int, float)) or isinstance(lname, bool):
-            ck.add(_line(lnode, lname), lpath, "a level name must be a string")
+            ck.add(line_of(lnode, lname), lpath, "a level name must be a string")
             continue
         lname_s = str(lname)
         if "," in lname_s or "=" in lname_s or not lname_s:
-            ck.add(_line(lnode, lname), lpath, "a level name may not be empty or contain ',' or '='")
+            ck.add(line_of(lnode, lname), lpath, "a level name may not be empty or contain ',' or '='")
             continue
         ov = ck.overrides(lnode, lname, lpath)
         if ov is not None:
@@ -126,26 +126,26 @@ def _parse_named_levels(ck: _Checker, spec: LineDict, fpath: str) -> list[Level]
     return levels
 
 
-def _parse_shorthand(ck: _Checker, spec: LineDict, fpath: str) -> tuple[str | None, list[Level]]:
+def _parse_shorthand(ck: Checker, spec: LineDict, fpath: str) -> tuple[str | None, list[Level]]:
     """The path and levels of a factor written as the shorthand ``{path: dotted.path, values: [...]}``."""
     path = spec.get("path")
     values = spec.get("values")
     if not isinstance(path, str) or not PATH_RE.match(path):
-        ck.add(_line(spec, "path"), f"{fpath}.path",
+        ck.add(line_of(spec, "path"), f"{fpath}.path",
                f"must be a dotted config path (e.g. loss.clip_high), got {plain(path)!r}")
         path = None
     elif path == SEED_PATH:
-        ck.add(_line(spec, "path"), f"{fpath}.path", "the seed is set by 'seeds:', not by a factor")
+        ck.add(line_of(spec, "path"), f"{fpath}.path", "the seed is set by 'seeds:', not by a factor")
         path = None
     if not isinstance(values, list) or not values:
-        ck.add(_line(spec, "values"), f"{fpath}.values",
+        ck.add(line_of(spec, "values"), f"{fpath}.values",
                f"must be a non-empty list of values, got {plain(values)!r}; e.g. values: [0.2, 0.28]")
         return path, []
     if path is None:
         return path, []
     levels, seen = [], set()
     for i, v in enumerate(values):
-        vline, vpath = _line(values, i), f"{fpath}.values[{i}]"
+        vline, vpath = line_of(values, i), f"{fpath}.values[{i}]"
         if isinstance(v, dict):
             ck.add(vline, vpath, "a mapping value needs 'levels:' with a name")
             continue
@@ -161,10 +161,10 @@ def _parse_shorthand(ck: _Checker, spec: LineDict, fpath: str) -> tuple[str | No
     return path, levels
 
 
-def _parse_factor(ck: _Checker, node: LineDict, fname: str, spec: object) -> Factor | None:
+def _parse_factor(ck: Checker, node: LineDict, fname: str, spec: object) -> Factor | None:
     """One entry of ``factors:``; None (with its problems added) when it is invalid."""
     fpath = f"factors.{fname}"
-    fline = _line(node, fname)
+    fline = line_of(node, fname)
     if not ck.name_like(node, fname, fpath, fname, FACTOR_RE, "factor name"):
         return None
     if not isinstance(spec, dict):
@@ -174,11 +174,11 @@ def _parse_factor(ck: _Checker, node: LineDict, fname: str, spec: object) -> Fac
     ck.keys(spec, fpath, FACTOR_KEYS, "factor key")
     desc = spec.get("description")
     if desc is not None and not isinstance(desc, str):
-        ck.add(_line(spec, "description"), f"{fpath}.description", "must be a string")
+        ck.add(line_of(spec, "description"), f"{fpath}.description", "must be a string")
     levels: list[Level] = []
     path: str | None = None
     if "levels" in spec and ("path" in spec or "values" in spec):
-        ck.add(_line(spec, "levels"), fpath, "give either 'levels:' or the shorthand 'path:' + 'values:', not both")
+        ck.add(line_of(spec, "levels"), fpath, "give either 'levels:' or the shorthand 'path:' + 'values:', not both")
     elif "levels" in spec:
         levels = _parse_named_levels(ck, spec, fpath)
     elif "path" in spec or "values" in spec:
@@ -190,11 +190,11 @@ def _parse_factor(ck: _Checker, node: LineDict, fname: str, spec: object) -> Fac
     return Factor(str(fname), tuple(levels), desc, path)
 
 
-def _parse_factors(ck: _Checker, doc: LineDict) -> list[Factor] | None:
+def parse_factors(ck: Checker, doc: LineDict) -> list[Factor] | None:
     """``factors:``: every factor checked; None when any is invalid or two set one path."""
     node = doc["factors"]
     if not isinstance(node, dict) or not node:
-        ck.add(_line(doc, "factors"), "factors",
+        ck.add(line_of(doc, "factors"), "factors",
                "must be a non-empty mapping factor -> {levels: {name: {overrides}}} or {path: ..., values: [...]}")
         return None
     parsed = [_parse_factor(ck, node, fname, spec) for fname, spec in node.items()]
@@ -205,7 +205,7 @@ def _parse_factors(ck: _Checker, doc: LineDict) -> list[Factor] | None:
         for pa in sorted(a.paths()):
             for pb in sorted(b.paths()):
                 if pa == pb or pa.startswith(pb + ".") or pb.startswith(pa + "."):
-                    ck.add(_line(node, b.name), f"factors.{b.name}",
+                    ck.add(line_of(node, b.name), f"factors.{b.name}",
                            f"sets {pb!r}, which factor {a.name!r} also sets ({pa!r}); one path can be varied "
                            "by one factor only: merge them into one factor with combined levels")
                     ok = False
@@ -221,26 +221,27 @@ def _resolve_level(factor: Factor, value: Any) -> str | None:
     return None
 
 
-def _parse_level_map(
-    ck: _Checker, parent: Any, key: Any, path: str, factors: list[Factor], complete: bool
+def parse_level_map(
+    ck: Checker, parent: Any, key: Any, path: str, factors: list[Factor], complete: bool
 ) -> dict[str, str] | None:
     """A mapping factor -> level (baseline, exclude entries); None when malformed."""
     node = parent[key]
     if not isinstance(node, dict) or not node:
-        ck.add(_line(parent, key), path, "must be a non-empty mapping factor -> level, e.g. {loss_norm: token}")
+        ck.add(line_of(parent, key), path, "must be a non-empty mapping factor -> level, e.g. {loss_norm: token}")
         return None
     by_name = {f.name: f for f in factors}
     out: dict[str, str] = {}
     ok = True
     for fname, value in node.items():
-        line = _line(node, fname)
+        line = line_of(node, fname)
         if fname not in by_name:
-            ck.add(line, f"{path}.{fname}", _unknown("factor", fname, by_name))
+            ck.add(line, f"{path}.{fname}", unknown_choice("factor", fname, by_name))
             ok = False
             continue
         lv = _resolve_level(by_name[fname], value)
         if lv is None:
-            ck.add(line, f"{path}.{fname}", _unknown(f"level of {fname!r}", plain(value), by_name[fname].level_names()))
+            names = by_name[fname].level_names()
+            ck.add(line, f"{path}.{fname}", unknown_choice(f"level of {fname!r}", plain(value), names))
             ok = False
             continue
         out[fname] = lv
@@ -248,7 +249,7 @@ def _parse_level_map(
         missing = [f for f in by_name if f not in out]
         if missing:
             ck.add(
-                _line(parent, key),
+                line_of(parent, key),
                 path,
                 "must give a level of every factor; missing: "
                 + ", ".join(f"{f} (levels: {', '.join(by_name[f].level_names())})" for f in missing),
@@ -259,9 +260,9 @@ def _parse_level_map(
     return {f.name: out[f.name] for f in factors if f.name in out}  # factor order
 
 
-def _parse_design(ck: _Checker, doc: LineDict) -> tuple[str, Design | None, dict[str, Any]]:
+def parse_design(ck: Checker, doc: LineDict) -> tuple[str, Design | None, dict[str, Any]]:
     node = doc.get("design", "full")
-    line = _line(doc, "design")
+    line = line_of(doc, "design")
     if isinstance(node, str):
         name, options, onode = node, {}, None
     elif isinstance(node, dict):
@@ -275,20 +276,20 @@ def _parse_design(ck: _Checker, doc: LineDict) -> tuple[str, Design | None, dict
         ck.add(line, "design", f"must be a design name or a mapping {{name: ..., options}}, got {plain(node)!r}")
         return "", None, {}
     if not isinstance(name, str) or name not in DESIGNS:
-        where = _line(onode, "name") if onode is not None else line
-        ck.add(where, "design" if onode is None else "design.name", _unknown("design", name, DESIGNS.names()))
+        where = line_of(onode, "name") if onode is not None else line
+        ck.add(where, "design" if onode is None else "design.name", unknown_choice("design", name, DESIGNS.names()))
         return str(name), None, options
     design, problems = DESIGNS.get(name).from_options(options)
     for p in problems:
         key = f"design.{p.option}" if p.option else "design"
-        where = _line(onode, p.option) if (onode is not None and p.option) else line
+        where = line_of(onode, p.option) if (onode is not None and p.option) else line
         ck.add(where, key, p.message)
     return name, design, options
 
 
-def _parse_objective(ck: _Checker, doc: LineDict) -> Objective | None:
+def parse_objective(ck: Checker, doc: LineDict) -> Objective | None:
     node = doc["objective"]
-    line = _line(doc, "objective")
+    line = line_of(doc, "objective")
     if not isinstance(node, dict):
         ck.add(line, "objective", "must be a mapping {metric: ..., mode: max|min, summary: ..., last_n: ...}")
         return None
@@ -296,41 +297,41 @@ def _parse_objective(ck: _Checker, doc: LineDict) -> Objective | None:
     ck.keys(node, "objective", OBJECTIVE_KEYS, "objective key")
     metric = node.get("metric")
     if not isinstance(metric, str) or not metric:
-        ck.add(_line(node, "metric"), "objective.metric", "must be a metric name (a string), e.g. eval/accuracy")
+        ck.add(line_of(node, "metric"), "objective.metric", "must be a metric name (a string), e.g. eval/accuracy")
     mode = node.get("mode")
     if mode not in OBJECTIVE_MODES:
-        msg = "is required" if mode is None else _unknown("mode", mode, OBJECTIVE_MODES)
+        msg = "is required" if mode is None else unknown_choice("mode", mode, OBJECTIVE_MODES)
         if mode is None:
             msg += f"; allowed: {', '.join(OBJECTIVE_MODES)}"
-        ck.add(_line(node, "mode"), "objective.mode", msg)
+        ck.add(line_of(node, "mode"), "objective.mode", msg)
     summary = node.get("summary", "last")
     if summary not in OBJECTIVE_SUMMARIES:
-        ck.add(_line(node, "summary"), "objective.summary", _unknown("summary", summary, OBJECTIVE_SUMMARIES))
+        ck.add(line_of(node, "summary"), "objective.summary", unknown_choice("summary", summary, OBJECTIVE_SUMMARIES))
     last_n = node.get("last_n", 1)
-    if not _is_int(last_n) or last_n < 1:
-        ck.add(_line(node, "last_n"), "objective.last_n", f"must be an integer >= 1, got {plain(last_n)!r}")
+    if not is_int(last_n) or last_n < 1:
+        ck.add(line_of(node, "last_n"), "objective.last_n", f"must be an integer >= 1, got {plain(last_n)!r}")
     if len(ck.problems) > before:
         return None
     return Objective(metric, mode, summary, last_n)
 
 
-def _parse_report(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
+def parse_report(ck: Checker, doc: LineDict) -> tuple[str, ...]:
     from ablate.metrics import METRICS, known_metric
 
     node = doc["report"]
     if not isinstance(node, dict):
-        ck.add(_line(doc, "report"), "report", "must be a mapping {metrics: [metric names]}")
+        ck.add(line_of(doc, "report"), "report", "must be a mapping {metrics: [metric names]}")
         return ()
     ck.keys(node, "report", REPORT_KEYS, "report key")
     metrics = node.get("metrics", [])
     if not isinstance(metrics, list):
-        ck.add(_line(node, "metrics"), "report.metrics", f"must be a list of metric names, got {plain(metrics)!r}")
+        ck.add(line_of(node, "metrics"), "report.metrics", f"must be a list of metric names, got {plain(metrics)!r}")
         return ()
     out = []
     for i, m in enumerate(metrics):
-        line = _line(metrics, i) or _line(node, "metrics")
+        line = line_of(metrics, i) or line_of(node, "metrics")
         if not isinstance(m, str) or not known_metric(m):
-            ck.add(line, f"report.metrics[{i}]", _unknown("metric", plain(m), METRICS)
+            ck.add(line, f"report.metrics[{i}]", unknown_choice("metric", plain(m), METRICS)
                    + " (docs/metrics.md lists what a trial logs)")
         elif m in out:
             ck.add(line, f"report.metrics[{i}]", f"{m!r} is listed twice")
@@ -339,13 +340,13 @@ def _parse_report(ck: _Checker, doc: LineDict) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _parse_primary(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
+def parse_primary(ck: Checker, doc: LineDict, factors: list[Factor] | None,
                    baseline: dict[str, str] | None) -> tuple[str, ...]:
     node = doc["primary"]
     if isinstance(node, str):
         node = [node]
     if not isinstance(node, list) or not node:
-        ck.add(_line(doc, "primary"), "primary", "must be a list of contrasts, each 'factor' or 'factor=level', "
+        ck.add(line_of(doc, "primary"), "primary", "must be a list of contrasts, each 'factor' or 'factor=level', "
                                                  "e.g. [loss_norm] or [loss_norm=token]")
         return ()
     if factors is None:
@@ -353,20 +354,20 @@ def _parse_primary(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
     fmap = {f.name: f for f in factors}
     out: list[str] = []
     for i, entry in enumerate(node):
-        line = _line(node, i) if isinstance(doc["primary"], list) else _line(doc, "primary")
+        line = line_of(node, i) if isinstance(doc["primary"], list) else line_of(doc, "primary")
         path = f"primary[{i}]"
         if not isinstance(entry, str):
             ck.add(line, path, f"must be 'factor' or 'factor=level', got {plain(entry)!r}")
             continue
         fname, _, level = entry.partition("=")
         if fname not in fmap:
-            ck.add(line, path, _unknown("factor", fname, fmap))
+            ck.add(line, path, unknown_choice("factor", fname, fmap))
             continue
         names = fmap[fname].level_names()
         base = (baseline or {}).get(fname, names[0])
         if level:
             if level not in names:
-                ck.add(line, path, _unknown(f"level of {fname}", level, names))
+                ck.add(line, path, unknown_choice(f"level of {fname}", level, names))
                 continue
             if level == base:
                 ck.add(line, path, f"{level!r} is the baseline level of {fname}: a primary contrast compares another "
@@ -379,14 +380,14 @@ def _parse_primary(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
     return tuple(out)
 
 
-def _parse_contexts(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
+def parse_contexts(ck: Checker, doc: LineDict, factors: list[Factor] | None,
                     primary: tuple[str, ...]) -> tuple[str, ...]:
     """``contexts:``: the factors the study replicates its comparisons over (task, model, model size ...)
     rather than compares. Each must be a factor and not primary; at least one factor stays compared, and the
     contexts give at least two combinations. (A context cannot change a compared option: no two factors
     may set one dotted path, which the factors' own check refuses.)"""
     node = doc["contexts"]
-    line = _line(doc, "contexts")
+    line = line_of(doc, "contexts")
     names = [node] if isinstance(node, str) else node
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
         ck.add(line, "contexts", "must be a list of factor names the study replicates over rather than compares, "
@@ -397,10 +398,10 @@ def _parse_contexts(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
     fmap = {f.name: f for f in factors}
     out: list[str] = []
     for i, name in enumerate(names):
-        where = _line(node, i) if isinstance(node, list) else line
+        where = line_of(node, i) if isinstance(node, list) else line
         path = f"contexts[{i}]"
         if name not in fmap:
-            ck.add(where, path, _unknown("factor", name, fmap) + "; a context is one of the study's factors")
+            ck.add(where, path, unknown_choice("factor", name, fmap) + "; a context is one of the study's factors")
         elif any(p.partition("=")[0] == name for p in primary):
             ck.add(where, path, f"{name!r} is also in 'primary:': a context is replicated over, not compared; remove "
                                 f"it from one of them")
@@ -423,9 +424,9 @@ def _parse_contexts(ck: _Checker, doc: LineDict, factors: list[Factor] | None,
     return tuple(out)
 
 
-def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] | None) -> TuneSpec | None:
+def parse_tune(ck: Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] | None) -> TuneSpec | None:
     node = doc["tune"]
-    line = _line(doc, "tune")
+    line = line_of(doc, "tune")
     if not isinstance(node, dict):
         ck.add(line, "tune", "must be a mapping {params: {...}, trials: n, budget: name, seeds: n}")
         return None
@@ -435,14 +436,14 @@ def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] 
     pnode = node.get("params")
     if not isinstance(pnode, dict) or not pnode:
         ck.add(
-            _line(node, "params"),
+            line_of(node, "params"),
             "tune.params",
             "must be a non-empty mapping dotted.path -> {low: ..., high: ..., log: true|false}",
         )
     else:
         for path, spec in pnode.items():
             ppath = f"tune.params.{path}"
-            pline = _line(pnode, path)
+            pline = line_of(pnode, path)
             if not isinstance(path, str) or not PATH_RE.match(path) or path == SEED_PATH:
                 ck.add(pline, ppath, "must be a dotted config path other than 'seed', e.g. optim.lr")
                 continue
@@ -453,26 +454,26 @@ def _parse_tune(ck: _Checker, doc: LineDict, budgets: dict[str, dict[str, Any]] 
             low, high, log = spec.get("low"), spec.get("high"), spec.get("log", False)
             good = True
             for k, v in (("low", low), ("high", high)):
-                if not _is_number(v):
-                    ck.add(_line(spec, k), f"{ppath}.{k}", f"must be a number, got {plain(v)!r} (write 1.0e-5, not 1e-5)")
+                if not is_number(v):
+                    ck.add(line_of(spec, k), f"{ppath}.{k}", f"must be a number, got {plain(v)!r} (write 1.0e-5, not 1e-5)")
                     good = False
             if not isinstance(log, bool):
-                ck.add(_line(spec, "log"), f"{ppath}.log", f"must be true or false, got {plain(log)!r}")
+                ck.add(line_of(spec, "log"), f"{ppath}.log", f"must be true or false, got {plain(log)!r}")
                 good = False
             if good and not low < high:
                 ck.add(pline, ppath, f"needs low < high, got low={low}, high={high}")
                 good = False
             if good and log and low <= 0:
-                ck.add(_line(spec, "low"), f"{ppath}.low", f"a log-scale range needs low > 0, got {low}")
+                ck.add(line_of(spec, "low"), f"{ppath}.low", f"a log-scale range needs low > 0, got {low}")
                 good = False
             if good:
                 params.append(TuneParam(path, low, high, log))
     trials = node.get("trials")
-    if not _is_int(trials) or trials < 1:
-        ck.add(_line(node, "trials"), "tune.trials", f"must be an integer >= 1 (trials per arm), got {plain(trials)!r}")
+    if not is_int(trials) or trials < 1:
+        ck.add(line_of(node, "trials"), "tune.trials", f"must be an integer >= 1 (trials per arm), got {plain(trials)!r}")
     budget = node.get("budget", DEFAULT_BUDGET)
     if budgets is not None and budget not in budgets:
-        ck.add(_line(node, "budget"), "tune.budget", _unknown("budget", budget, budgets))
+        ck.add(line_of(node, "budget"), "tune.budget", unknown_choice("budget", budget, budgets))
     seeds: tuple[int, ...] | None = (0,)
     if "seeds" in node:
         seeds = ck.seeds(node, "seeds", "tune.seeds")
@@ -489,8 +490,8 @@ def _first_context(factors: list[Factor], contexts: tuple[str, ...],
     return {f: lv for f, lv in baseline.items() if f in contexts}
 
 
-def _design_arms(
-    ck: _Checker,
+def design_arms(
+    ck: Checker,
     doc: LineDict,
     factors: list[Factor],
     design: Design,
@@ -507,14 +508,14 @@ def _design_arms(
     if baseline is not None and contexts:
         baseline = {f: lv for f, lv in baseline.items() if f not in contexts}
     level_names = {f.name: tuple(f.level_names()) for f in compared}
-    line = _line(doc, "design") if "design" in doc else 1
+    line = line_of(doc, "design") if "design" in doc else 1
     before = len(ck.problems)
     if design.needs_baseline and baseline is None:
         ck.add(line, "baseline", "the design needs a 'baseline:' giving a level of every factor; add one")
         return [], [], None
     for p in design.check(level_names, baseline):
         dnode = doc.get("design")
-        where = _line(dnode, p.option) if isinstance(dnode, dict) and p.option else line
+        where = line_of(dnode, p.option) if isinstance(dnode, dict) and p.option else line
         ck.add(where, f"design.{p.option}" if p.option else "design", p.message)
     if len(ck.problems) > before:
         return [], [], None
@@ -528,7 +529,7 @@ def _design_arms(
         enode = doc["exclude"]
         i = next(i for i, e in enumerate(exclude) if all(baseline.get(f) == lv for f, lv in e.items()))
         ck.add(
-            _line(enode, i),
+            line_of(enode, i),
             f"exclude[{i}]",
             f"excludes the baseline arm {Arm.name_of(baseline)}; change the baseline or this entry",
         )
@@ -562,6 +563,6 @@ def _design_arms(
         seen.add(arm.name)
         (dropped if is_excluded(ordered) else arms).append(arm)
     if not arms:
-        ck.add(_line(doc, "exclude"), "exclude", "excludes every arm of the design; nothing would run")
+        ck.add(line_of(doc, "exclude"), "exclude", "excludes every arm of the design; nothing would run")
     aliasing = design.aliasing(level_names)
     return arms, dropped, aliasing

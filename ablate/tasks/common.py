@@ -25,7 +25,7 @@ from ablate.registry import nearest
 from ablate.tasks.base import SPLITS, Grade, Problem, StepCheck, Task
 from ablate.tasks.format import ParsedCompletion, parse_completion
 
-_EVAL_FRACTION_DOC = "fraction of the problems in the eval split, in (0, 1) (default 0.1)"
+EVAL_FRACTION_DOC = "fraction of the problems in the eval split, in (0, 1) (default 0.1)"
 
 
 def digit_partial(parsed: str | None, reference: str) -> float:
@@ -141,7 +141,7 @@ class GeneratedTask(OptionsTask):
     in ``problem.meta["steps"]`` position by position and with ``problem.answer`` exactly.
     """
 
-    OPTIONS: ClassVar[dict[str, str]] = {"eval_fraction": _EVAL_FRACTION_DOC}
+    OPTIONS: ClassVar[dict[str, str]] = {"eval_fraction": EVAL_FRACTION_DOC}
 
     def __init__(self, difficulty: int | None = None, seed: int = 0, **options: Any) -> None:
         super().__init__(difficulty, seed, **options)

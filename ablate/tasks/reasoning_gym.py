@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from ablate.errors import AblateError
 from ablate.tasks.base import TASKS, Grade, Problem
-from ablate.tasks.common import _EVAL_FRACTION_DOC, GeneratedTask, nearest
+from ablate.tasks.common import EVAL_FRACTION_DOC, GeneratedTask, nearest
 from ablate.tasks.format import parse_completion, render_completion
 
 #: The task options that are ablate's, not the generator's.
@@ -67,7 +67,7 @@ class ReasoningGymTask(GeneratedTask):
     DIFFICULTY: ClassVar[str] = "not used (the generator's options set it)"
     OPTIONS: ClassVar[dict[str, str]] = {
         "dataset": "the reasoning-gym generator's name (required; task.dataset sets it)",
-        "eval_fraction": _EVAL_FRACTION_DOC,
+        "eval_fraction": EVAL_FRACTION_DOC,
         "<generator option>": "any field of the generator's configuration (e.g. basic_arithmetic's max_terms)",
     }
     #: no verifiable intermediate steps: prm is refused for it (ablate.config.rules reads this)
