@@ -599,9 +599,8 @@ def versions() -> str:
     return f"numpy {np.__version__}, scipy {scipy.__version__}, statsmodels {statsmodels.__version__}, pandas {pd.__version__}"
 
 
-def markdown(result: dict) -> str:
-    draws, noise, me = result["draws"], result["noise"], result["min_effect"]
-    tallies: list[Tally] = result["tallies"]
+def _coverage_rows(tallies: list[Tally]) -> list[str]:
+    """Table (i)-(ii): each scenario's coverage of the 95% intervals and its family-wise false detections."""
     lines = [
         "| study (method) | seeds | true effects | coverage of the 95% intervals | in 93-97% | any false *detected* | "
         "<= 5% |",
@@ -613,22 +612,32 @@ def markdown(result: dict) -> str:
             f"| {t.study} ({t.method}) | {t.n}{' (planned)' if planned else ''} | {t.scenario} | {_pct(t.coverage)} | "
             f"{_ok(COVERAGE_RANGE[0] <= t.coverage <= COVERAGE_RANGE[1])} | {_pct(t.any_false_detected)} | "
             f"{_fwer_mark(t.any_false_detected, t.draws)} |")
+    return lines
+
+
+def _power_rows(power: list[dict]) -> list[str]:
+    """Table (iii): the power of each planted contrast at its planned number of seeds."""
     power_lines = [
         "| study (method) | true SD of a seed's difference | family size, Bonferroni alpha | planned seeds | "
         "power: planted contrast *detected* | >= 75% | planted contrast called *equivalent* |",
         "|---|---:|---|---:|---:|:---:|---:|",
     ]
-    for p in result["power"]:
+    for p in power:
         t = p["tally"]
         power_lines.append(
             f"| {t.study} ({p['method']}) | {100 * p['sd']:.2f} points | {p['size']}, {p['alpha']:.4f} | {p['n']} | "
             f"{_pct(t.detected[p['claim']])} | {_ok(t.detected[p['claim']] >= POWER_MIN)} | "
             f"{_pct(t.equivalent[p['claim']])} |")
+    return power_lines
+
+
+def _robust_rows(robust: list[Tally]) -> list[str]:
+    """Table (iv): the robustness scenarios (the pooled model's rows marked as the old default, not targets)."""
     robust_lines = [
         "| scenario | study | method | seeds | coverage of the 95% intervals | in 93-97% | any false *detected* | <= 5% |",
         "|---|---|---|---:|---:|:---:|---:|:---:|",
     ]
-    for t in result.get("robust", []):
+    for t in robust:
         comparison = t.method == inference.MODEL
         cov_ok = COVERAGE_RANGE[0] <= t.coverage <= COVERAGE_RANGE[1]
         robust_lines.append(
@@ -636,14 +645,22 @@ def markdown(result: dict) -> str:
             f"{t.n} | {_pct(t.coverage)} | {_ok(cov_ok) if not comparison else ('yes' if cov_ok else 'no')} | "
             f"{_pct(t.any_false_detected)} | "
             f"{_fwer_mark(t.any_false_detected, t.draws) if not comparison else ('yes' if fwer_ok(t.any_false_detected, t.draws) else 'no')} |")
+    return robust_lines
+
+
+def _old_rows(old: list[dict]) -> list[str]:
+    """Table (v): the percentile bootstrap's coverage (before) against the paired t-interval's (now), by seeds."""
     old_lines = ["| seeds | percentile bootstrap over seeds (before) | paired t-interval (now) |", "|---:|---:|---:|"]
-    for r in result["old"]:
+    for r in old:
         old_lines.append(f"| {r['n']} | {_pct(r['bootstrap'])} | "
                          f"{_pct(r['t']) if math.isfinite(r['t']) else 'no interval (below 3 seeds)'} |")
-    se95, se5 = mc_se(0.95, draws), mc_se(0.05, draws)
-    se80 = mc_se(0.8, draws)
+    return old_lines
+
+
+def _verdict(result: dict) -> str:
+    """One sentence: every target met, or each one missed (coverage, false detections, power)."""
     failures = []
-    for t in tallies:
+    for t in result["tallies"]:
         if not COVERAGE_RANGE[0] <= t.coverage <= COVERAGE_RANGE[1]:
             failures.append(f"coverage {_pct(t.coverage)} ({t.study}, {t.n} seeds, {t.scenario})")
         if not fwer_ok(t.any_false_detected, t.draws):
@@ -658,7 +675,18 @@ def markdown(result: dict) -> str:
     for p in result["power"]:
         if p["tally"].detected[p["claim"]] < POWER_MIN:
             failures.append(f"power {_pct(p['tally'].detected[p['claim']])} ({p['tally'].study}, {p['n']} seeds)")
-    verdict = ("Every target is met." if not failures else "Targets NOT met: " + "; ".join(failures) + ".")
+    return "Every target is met." if not failures else "Targets NOT met: " + "; ".join(failures) + "."
+
+
+def markdown(result: dict) -> str:
+    draws, noise, me = result["draws"], result["noise"], result["min_effect"]
+    lines = _coverage_rows(result["tallies"])
+    power_lines = _power_rows(result["power"])
+    robust_lines = _robust_rows(result.get("robust", []))
+    old_lines = _old_rows(result["old"])
+    se95, se5 = mc_se(0.95, draws), mc_se(0.05, draws)
+    se80 = mc_se(0.8, draws)
+    verdict = _verdict(result)
     return "\n".join([
         TITLE,
         "",

@@ -92,7 +92,66 @@ def _generated_tokens(new: torch.Tensor, stop_ids: list[int]) -> int:
     return int(_completion_mask(new, stop_ids).sum())
 
 
+def _first_call(extra: dict, name: str, fn, sync) -> bool:
+    """Time ``fn``'s first call into ``extra[name + '_first_call_s']``; False (and the error) if it fails."""
+    t0 = time.perf_counter()
+    try:
+        fn(0)
+        sync()
+    except Exception as exc:  # a peer's fast path that does not run here is a result, not a crash
+        extra[f"{name}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        return False
+    extra[f"{name}_first_call_s"] = time.perf_counter() - t0
+    return True
+
+
+def _time_variants(variants: dict, repeats: int, sync) -> dict[str, list[tuple[float, float, int, int]]]:
+    """Variant -> per repeat (wall s, CPU s, decode steps, generated tokens); one warm-up call each first, then
+    the variants interleaved, repeat ``r`` sampling with seed ``r + 1``."""
+
+    def timed(fn, seed: int) -> tuple[float, float, int, int]:
+        sync()
+        w0, c0 = time.perf_counter(), time.process_time()
+        steps, generated = fn(seed)
+        sync()
+        return time.perf_counter() - w0, time.process_time() - c0, steps, generated
+
+    for fn in variants.values():  # warm-up: first-call costs (lazy imports, kernel selection)
+        fn(0)
+    runs: dict[str, list[tuple[float, float, int, int]]] = {k: [] for k in variants}
+    for r in range(repeats):
+        for name, fn in variants.items():
+            runs[name].append(timed(fn, r + 1))
+    return runs
+
+
+def _rollout_rows(runs: dict[str, list[tuple[float, float, int, int]]], batch: int) -> list[dict]:
+    """One row per variant: medians over the repeats (seconds, ms and CPU ms per decode step, tokens/s over
+    the ``batch`` rows, generated tokens/s, steps) and the speedup over ``model.generate`` (the old_logp
+    variants over ``model.generate`` + old_logp)."""
+    rows = []
+    for name, rs in runs.items():
+        rows.append({
+            "variant": name,
+            "seconds": statistics.median(w for w, _, _, _ in rs),
+            "ms_per_step": statistics.median(1000 * w / st for w, _, st, _ in rs),
+            "cpu_ms_per_step": statistics.median(1000 * c / st for _, c, st, _ in rs),
+            "tokens_per_s": statistics.median(batch * st / w for w, _, st, _ in rs),
+            "generated_tokens_per_s": statistics.median(g / w for w, _, _, g in rs),
+            "steps": statistics.median(st for _, _, st, _ in rs),
+        })
+    base = next(r for r in rows if r["variant"] == "transformers model.generate")
+    base_full = next(r for r in rows if r["variant"].startswith("model.generate + old_logp"))
+    for r in rows:
+        ref = base_full if "old_logp" in r["variant"] else base
+        r["speedup"] = r["tokens_per_s"] / ref["tokens_per_s"]
+    return rows
+
+
 def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    """Each sampler variant's rollout throughput on ``args.prompts`` addition prompts x ``args.group_size``:
+    its rows (:func:`_rollout_rows`) and the run's facts (batch, tokens, model; a fast path's first-call
+    seconds or its error)."""
     policy = load_policy(args.model, seed=0, device=args.device)
     model = policy.model.eval()
     device = policy.device
@@ -132,25 +191,6 @@ def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
                 token_logprobs(model, out, torch.cat([pmask, mask], 1), num_prompt_tokens=ids.shape[1])
         return new.shape[1], int(mask.sum())
 
-    def timed(fn, seed: int) -> tuple[float, float, int, int]:
-        sync()
-        w0, c0 = time.perf_counter(), time.process_time()
-        steps, generated = fn(seed)
-        sync()
-        return time.perf_counter() - w0, time.process_time() - c0, steps, generated
-
-    def first_call(name: str, fn) -> bool:
-        """Time ``fn``'s first call into ``extra[name + '_first_call_s']``; False (and the error) if it fails."""
-        t0 = time.perf_counter()
-        try:
-            fn(0)
-            sync()
-        except Exception as exc:  # a peer's fast path that does not run here is a result, not a crash
-            extra[f"{name}_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            return False
-        extra[f"{name}_first_call_s"] = time.perf_counter() - t0
-        return True
-
     variants = {
         "ours (lean KV-cache decoder), sampling": lambda s: ours(True, seed=s),
         "ours (generic decoder: model.forward + HF cache)": lambda s: ours(False, seed=s),
@@ -159,38 +199,17 @@ def bench_rollouts(args: argparse.Namespace) -> tuple[list[dict], dict]:
         "model.generate + old_logp forward (token_logprobs)": lambda s: hf(s, with_logp=True),
     }
     extra: dict = {}
-    if args.compile and first_call("compile", lambda s: ours(True, compile=True, seed=s)):
+    if args.compile and _first_call(extra, "compile", lambda s: ours(True, compile=True, seed=s), sync):
         variants["ours (lean decoder, torch.compile), sampling"] = lambda s: ours(True, compile=True, seed=s)
-    if args.cuda_graph and first_call("graph", lambda s: ours(True, seed=s, cuda_graph=True)):
+    if args.cuda_graph and _first_call(extra, "graph", lambda s: ours(True, seed=s, cuda_graph=True), sync):
         failed = [g.capture_error for g in samplers_for(model) if g.capture_error]
         if failed and device.type == "cuda":  # the loop fell back to eager steps: no graph to time
             extra["graph_error"] = failed[0][:300]
         else:
             variants["ours (lean decoder, CUDA graph), sampling"] = lambda s: ours(True, seed=s, cuda_graph=True)
-    if args.hf_compile and first_call("hf_compile", lambda s: hf(s, static=True)):
+    if args.hf_compile and _first_call(extra, "hf_compile", lambda s: hf(s, static=True), sync):
         variants["model.generate (static cache, compiled on CUDA)"] = lambda s: hf(s, static=True)
-    for fn in variants.values():  # warm-up: first-call costs (lazy imports, kernel selection)
-        fn(0)
-    runs: dict[str, list[tuple[float, float, int, int]]] = {k: [] for k in variants}
-    for r in range(args.repeats):
-        for name, fn in variants.items():
-            runs[name].append(timed(fn, r + 1))
-    rows = []
-    for name, rs in runs.items():
-        rows.append({
-            "variant": name,
-            "seconds": statistics.median(w for w, _, _, _ in rs),
-            "ms_per_step": statistics.median(1000 * w / st for w, _, st, _ in rs),
-            "cpu_ms_per_step": statistics.median(1000 * c / st for _, c, st, _ in rs),
-            "tokens_per_s": statistics.median(B * st / w for w, _, st, _ in rs),
-            "generated_tokens_per_s": statistics.median(g / w for w, _, _, g in rs),
-            "steps": statistics.median(st for _, _, st, _ in rs),
-        })
-    base = next(r for r in rows if r["variant"] == "transformers model.generate")
-    base_full = next(r for r in rows if r["variant"].startswith("model.generate + old_logp"))
-    for r in rows:
-        ref = base_full if "old_logp" in r["variant"] else base
-        r["speedup"] = r["tokens_per_s"] / ref["tokens_per_s"]
+    rows = _rollout_rows(_time_variants(variants, args.repeats, sync), B)
     extra.update({"batch": B, "prompts": len(prompts), "group_size": G, "max_new_tokens": N,
                   "prompt_tokens": ids.shape[1], "model": args.model, "device": str(device),
                   "params": sum(p.numel() for p in model.parameters())})
