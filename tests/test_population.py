@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_TRIAL
+from torch import nn
 
 from ablate.config import TrialConfig
 from ablate.models import load_policy
@@ -20,7 +21,7 @@ from ablate.models.fast_decode import FastLlamaDecoder
 from ablate.models.logprobs import position_ids_from_mask
 from ablate.models.stacked import StackedDecoder, StackedLlama, shape_signature, stack_unsupported_reason
 from ablate.train import NonFiniteError, run_trial
-from ablate.train.population import Population, Request, run_population
+from ablate.train.population import DecodeGroup, Population, Request, StepCall, TrunkCall, run_population
 
 pytestmark = pytest.mark.xdist_group("population")
 
@@ -98,8 +99,15 @@ def test_which_models_stack():
 
 
 def test_the_rendezvous_groups_by_key_and_serves_the_furthest_behind_first():
-    reqs = [Request(0, "trunk", ("a",), {}, order=(3, 1, 1)), Request(1, "step", ("b",), {}, order=(3, 0, 0)),
-            Request(2, "trunk", ("a",), {}, order=(3, 1, 1)), Request(3, "trunk", ("c",), {}, order=(3, 1, 1))]
+    ids = torch.zeros(2, 5, dtype=torch.long)
+
+    def trunk(signature: tuple) -> TrunkCall:
+        return TrunkCall(nn.Identity(), ids, torch.ones_like(ids), 3, signature, (False, False, None))
+
+    step = StepCall(DecodeGroup(None, [1]), torch.zeros(2, dtype=torch.long))
+    reqs = [Request(0, trunk(("a",)), order=(3, 1, 1)), Request(1, step, order=(3, 0, 0)),
+            Request(2, trunk(("a",)), order=(3, 1, 1)), Request(3, trunk(("c",)), order=(3, 1, 1))]
+    assert [r.kind for r in reqs] == ["trunk", "step", "trunk", "trunk"]
     assert [[r.member for r in g] for g in Population.groups(reqs)] == [[0, 2], [1], [3]]
     pop = Population(members={0, 1, 2, 3}, pending={r.member: r for r in reqs})
     first = min(r.order for r in pop.pending.values())
