@@ -166,11 +166,12 @@ def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default
 
     prepare_environment()
     from ablate.report import build_report
-    from ablate.runner import make_settings, record_command, run_study
+    from ablate.runner import record_command, run_study
+    from ablate.session import RunOptions, make_settings
 
     s = _from_mapping(study, Path(runs) / str(study.get("name", "study"))) if isinstance(study, Mapping) else \
         validate(study)
-    settings = make_settings(s, budget, tracking_uri=tracking_uri, runs=runs, threads=threads, workers=workers)
+    settings = make_settings(s, budget, RunOptions(tracking_uri=tracking_uri, runs=runs, threads=threads, workers=workers))
     result = run_study(s, settings, workers=workers, extend=extend, progress=progress)
     record_command(result, ["run", str(s.path), "--budget", budget, "--workers", str(workers)])  # the provenance
     c = result.counts

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    args._argv = argv  # the command line as given, recorded with a study's results (``ablate.command``)
+    args.command_line = argv  # the command line as given, recorded with a study's results (``ablate.command``)
     if args.command is None:
         parser.print_help()
         return 0

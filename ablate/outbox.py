@@ -79,9 +79,11 @@ def upload_file(tracker: Tracker, path: Path) -> str:
         The tracking store's error (:data:`ablate.tracking.TRACKING_ERRORS`) when it does not take
         the upload; the file is kept, and a later upload sends only what is still missing.
     """
+    from ablate.tracking import TrialIdentity
+
     record = json.loads(path.read_text(encoding="utf-8"))
     history = [(int(step), metrics) for step, metrics in record["history"]]
-    logger = tracker.start_trial(record["parent"], **record["start"], resuming=True)
+    logger = tracker.start_trial(record["parent"], TrialIdentity(**record["start"]), resuming=True)
     tracker.send_history(logger.run_id, history)
     tracker.finish_trial(logger.run_id, history=history, **record["finish"])
     path.unlink()

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ablate.worker import Event
+from ablate.session import Event
 
 
 def format_seconds(seconds: float) -> str:

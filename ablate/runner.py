@@ -12,54 +12,43 @@
         run ablate.worker.run_worker in N local processes until nothing is pending or running
         an adaptive study: re-estimate the seeds needed (ablate.planning); more -> plan.with_seeds, enqueue
 
-Local pool: ``workers`` processes started with multiprocessing's *spawn* (no forked torch state),
-each with ``max(1, cores // workers)`` torch threads; on a machine with several GPUs the workers take
-them round-robin (``CUDA_VISIBLE_DEVICES``), with one GPU they share it. A worker process that dies is
-replaced (its trial is retried, see :mod:`ablate.store`), at most ``workers * (max_retries + 1)``
-times. With ``workers=1`` the loop runs in the calling process.
+The refusals before anything is written are :mod:`ablate.preflight`; the local pool of ``workers``
+processes is :mod:`ablate.pool` (with ``workers=1`` the worker loop runs in the calling process); each
+round opens a :class:`ablate.session.Session` (the plan, store, tracking store, parent run).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import os
-import queue as queue_module
 import shlex
 import sys
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ablate.disk import DISK_FULL_EXIT, DiskFullError, disk_full_error, is_disk_full
+from ablate.attempt import run_unqueued
 from ablate.outbox import upload_unsent
-from ablate.paths import run_dir, trial_dir
+from ablate.paths import trial_dir
 from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
+from ablate.pool import run_pool, threads_per_worker
+from ablate.preflight import check_reports_writable, preflight
 from ablate.progress import Progress
-from ablate.store import PrepareResult, StudyStore, WorkerInfo
-from ablate.worker import (
-    Event,
+from ablate.session import (
     EventFn,
     RunSettings,
-    TrialRunError,
-    WorkerStats,
+    Session,
     current_plan,
-    finish_logged,
     finish_parent,
-    pack_size,
     parent_run_id,
-    process_main,
     record_stale,
-    run_worker,
-    train_logged,
-    trial_config,
 )
+from ablate.store import PrepareResult, StudyStore, WorkerInfo
+from ablate.worker import WorkerStats, run_worker
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
     from ablate.planning import AdaptiveRound
+    from ablate.session import Event
     from ablate.study import Arm, Study
     from ablate.tracking import Tracker
     from ablate.train import TrialResult
@@ -75,40 +64,26 @@ def tuning_budget_label(study: Study) -> str:
     return f"tune:{study.tune.budget}"
 
 
-def tuning_trainer(study: Study, settings: RunSettings, tracker: Tracker) -> tuple[Callable[..., TrialResult], str]:
+def tuning_trainer(study: Study, settings: RunSettings, store: StudyStore,
+                   tracker: Tracker) -> tuple[Callable[..., TrialResult], str]:
     """The trial function the tuner trains with, and the MLflow parent run of the tuning trials:
-    each tuning trial is a child run of ``<study> (tune:<budget>)``, logged like a main trial."""
+    each tuning trial is a child run of ``<study> (tune:<budget>)``, trained through the same logged path as
+    a main trial (:func:`ablate.attempt.run_unqueued`)."""
     from ablate.store import describe_storage
     from ablate.study import TrialSpec
 
     label = tuning_budget_label(study)
     parent = tracker.parent_run(study, label, storage=describe_storage(settings.storage))
-    worker = WorkerInfo.current().name
+    session = Session(study, settings, Plan.of(study, settings.budget), store, tracker, parent, WorkerInfo.current())
 
     def train(arm: Arm, seed: int, config: TrialConfig) -> TrialResult:
-        spec = TrialSpec(study.name, arm.name, dict(arm.levels), seed, label, config, config.trial_key())
-        config = trial_config(spec, settings.threads)
-        try:
-            result, logger = train_logged(tracker, parent, spec, config, worker=worker,
-                                          flush_every=settings.flush_every)
-        except TrialRunError as exc:
-            cause = exc.__cause__ or exc
-            try:
-                if exc.logger.run_id is not None:
-                    tracker.fail_trial(exc.logger.run_id, "".join(traceback.format_exception(cause)))
-            except Exception:  # noqa: BLE001 - the tracking store may be what failed
-                pass
-            raise cause from None
-        record = {"steps": result.steps, "seconds": round(result.seconds, 3), "worker": worker,
-                  "mlflow_run_id": logger.run_id, "tuning": True}
-        finish_logged(tracker, logger, parent, spec, config, result, study, record, worker=worker,
-                      outbox=trial_dir(study.name, spec.key, settings.runs))
-        return result
+        return run_unqueued(session, TrialSpec(study.name, arm.name, dict(arm.levels), seed, label, config,
+                                               config.trial_key()))
 
     return train, parent
 
 
-def tune_study(study: Study, settings: RunSettings, tracker: Tracker,
+def tune_study(study: Study, settings: RunSettings, store: StudyStore, tracker: Tracker,
                stream: TextIO) -> dict[str, dict[str, Any]] | None:
     """Tune every arm of a study with ``tune:`` (arms already tuned are not run again; see
     :mod:`ablate.tuner`); arm -> best values. None for a study without ``tune:``."""
@@ -118,7 +93,7 @@ def tune_study(study: Study, settings: RunSettings, tracker: Tracker,
 
     study = tuning_for_budget(study, settings.budget)  # --budget smoke: one trial per arm at smoke
 
-    train, parent = tuning_trainer(study, settings, tracker)
+    train, parent = tuning_trainer(study, settings, store, tracker)
     print(f"study {study.name}: tuning {', '.join(p.path for p in study.tune.params)} per arm "
           f"({study.tune.trials} trials at budget {study.tune.budget}, seeds {tuning_seeds(study.tune)})",
           file=stream)
@@ -304,15 +279,16 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
     if sent.sent:
         print(f"study {study.name}: uploaded {len(sent.sent)} trial(s) kept on disk during a tracking outage to "
               f"MLflow {tracker.location}", file=stream)
-    tuned = tune_study(study, settings, tracker, stream)  # sequentially in this process, before any main trial
+    tuned = tune_study(study, settings, store, tracker, stream)  # sequentially in this process, before any main trial
     plan = current_plan(study, settings, store, tuned)
     prepared = first = store.prepare(plan, extend=extend)
     parent = parent_run_id(plan, store, tracker)
     record_stale(tracker, prepared.stale)
     tag_plan(tracker, parent, plan, adaptive_rounds(store, plan.budget))
+    display = Display(progress, stream, live)
     while True:
-        counts = _run_round(plan, settings, store, tracker, parent, prepared, workers=workers,
-                            progress=progress, stream=stream, live=live)
+        session = Session(study, settings, plan, store, tracker, parent, WorkerInfo.current())
+        counts = _run_round(session, prepared, workers, display)
         if study.seed_range is None:
             break
         decision = adaptive_round(plan, store, settings, counts, stream=stream)
@@ -349,27 +325,36 @@ def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int], 
     return msg
 
 
-def _run_round(plan: Plan, settings: RunSettings, store: StudyStore, tracker: Tracker, parent: str,
-               prepared: PrepareResult, *, workers: int, progress: bool, stream: TextIO,
-               live: bool | None) -> dict[str, int]:
-    """Run the workers until no trial of the plan is pending or running; the counts at the end."""
+@dataclass(frozen=True)
+class Display:
+    """How a run shows its progress: a display or none, on which stream, redrawn live or line by line
+    (None: live on a terminal)."""
+
+    progress: bool
+    stream: TextIO
+    live: bool | None
+
+
+def _run_round(session: Session, prepared: PrepareResult, workers: int, display: Display) -> dict[str, int]:
+    """Run the workers until no trial of the session's plan is pending or running; the counts at the end."""
+    plan, store, settings = session.plan, session.store, session.settings
     counts = store.counts(plan.budget)
     workers = max(1, min(workers, counts["pending"] + counts["running"]))  # no idle processes to start
     if settings.threads == 0 and workers > 1:
         settings = replace(settings, threads=threads_per_worker(workers))
-    settings = replace(settings, parent_run_id=parent)
-    print(_round_message(plan, prepared, counts, settings.runs), file=stream)
-    print(f"  store: {store.description}\n  tracking: {tracker.location}", file=stream)
-    display = Progress(prepared.total, plan.steps, counts, stream=stream, live=live,
-                       label=f"{plan.study.name} {plan.budget}") if progress else None
+    settings = replace(settings, parent_run_id=session.parent)
+    print(_round_message(plan, prepared, counts, settings.runs), file=display.stream)
+    print(f"  store: {store.description}\n  tracking: {session.tracker.location}", file=display.stream)
+    shown = Progress(prepared.total, plan.steps, counts, stream=display.stream, live=display.live,
+                     label=f"{plan.study.name} {plan.budget}") if display.progress else None
     if workers <= 1:
-        run_worker(settings, study=plan.study, events=_local_events(display, store, plan.budget))
+        run_worker(settings, study=plan.study, events=_local_events(shown, store, plan.budget))
     else:
-        _run_pool(settings, workers, store, display)
+        run_pool(settings, workers, store, shown)
     counts = store.counts(plan.budget)
-    if display is not None:
-        display.set_counts(counts)
-        display.close()
+    if shown is not None:
+        shown.set_counts(counts)
+        shown.close()
     return counts
 
 
@@ -405,76 +390,6 @@ def record_command(run: StudyRun, argv: list[str]) -> None:
         print(f"warning: the command could not be recorded in MLflow: {first_line(exc)}", file=sys.stderr)
 
 
-def status_plan(study: Study, store: StudyStore | None, budget: str, storage: str | None) -> tuple[Plan, str | None]:
-    """The plan of the study as it runs today, and a note: the seeds the store holds for an adaptive
-    study, each arm's tuned values for a tuned study (untuned keys, with a note, while tuning is unfinished)."""
-    from ablate.errors import AblateError
-
-    if store is None or storage is None:
-        return Plan.of(study, budget), None
-    settings = RunSettings(study_file=str(study.path), budget=budget, storage=storage, tracking_uri="")
-    try:
-        return current_plan(study, settings, store), None
-    except AblateError:
-        plan = current_plan(study, settings, store, {})
-        return plan, "tuning is not finished: trials are listed with their untuned keys"
-
-
-def make_settings(study: Study, budget: str, *, storage: str | None = None, tracking_uri: str | None = None,
-                  runs: str = "runs", threads: int = 0, workers: int = 1, max_retries: int | None = None,
-                  heartbeat: float | None = None, grace: float | None = None,
-                  store_wait: float | None = None, keep_checkpoints: bool = False,
-                  check_disk: bool = True, tracking_wait: float | None = None, pack: int | str = "auto") -> RunSettings:
-    """Check the run options and build the :class:`RunSettings` (creates nothing).
-
-    ``storage`` None: ``$ABLATE_STORAGE``, else ``<runs>/<study>/store.journal``; ``tracking_uri``
-    None: ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``; the knobs None: the store's defaults.
-
-    Raises:
-        AblateError: an unknown budget or a bad option (every problem in one message).
-    """
-    from ablate.errors import AblateError
-    from ablate.store import (
-        DEFAULT_GRACE_PERIOD,
-        DEFAULT_HEARTBEAT_INTERVAL,
-        DEFAULT_MAX_RETRIES,
-        DEFAULT_STORE_WAIT,
-        resolve_storage,
-    )
-    from ablate.tracking import resolve_tracking_uri
-
-    study.check_budget(budget)
-    max_retries = DEFAULT_MAX_RETRIES if max_retries is None else max_retries
-    heartbeat = DEFAULT_HEARTBEAT_INTERVAL if heartbeat is None else heartbeat
-    grace = DEFAULT_GRACE_PERIOD if grace is None else grace
-    store_wait = DEFAULT_STORE_WAIT if store_wait is None else store_wait
-    problems = []
-    if workers < 1:
-        problems.append(f"--workers {workers}: must be at least 1")
-    if threads < 0:
-        problems.append(f"--threads {threads}: must be 0 (automatic) or more")
-    if max_retries < 0:
-        problems.append(f"--max-retries {max_retries}: must be 0 or more")
-    if heartbeat <= 0 or grace <= heartbeat:
-        problems.append(f"--heartbeat {heartbeat:g} / --grace {grace:g}: need 0 < heartbeat < grace")
-    if not store_wait >= 0:
-        problems.append(f"--store-wait {store_wait:g}: must be 0 or more seconds")
-    if tracking_wait is not None and not tracking_wait >= 0:
-        problems.append(f"--tracking-wait {tracking_wait:g}: must be 0 or more seconds")
-    if pack != "auto" and not (str(pack).isdigit() and int(pack) >= 1):
-        problems.append(f"--pack {pack}: must be a whole number of trials, 1 or more, or auto")
-    if problems:
-        raise AblateError("; ".join(problems))
-    return RunSettings(
-        study_file=str(study.path), budget=budget, storage=resolve_storage(storage, study.name, runs),
-        tracking_uri=resolve_tracking_uri(tracking_uri), runs=runs, threads=threads,
-        heartbeat_interval=heartbeat, grace_period=grace, max_retries=max_retries, store_wait=store_wait,
-        keep_checkpoints=keep_checkpoints, check_disk=check_disk,
-        tracking_wait=tracking_wait,
-        pack=pack if pack == "auto" else int(pack),
-    )
-
-
 def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None = None) -> WorkerStats:
     """``ablate worker``: this process as one worker of the study (it checks the plan against the
     store's frozen design and enqueues what must run first), with a progress display on ``stream``."""
@@ -492,327 +407,18 @@ def run_one_worker(study: Study, settings: RunSettings, *, stream: TextIO | None
     return run_worker(settings, study=study, events=display.handle, prepare=True)
 
 
-def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
-    """What ``ablate run`` and ``ablate worker`` check before the store, MLflow or any worker touches
-    anything: the tracking server answers, the runs folder is writable, and the store was not lost while
-    MLflow holds the study's finished trials. Each refusal is one message; nothing is created."""
-    from ablate.tracking import check_tracking_server
-
-    check_tracking_server(settings.tracking_uri)
-    check_runs_writable(study, settings)
-    store = existing_store(study, settings)  # opened once (reading a journal replays it) for the checks
-    check_identity(study, settings, store)
-    check_store_not_lost(study, settings, store)
-    if settings.check_disk:
-        check_disk_space(study, settings, store, workers)
-
-
-def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | None, workers: int = 1) -> None:
-    """Refuse to start when a disk the study writes to has less free space than the study's estimated
-    peak use there (:func:`ablate.train.footprint.estimate_disk`: the running trials' checkpoints and
-    the store under ``--runs``, a local MLflow store, the report), counting only the trials still to run.
-    ``--ignore-disk-space`` skips it (settings.check_disk).
-
-    Raises:
-        DiskSpaceError: one message naming the folder, its free space, the estimate and the fixes.
-    """
-    from ablate.disk import DiskSpaceError, free_bytes, human_bytes, local_tracking_folder, nearest_existing
-    from ablate.paths import REPORTS_DIR
-    from ablate.train.footprint import estimate_disk
-
-    # the plan as the run will start it (a store's adaptive seeds); a new store or a tuned study: the file's
-    plan = current_plan(study, settings, store) if store is not None and study.tune is None else None
-    specs = list((plan or Plan.of(study, settings.budget)).specs)
-    done = store.counts(settings.budget)["done"] if store is not None else 0
-    pack = max((pack_size(settings.pack, s.config) for s in specs if s.config.train.packed), default=1)
-    est = estimate_disk(specs, workers=workers, to_run=len(specs) - done, tracking_uri=settings.tracking_uri,
-                        keep_checkpoints=settings.keep_checkpoints, pack=pack)
-    folders = {"runs": settings.runs, "report": REPORTS_DIR, "tracking": local_tracking_folder(settings.tracking_uri)}
-    disks: dict[int, list[str]] = {}  # filesystem -> the parts that land on it
-    for part, folder in folders.items():
-        if folder is not None:
-            with contextlib.suppress(OSError):
-                disks.setdefault(os.stat(nearest_existing(folder)).st_dev, []).append(part)
-    for parts in disks.values():
-        folder = folders[parts[0]]
-        assert folder is not None
-        need = est.on_disk(parts)
-        free = free_bytes(folder)
-        if free is not None and free < need:
-            raise DiskSpaceError(
-                f"study {study.name}: the disk holding {nearest_existing(folder)} has {human_bytes(free)} free, and "
-                f"this run needs about {human_bytes(need)} there at its peak ({est.text()}); free space, pass --runs DIR "
-                "(and --tracking-uri) on a larger disk, or --ignore-disk-space to run anyway (a full disk then stops "
-                "the run with one message, and the same command resumes it); nothing was run or written")
-
-
-def check_identity(study: Study, settings: RunSettings, store: StudyStore | None) -> None:
-    """Refuse a study that takes the name of another whose MLflow experiment or study store (``store``:
-    :func:`existing_store`) exists (:meth:`ablate.study.Study.fingerprint`). Creates nothing (a missing
-    local MLflow store is not opened).
-
-    Raises:
-        StudyIdentityError: one message naming both study files and the fix.
-    """
-    from ablate.tracking import Tracker, missing_local_store
-
-    if missing_local_store(settings.tracking_uri) is None:
-        Tracker(settings.tracking_uri).check_identity(study)
-    if store is not None:
-        store.check_identity(study)
-
-
-def check_runs_writable(study: Study, settings: RunSettings) -> None:
-    """Refuse a runs folder that cannot be written (checkpoints and the default store live there), before
-    anything is enqueued or logged: otherwise every trial fails at its first checkpoint and the workers
-    that die of it are replaced again and again.
-
-    Checks ``<runs>`` (its nearest existing parent when it does not exist yet), and ``<runs>/<study>`` and
-    its ``trials/`` when they exist, by creating (and at once removing) an unnamed file in each.
-
-    Raises:
-        AblateError: one line naming the folder, the OS error and the fix.
-    """
-    from pathlib import Path
-
-    from ablate.paths import run_dir
-
-    runs = Path(settings.runs)
-    study_dir = run_dir(study.name, runs)
-    check_writable(runs, "the runs folder", "--runs", {study_dir: "the study's run folder",
-                                                       study_dir / "trials": "the study's trials folder"},
-                    "or pass --runs DIR with a writable folder")
-
-
-def check_reports_writable(study: Study, budget: str) -> None:
-    """``ablate run`` writes its report at the end: refuse a report folder (``reports/<study>``, or
-    ``reports/<study>-<budget>``) that cannot be written before any trial trains, not after all of them.
-
-    Raises:
-        AblateError: one line naming the folder, the OS error and the fix.
-    """
-    from ablate.paths import REPORTS_DIR, report_dir_for
-
-    folder = report_dir_for(study.name, budget)
-    check_writable(folder.parent, "the reports folder", str(REPORTS_DIR), {folder: "the study's report folder"},
-                    f"or run from a folder where {REPORTS_DIR}/ can be written (`ablate report --out DIR` writes "
-                    "a report elsewhere)")
-
-
-def check_writable(root: Any, what: str, made: str, inside: dict[Any, str], fix: str) -> None:
-    """Create (and at once remove) an unnamed file in ``root`` (its nearest existing parent when it does
-    not exist yet, ``made`` naming what would make it) and in each existing folder of ``inside``.
-
-    Raises:
-        AblateError: the first that refuses, with the OS error, a chmod and ``fix``.
-    """
-    import tempfile
-
-    from ablate.errors import AblateError
-
-    nearest = root
-    while not nearest.exists() and nearest.parent != nearest:
-        nearest = nearest.parent
-    folders = {nearest: f"{what} {nearest.resolve()}" if nearest == root else
-               f"the folder {nearest.resolve()} (where {made} {root} would be made)",
-               **{f: f"{name} {f.resolve()}" for f, name in inside.items()}}
-    for folder, name in folders.items():
-        if folder != nearest and not folder.exists():
-            continue
-        try:
-            with tempfile.TemporaryFile(dir=folder, prefix=".ablate-write-check-"):
-                pass
-        except OSError as exc:
-            if is_disk_full(exc):
-                raise disk_full_error(exc, folder) from None
-            raise AblateError(
-                f"{name} is not writable ({exc.strerror or os.strerror(exc.errno or 0)}): "
-                f"fix its permissions (e.g. chmod -R u+w {folder}) {fix}"
-            ) from exc
-
-
-def check_store_not_lost(study: Study, settings: RunSettings, store: StudyStore | None) -> None:
-    """Refuse to start a study from a store (``store``: :func:`existing_store`, None when there is none)
-    that holds none of its trials at the budget while MLflow holds finished trials of it there: the store
-    was emptied, deleted or replaced, and running would train every trial again as if none had run.
-    Creates nothing (a missing local MLflow store is not opened).
-
-    Raises:
-        AblateError: one message naming the store, the tracking store, the finished trials and the fixes.
-    """
-    from ablate.errors import AblateError
-    from ablate.store import describe_storage
-    from ablate.tracking import Tracker, missing_local_store, study_runs
-
-    if store is not None and store.attempts(settings.budget):
-        return
-    if missing_local_store(settings.tracking_uri) is not None:
-        return
-    tracker = Tracker(settings.tracking_uri)
-    parent, trials = study_runs(tracker, study.name, settings.budget)
-    finished = sum(t.status == "FINISHED" for t in trials)
-    if parent is None or not finished:
-        return
-    exp = tracker.experiment_id(study.name, create=False)
-    raise AblateError(
-        f"the study store {describe_storage(settings.storage)} holds no trial of study {study.name!r} at budget "
-        f"{settings.budget}, but MLflow {settings.tracking_uri} holds {finished} finished trial "
-        f"run(s) of it (parent run {parent.run_id}): the store that ran them was emptied, deleted or "
-        f"replaced, and running now would train every trial again. Restore the store file (or pass the --storage "
-        f"that ran them); or, to train again from scratch, delete the MLflow experiment {study.name!r} for good "
-        f"(mlflow experiments delete --experiment-id {exp}, then mlflow gc), or use another --tracking-uri or "
-        f"study name"
-    )
-
-
-def existing_store(study: Study, settings: RunSettings, *, read_only: bool = False) -> StudyStore | None:
-    """The study's store as ``settings`` name it, opened without creating anything (``read_only``: without
-    writing anything, not even a lock file or a healed journal); None when the study has not run there."""
-    from ablate.store import StoreNotFoundError
-
-    try:
-        return StudyStore(settings.storage, study.name, create=False, read_only=read_only)
-    except StoreNotFoundError:
-        return None
-
-
 # ------------------------------------------------------------------------------------------- pool
 
 
-def cpu_cores() -> int:
-    """CPU cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def threads_per_worker(workers: int, cores: int | None = None) -> int:
-    """Torch threads for each of ``workers`` local workers: ``max(1, cores // workers)``."""
-    return max(1, (cores if cores is not None else cpu_cores()) // max(1, workers))
-
-
-def gpu_for_worker(index: int, gpus: int, visible: str | None) -> str | None:
-    """The ``CUDA_VISIBLE_DEVICES`` value of local worker ``index`` when the machine has ``gpus`` > 1
-    GPUs: the workers take them round-robin (from the user's ``CUDA_VISIBLE_DEVICES`` list, if set);
-    None (leave it) with one GPU or none."""
-    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(k) for k in range(gpus)]
-    if gpus <= 1 or len(ids) <= 1:
-        return None
-    return ids[index % len(ids)]
-
-
-def _cuda_devices() -> int:
-    try:
-        import torch
-
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # noqa: BLE001 - no usable CUDA: CPU workers
-        return 0
-
-
-def _run_pool(settings: RunSettings, workers: int, store: StudyStore, display: Progress | None) -> None:
-    """Run ``workers`` spawned worker processes until they exit; replace a process that dies while work is left."""
-    ctx = multiprocessing.get_context("spawn")
-    events = ctx.Queue()
-    procs: dict[int, multiprocessing.process.BaseProcess] = {}
-    gpus = _cuda_devices()
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-
-    def start(i: int) -> None:
-        gpu = gpu_for_worker(i, gpus, visible)
-        p = ctx.Process(target=process_main, args=(settings, i, events, gpu), name=f"ablate-worker-{i}", daemon=False)
-        p.start()
-        procs[i] = p
-
-    for i in range(workers):
-        start(i)
-    restarts_left = workers * (settings.max_retries + 1)
-    last_poll = 0.0
-    disk_full: list[str] = []  # the message of the first worker that found its disk full
-
-    def handle(event: dict[str, Any]) -> None:
-        if event.get("kind") == "disk_full":
-            disk_full.append(str(event.get("message")))
-        elif display is not None:
-            display.handle(event)
-
-    try:
-        while procs:
-            try:
-                handle(events.get(timeout=0.5))
-                continue
-            except queue_module.Empty:
-                pass
-            for i, p in list(procs.items()):
-                if p.is_alive():
-                    continue
-                p.join()
-                del procs[i]
-                if p.exitcode == DISK_FULL_EXIT:  # every worker would fail the same way: stop them all
-                    _stop_workers(procs)
-                    _drain(events, handle)
-                    if disk_full:
-                        raise DiskFullError(disk_full[0])
-                    raise disk_full_error(None, run_dir(store.name, settings.runs))
-                if p.exitcode != 0 and store.has_work(settings.budget) and restarts_left > 0:
-                    restarts_left -= 1
-                    if display is not None:
-                        display.line(f"worker {i} exited with code {p.exitcode}; starting a new one")
-                    start(i)
-            if display is not None and time.monotonic() - last_poll > 2.0:
-                last_poll = time.monotonic()
-                try:
-                    display.set_counts(store.counts(settings.budget))
-                except Exception:  # noqa: BLE001 - the display is best effort
-                    pass
-                display.refresh()
-        _drain(events, handle)  # events sent just before the workers exited
-    except KeyboardInterrupt:
-        deadline = time.monotonic() + 30
-        for p in procs.values():
-            p.join(timeout=max(0.1, deadline - time.monotonic()))
-            if p.is_alive():
-                p.terminate()
-        raise
-    finally:
-        events.close()
-
-
-def _drain(events: Any, handle: Callable[[dict[str, Any]], None]) -> None:
-    """Handle the events left in the queue (sent just before their workers exited)."""
-    while True:
-        try:
-            event = events.get_nowait()
-        except queue_module.Empty:
-            return
-        handle(event)
-
-
-def _stop_workers(procs: dict[int, multiprocessing.process.BaseProcess]) -> None:
-    """Stop the pool's remaining workers (SIGTERM, no traceback): their trials stay running in the store
-    and resume from their checkpoints when the study runs again."""
-    for p in procs.values():
-        p.terminate()
-    for p in procs.values():
-        p.join(timeout=30)
-    procs.clear()
-
-
 __all__ = [
+    "Display",
     "StudyRun",
     "adaptive_round",
-    "cpu_cores",
-    "gpu_for_worker",
-    "make_settings",
-    "preflight",
-    "check_writable",
-    "existing_store",
+    "adaptive_rounds",
+    "tuning_trainer",
     "record_command",
     "run_one_worker",
     "run_study",
-    "status_plan",
     "tag_plan",
-    "threads_per_worker",
     "tune_study",
 ]

@@ -543,17 +543,19 @@ class TrialLogger:
         unsent: None when everything given so far reached the store; else why it did not.
     """
 
+    #: Seconds without a flush after which the next logged step flushes.
+    flush_seconds: float = 30.0
+    #: Seconds before metrics a request could not send are tried again.
+    retry_seconds: float = RETRY_SECONDS
+
     def __init__(self, client: MlflowClient | None, run_id: str | None, *, skip_through: int = -1,
-                 flush_every: int = 10, flush_seconds: float = 30.0, hold_logged_step: bool = False,
-                 retry_seconds: float = RETRY_SECONDS, fence: Callable[[], bool] | None = None,
+                 flush_every: int = 10, hold_logged_step: bool = False, fence: Callable[[], bool] | None = None,
                  folder: str | None = None) -> None:
         self.client = client
         self.hold_logged_step = hold_logged_step
         self.run_id = run_id
         self.skip_through = skip_through
         self.flush_every = max(1, int(flush_every))
-        self.flush_seconds = flush_seconds
-        self.retry_seconds = retry_seconds
         self.fence = fence
         self.folder = folder  # where a local tracking store keeps its files (named when its disk is full)
         self.requests = 0
@@ -686,6 +688,22 @@ def _sqlite_open_lock(uri: str) -> Iterator[None]:
         if lock is not None:
             lock.release()
 
+
+
+@dataclass(frozen=True)
+class TrialIdentity:
+    """What a trial's MLflow run is opened with (:meth:`Tracker.start_trial`; kept as a mapping in the
+    outbox, ``TrialIdentity(**record["start"])``): the study, trial key, arm, seed, budget, the arm's
+    levels, the flat trial configuration (its params) and the worker's name (a tag)."""
+
+    study: str
+    key: str
+    arm: str
+    seed: int
+    budget: str
+    levels: Mapping[str, str]
+    flat_config: Mapping[str, Any]
+    worker: str = ""
 
 
 class Tracker:
@@ -853,13 +871,13 @@ class Tracker:
         )
         return runs[0] if runs else None
 
-    def start_trial(self, parent_id: str, *, study: str, key: str, arm: str, seed: int, budget: str,
-                    levels: Mapping[str, str], flat_config: Mapping[str, Any], worker: str = "",
-                    flush_every: int = 10, resuming: bool = False,
+    def start_trial(self, parent_id: str, trial: TrialIdentity, *, flush_every: int = 10, resuming: bool = False,
                     fence: Callable[[], bool] | None = None) -> TrialLogger:
-        """Open the child run of a trial (found again when it exists, else created with its params and
+        """Open the child run of ``trial`` (found again when it exists, else created with its params and
         tags) and return its :class:`TrialLogger` (skipping the steps that run already logged; ``fence``:
         see :class:`TrialLogger`)."""
+        study, key, arm, seed, budget = trial.study, trial.key, trial.arm, trial.seed, trial.budget
+        levels, flat_config, worker = trial.levels, trial.flat_config, trial.worker
         existing = self.find_trial_run(parent_id, key)
         tags = {TAG_WORKER: worker}
         if existing is None:
@@ -1059,6 +1077,7 @@ def log_report(tracker: Tracker, run_id: str, folder: str | Path, artifact_path:
         tracker.client.log_artifacts(run_id, tmp, artifact_path=artifact_path)
 
 __all__ = [
+    "TrialIdentity",
     "RETRY_SECONDS",
     "TRACKING_ERRORS",
     "check_tracking_server",

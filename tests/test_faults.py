@@ -32,7 +32,7 @@ from ablate.errors import OutageError
 from ablate.outbox import UNSENT_FILE, unsent_files, upload_unsent, write_unsent
 from ablate.store import StudyStore, WorkerInfo, process_start
 from ablate.store.queue import _node_id
-from ablate.tracking import TAG_LOGGED_STEP, Tracker, TrialLogger
+from ablate.tracking import TAG_LOGGED_STEP, Tracker, TrialIdentity, TrialLogger
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +77,8 @@ def test_the_logger_keeps_metrics_through_an_outage_and_sends_each_once(tmp_path
     uri = servers.fresh_mlflow_db(tmp_path)
     live = MlflowClient(uri)
     run_id = live.create_run(live.create_experiment("x")).info.run_id
-    logger = TrialLogger(live, run_id, flush_every=2, retry_seconds=3600)
+    logger = TrialLogger(live, run_id, flush_every=2)
+    logger.retry_seconds = 3600
     logger({"a": 1.0, "b": 2.0}, 0)
     logger({"a": 1.5, "b": 2.5}, 1)  # sent
     assert logger.unsent is None and logger.requests == 1
@@ -129,7 +130,7 @@ def test_the_outbox_uploads_only_what_the_run_lacks_and_finishes_it(tmp_path):
     start = {"study": "s", "key": "k1", "arm": "a", "seed": 0, "budget": "smoke", "levels": {"f": "x"},
              "flat_config": {"loss.clip": 0.2}, "worker": "w"}
     history = [(s, {"eval/accuracy": s / 10, "loss": 1.0 - s / 10}) for s in range(5)]
-    logger = tracker.start_trial(parent, flush_every=100, **start)  # the run got steps 0-2 before the outage
+    logger = tracker.start_trial(parent, TrialIdentity(**start), flush_every=100)  # the run got steps 0-2 before the outage
     for step, metrics in history[:3]:
         logger(metrics, step)
     assert logger.close()
@@ -171,7 +172,7 @@ def test_the_end_of_a_run_waits_for_a_server_only_what_is_left_of_its_outage(tmp
 
 
 def test_the_default_end_wait_is_a_tenth_of_the_run_at_most_a_minute():
-    from ablate.worker import RunSettings
+    from ablate.session import RunSettings
 
     auto = RunSettings("s.yaml", "default", "j", "sqlite:///m.db")
     assert [auto.end_wait(s) for s in (0, 30, 300, 6000)] == [0, 3, 30, 60]

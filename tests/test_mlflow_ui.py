@@ -21,7 +21,7 @@ import servers
 
 from ablate.plan import Plan
 from ablate.study import load_study
-from ablate.tracking import EXPERIMENT_KIND_TAG, Tracker, experiment_url
+from ablate.tracking import EXPERIMENT_KIND_TAG, Tracker, TrialIdentity, experiment_url
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -56,9 +56,8 @@ def tracked(tmp_path_factory):
         parent = tracker.parent_run(study, "default")
         trials = []
         for spec in Plan.of(study, "default").specs:
-            logger = tracker.start_trial(parent, study=spec.study, key=spec.key, arm=spec.arm, seed=spec.seed,
-                                         budget=spec.budget, levels=spec.levels,
-                                         flat_config=spec.config.to_flat_dict(), worker="host:1")
+            logger = tracker.start_trial(parent, TrialIdentity(spec.study, spec.key, spec.arm, spec.seed, spec.budget,
+                                                                 spec.levels, spec.config.to_flat_dict(), "host:1"))
             logger({"eval/accuracy": 0.5}, 0)
             logger.close()
             tracker.finish_trial(logger.run_id, config_yaml="", history=[(0, {"eval/accuracy": 0.5})], samples=[],

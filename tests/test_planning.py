@@ -23,7 +23,8 @@ from ablate import inference, planning
 from ablate.cli import main
 from ablate.paths import STORE_FILE
 from ablate.plan import TAG_SEEDS, Plan
-from ablate.runner import RunSettings, adaptive_rounds, run_study
+from ablate.runner import adaptive_rounds, run_study
+from ablate.session import RunSettings
 from ablate.store import StudyStore
 from ablate.study import StudyError, load_study
 

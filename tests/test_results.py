@@ -34,7 +34,14 @@ from ablate.results import (
     processor_note,
 )
 from ablate.study import load_study
-from ablate.tracking import EVAL_PROBLEM_COLUMNS, Tracker, eval_problems_csv, gpu_tags, history_csv
+from ablate.tracking import (
+    EVAL_PROBLEM_COLUMNS,
+    Tracker,
+    TrialIdentity,
+    eval_problems_csv,
+    gpu_tags,
+    history_csv,
+)
 from ablate.train import run_trial
 
 STUDY = """\
@@ -116,8 +123,8 @@ def store(tmp_path, monkeypatch):
     assert len(specs) == 8
     runs = {}
     for i, spec in enumerate(specs[:7]):
-        logger = tracker.start_trial(parent, study=study.name, key=spec.key, arm=spec.arm, seed=spec.seed,
-                                     budget="default", levels=spec.levels, flat_config=spec.config.to_flat_dict())
+        logger = tracker.start_trial(parent, TrialIdentity(study.name, spec.key, spec.arm, spec.seed, "default",
+                                                             spec.levels, spec.config.to_flat_dict()))
         h = history(0.01 * i)
         for step, metrics in h[: 2 if i == 6 else None]:
             logger(metrics, step)
@@ -266,8 +273,8 @@ def tiny_study(tmp_path, monkeypatch, ws_cache):
     results = {}
     try:
         for spec in Plan.of(study, "default").specs:
-            logger = tracker.start_trial(parent, study=study.name, key=spec.key, arm=spec.arm, seed=spec.seed,
-                                         budget="default", levels=spec.levels, flat_config=spec.config.to_flat_dict())
+            logger = tracker.start_trial(parent, TrialIdentity(study.name, spec.key, spec.arm, spec.seed, "default",
+                                                                 spec.levels, spec.config.to_flat_dict()))
             result = run_trial(spec.config, logger)
             logger.close()
             tracker.finish_trial(logger.run_id, config_yaml=spec.config.to_yaml(), history=result.history,

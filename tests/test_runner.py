@@ -23,8 +23,8 @@ from mlflow import MlflowClient
 from ablate.cli import main
 from ablate.paths import STORE_FILE
 from ablate.plan import Plan
+from ablate.pool import gpu_for_worker, threads_per_worker
 from ablate.progress import Progress, format_seconds
-from ablate.runner import gpu_for_worker, threads_per_worker
 from ablate.store import StudyStore
 from ablate.study import load_study
 
@@ -653,7 +653,7 @@ def test_a_population_killed_mid_training_resumes_every_member_exactly(workdir, 
 
 def test_pack_size_auto_is_one_on_a_cpu_and_a_memory_estimate_on_a_gpu():
     from ablate.config import TrialConfig
-    from ablate.worker import gpu_member_bytes, pack_size
+    from ablate.footprint import gpu_member_bytes, pack_size
 
     packed = TrialConfig.from_overrides({"train.packed": True, "device": "cpu"})
     assert pack_size("auto", packed) == 1 and pack_size(16, packed) == 16

@@ -23,6 +23,7 @@ from ablate.tracking import (
     TRUNCATED,
     Tracker,
     TrackingError,
+    TrialIdentity,
     code_version,
     eval_problems_csv,
     experiment_url,
@@ -59,9 +60,8 @@ def study(tmp_path):
 
 
 def start(tracker: Tracker, parent: str, spec, **kw):
-    return tracker.start_trial(parent, study=spec.study, key=spec.key, arm=spec.arm, seed=spec.seed,
-                               budget=spec.budget, levels=spec.levels, flat_config=spec.config.to_flat_dict(),
-                               worker="host:1", **kw)
+    return tracker.start_trial(parent, TrialIdentity(spec.study, spec.key, spec.arm, spec.seed, spec.budget,
+                                                     spec.levels, spec.config.to_flat_dict(), "host:1"), **kw)
 
 
 # ------------------------------------------------------------------------------------ pure helpers

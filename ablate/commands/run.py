@@ -8,8 +8,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ablate.session import RunSettings
     from ablate.study import Study
-    from ablate.worker import RunSettings
 
 HELP = "run a study: every trial, resumable, on N local workers, logged to MLflow"
 DESCRIPTION = """\
@@ -108,14 +108,14 @@ def prepare_environment() -> None:
 
 
 def settings_from_args(args: argparse.Namespace, study: Study) -> RunSettings:
-    """Check the shared options and build the run settings (creates nothing; :func:`ablate.runner.make_settings`)."""
-    from ablate.runner import make_settings
+    """Check the shared options and build the run settings (creates nothing; :func:`ablate.session.make_settings`)."""
+    from ablate.session import RunOptions, make_settings
 
-    return make_settings(study, args.budget, storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs,
-                         threads=args.threads, workers=getattr(args, "workers", 1), max_retries=args.max_retries,
-                         heartbeat=args.heartbeat, grace=args.grace, store_wait=args.store_wait,
-                         keep_checkpoints=args.keep_checkpoints, check_disk=not args.ignore_disk_space,
-                         tracking_wait=args.tracking_wait, pack=args.pack)
+    return make_settings(study, args.budget, RunOptions(
+        storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs, threads=args.threads,
+        workers=getattr(args, "workers", 1), max_retries=args.max_retries, heartbeat=args.heartbeat, grace=args.grace,
+        store_wait=args.store_wait, keep_checkpoints=args.keep_checkpoints, check_disk=not args.ignore_disk_space,
+        tracking_wait=args.tracking_wait, pack=args.pack))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     print_warnings(study)
     settings = settings_from_args(args, study)
     result = run_study(study, settings, workers=args.workers, extend=args.extend, progress=not args.no_progress)
-    record_command(result, getattr(args, "_argv", None) or sys.argv[1:])
+    record_command(result, getattr(args, "command_line", None) or sys.argv[1:])
     c = result.counts
     print(f"study {study.name} ({args.budget}): {c['done']} done, {c['failed']} failed, {c['running']} running, "
           f"{c['pending']} pending, in {result.seconds:.0f} s")

@@ -45,7 +45,7 @@ def _error_line(error: str | None) -> str:
 def collect(study: Study, store: StudyStore | None, budget: str, storage: str | None = None) -> dict[str, Any]:
     """Everything ``ablate status`` prints, as JSON-ready data (``store`` None: never run there;
     ``storage``: its URL, to read a tuned study's best values)."""
-    from ablate.runner import status_plan
+    from ablate.session import status_plan
 
     plan, note = status_plan(study, store, budget, storage)
     current = {s.key: [s.arm, s.seed] for s in plan.specs}
@@ -120,11 +120,12 @@ def render(data: dict[str, Any], verbose: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the study's status; creates nothing."""
-    from ablate.runner import existing_store, make_settings
+    from ablate.preflight import existing_store
+    from ablate.session import RunOptions, make_settings
     from ablate.study import load_study
 
     study = load_study(args.file)
-    settings = make_settings(study, args.budget, storage=args.storage, runs=args.runs)
+    settings = make_settings(study, args.budget, RunOptions(storage=args.storage, runs=args.runs))
     store = existing_store(study, settings, read_only=True)  # a read-only command: nothing on disk changes
     if store is None:
         print(f"note: study {study.name!r} is not in the store {settings.storage}: it has not been run there "

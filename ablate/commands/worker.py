@@ -35,9 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
     prepare_environment()
     from ablate.runner import run_one_worker
+    from ablate.session import DEFAULT_TRACKING_WAIT
     from ablate.study import load_study
-
-    from ablate.worker import DEFAULT_TRACKING_WAIT
 
     study = load_study(args.file)
     if args.tracking_wait is None:  # an unattended worker of a cluster waits out a server's restart (60 s)

@@ -1,4 +1,5 @@
-"""How much disk a study uses at its peak, estimated before it runs (``ablate show``, ``ablate run``).
+"""How much disk a study uses at its peak, estimated before it runs (``ablate show``, ``ablate run``), and
+how many packed trials a worker trains at once (:func:`pack_size`, from the device memory a member takes).
 
 Where the bytes go, measured on quickstart at its default budget (8 trials of tiny-llama, 2 workers,
 Intel Xeon, sampled every 0.3 s): ``runs/`` peaked at 23.4 MB, while two trials each held a 9.7 MB
@@ -214,7 +215,45 @@ def estimate_disk(specs: list[TrialSpec], *, workers: int = 1, to_run: int | Non
                         writers=writers)
 
 
+# ------------------------------------------------------------------------------- populations
+
+
+def pack_size(pack: int | str, config: TrialConfig) -> int:
+    """The population size ``--pack`` gives trials like ``config`` (1 unless ``train.packed``).
+
+    ``auto``: 1 on a CPU, where a population measured no faster than the same trials one after another
+    (benchmarks/RESULTS.md, bench_study.py --pack); on a GPU as many as :func:`gpu_member_bytes` says fit
+    in half its free memory, at most :data:`MAX_AUTO_PACK` (an estimate, not yet measured on a GPU)."""
+    if not config.train.packed:
+        return 1
+    if pack != "auto":
+        return int(pack)
+    from ablate.config import resolve_device
+
+    device = resolve_device(config)
+    if device.type != "cuda":
+        return 1
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    per_member = gpu_member_bytes(parameter_count(config.model.name) or 0)
+    return max(1, min(MAX_AUTO_PACK, int(0.5 * free // per_member)))
+
+
+#: Largest population ``--pack auto`` forms.
+MAX_AUTO_PACK = 64
+
+
+def gpu_member_bytes(params: int) -> int:
+    """Device memory one member is assumed to take: 32 bytes a parameter (float32 weights, gradient, AdamW's
+    two moments, the stacked copy of a forward, a reference model) and 256 MiB of activations."""
+    return 32 * params + 256 * 2**20
+
+
 __all__ = [
+    "MAX_AUTO_PACK",
+    "gpu_member_bytes",
+    "pack_size",
     "CHECKPOINT_BYTES_PER_PARAMETER",
     "PARTS",
     "DiskEstimate",

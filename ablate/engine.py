@@ -1,0 +1,93 @@
+"""The trial engine seam: what trains one prepared trial, behind a small typed interface.
+
+The attempt path (:mod:`ablate.attempt`) owns everything around a trial — the claimed attempt, its
+heartbeats, the MLflow run, the outbox, the store's record — and hands the training itself to an engine::
+
+    engine = engine_for(config)
+    result = engine.train(EngineJob(config, log, workdir))    # -> TrialResult
+
+An engine receives the trial's configuration, the function every logged step goes through (``log(metrics,
+step)``: MLflow, heartbeats, progress), and the trial's folder, where it keeps its checkpoints and where a
+killed attempt's resume state is (``resume``: a checkpoint is there). It returns a
+:class:`ablate.train.TrialResult`: the history it logged, the final metrics, the evaluation's per-problem
+records and samples. The store, queue, resume, MLflow run, evaluation, objective and report are the same
+for every engine.
+
+Today one engine is registered, ``ablate``: this package's own trainer (:func:`ablate.train.run_trial`).
+A second engine (TRL's ``GRPOTrainer``, issue 47) registers beside it in :data:`ENGINES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ablate.config import TrialConfig
+    from ablate.train import TrialResult
+
+#: The function a trial logs each step through: ``log(metrics, step)``.
+LogFn = Callable[[dict[str, float], int], None]
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """What a trial engine receives.
+
+    Attributes:
+        config: the trial to train (validated; its key is the trial key).
+        log: called with each logged step's metrics (MLflow, heartbeats and progress behind it; it may
+            raise to stop the trial, e.g. when the study store cannot record it any more).
+        workdir: the trial's folder for checkpoints (None: save none, start from scratch).
+    """
+
+    config: TrialConfig
+    log: LogFn
+    workdir: Path | None = None
+
+    @property
+    def resume(self) -> bool:
+        """Whether a killed attempt left a checkpoint to resume from in :attr:`workdir`."""
+        return has_checkpoint(self.workdir)
+
+
+def has_checkpoint(workdir: Path | None) -> bool:
+    """Whether a trial's folder holds a checkpoint to resume from (a killed attempt's)."""
+    from ablate.train import CHECKPOINT_FILE
+
+    return workdir is not None and (workdir / CHECKPOINT_FILE).exists()
+
+
+class TrialEngine(Protocol):
+    """Trains one trial: :meth:`train` returns its result or raises (the attempt records why)."""
+
+    name: str
+
+    def train(self, job: EngineJob) -> TrialResult:
+        """Train ``job.config``, logging each step through ``job.log``, resuming from ``job.workdir``."""
+        ...
+
+
+class AblateEngine:
+    """ablate's own trainer: :func:`ablate.train.run_trial` (CleanRL's one loop, populations included)."""
+
+    name = "ablate"
+
+    def train(self, job: EngineJob) -> TrialResult:
+        from ablate.train import run_trial
+
+        return run_trial(job.config, job.log, workdir=job.workdir)
+
+
+#: The engines by name.
+ENGINES: dict[str, TrialEngine] = {"ablate": AblateEngine()}
+
+
+def engine_for(config: TrialConfig) -> TrialEngine:
+    """The engine that trains ``config``: ``ablate`` (a trial configuration names no other engine yet)."""
+    return ENGINES["ablate"]
+
+
+__all__ = ["ENGINES", "AblateEngine", "EngineJob", "LogFn", "TrialEngine", "engine_for", "has_checkpoint"]
