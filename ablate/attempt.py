@@ -151,15 +151,15 @@ def finish_logged(session: Session, trained: Trained, record: Mapping[str, Any],
     result ``record``) and mark it FINISHED.
 
     When the tracking store does not take them (or some metrics never reached the run), the trial is
-    kept in the outbox folder ``outbox`` (:func:`ablate.outbox.write_unsent`) for a later upload;
+    kept in the outbox folder ``outbox`` (:func:`ablate.tracking.outbox.write_unsent`) for a later upload;
     without an outbox folder the tracking error is raised.
 
     Returns:
         The trial's objective (None when its metric has no value), and whether the run got everything
         (False: the trial waits in the outbox).
     """
-    from ablate.outbox import write_unsent
     from ablate.tracking import TRACKING_ERRORS, TrackingError, first_line
+    from ablate.tracking.outbox import write_unsent
 
     spec, config, result, logger = trained.spec, trained.config, trained.result, trained.logger
     tracker = session.tracker

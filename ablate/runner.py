@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ablate.attempt import run_unqueued
-from ablate.outbox import upload_unsent
 from ablate.paths import trial_dir
 from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.pool import run_pool, threads_per_worker
@@ -43,6 +42,7 @@ from ablate.session import (
     record_stale,
 )
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
+from ablate.tracking.outbox import upload_unsent
 from ablate.worker import WorkerStats, run_worker
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ class StudyRun:
         seconds: wall time.
         plan: the plan at the end (a study with ``seeds: {min, max}`` may have added seeds).
         unsent: trials done but not in MLflow (its server did not answer): they wait in the outbox
-            (:mod:`ablate.outbox`) for the next ``ablate run`` of the study.
+            (:mod:`ablate.tracking.outbox`) for the next ``ablate run`` of the study.
         tracking_error: why the outbox could not be uploaded (None when it is empty).
     """
 

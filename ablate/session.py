@@ -101,7 +101,7 @@ class RunSettings:
 
     def end_wait(self, elapsed: float) -> float:
         """Seconds the end of a run that has taken ``elapsed`` seconds gives an MLflow outage in all, from the
-        first trial it kept on disk (:func:`ablate.outbox.upload_unsent`): ``--tracking-wait`` when given,
+        first trial it kept on disk (:func:`ablate.tracking.outbox.upload_unsent`): ``--tracking-wait`` when given,
         else a tenth of ``elapsed``, at most 60 s. An outage as old as the run (the server down for the
         whole study) is then not waited for at all, and a short one near the end is waited out."""
         if self.tracking_wait is not None:

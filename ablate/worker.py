@@ -19,7 +19,7 @@ The worker loop::
             (resumes from the checkpoint a killed attempt left there; metrics the tracking store
             does not take wait in memory and are sent when it answers again)
         success: artifacts + FINISHED in MLflow (still unreachable: the trial goes to the outbox,
-            runs/<study>/trials/<key>/unsent.json, see ablate.outbox), then done in the store
+            runs/<study>/trials/<key>/unsent.json, see ablate.tracking.outbox), then done in the store
         exception: the traceback on the attempt and the run (FAILED); the study goes on
         another worker took the attempt over (failed it as stale): send nothing more, leave it
 
@@ -42,9 +42,9 @@ from typing import TYPE_CHECKING
 
 from ablate.attempt import claim_mates, run_attempt, run_population_attempts
 from ablate.disk import DISK_FULL_EXIT, disk_full_error, is_disk_full
-from ablate.outbox import upload_unsent
 from ablate.session import Event, EventFn, RunSettings, Session, current_plan, finish_parent, record_stale
 from ablate.store import Attempt
+from ablate.tracking.outbox import upload_unsent
 
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue

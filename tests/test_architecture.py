@@ -28,7 +28,7 @@ LAYERS: dict[str, int] = {
 }
 #: Modules on their own paths (read and write results, never train): they may import the foundations
 #: (layers 0-2) and each other, never the chain above the study (train, worker, tuner, runner, commands).
-SIDE = {"store", "tracking", "outbox", "results", "analysis", "inference", "intervals", "sequential", "meta",
+SIDE = {"store", "tracking", "results", "analysis", "inference", "intervals", "sequential", "meta",
         "planning", "report"}
 #: The longest a function may be, in lines (its ``def`` to its last line).
 MAX_FUNCTION_LINES = 80
@@ -152,7 +152,7 @@ def test_no_function_reaches_80_lines():
 #: The orchestration: its functions pass the session and small typed values, not long parameter lists (the
 #: pure math in rl/ keeps its keyword options, as verl's core_algos does).
 ORCHESTRATION = ("ablate.runner", "ablate.pool", "ablate.worker", "ablate.session", "ablate.preflight",
-                 "ablate.attempt", "ablate.engine", "ablate.tracking", "ablate.outbox", "ablate.train.population")
+                 "ablate.attempt", "ablate.engine", "ablate.tracking", "ablate.train.population")
 #: The most parameters an orchestration function takes (``self`` and ``cls`` not counted).
 MAX_PARAMETERS = 7
 
@@ -174,11 +174,12 @@ def test_no_orchestration_function_takes_more_than_7_parameters():
     assert not wide, "\n".join(wide)
 
 
-def test_the_runner_and_the_worker_stay_under_500_lines():
+def test_the_runner_the_worker_and_each_tracking_module_stay_under_500_lines():
     """The orchestration's two entry modules hold the loop, not everything around it (session, preflight,
-    attempt, pool and engine have their own modules)."""
-    sizes = {m: len((ROOT / f"{m}.py").read_text(encoding="utf-8").splitlines()) for m in ("runner", "worker")}
-    assert all(n < 500 for n in sizes.values()), sizes
+    attempt, pool and engine have their own modules); tracking is a package split by responsibility."""
+    files = [ROOT / "runner.py", ROOT / "worker.py", *sorted((ROOT / "tracking").glob("*.py"))]
+    sizes = {f.relative_to(ROOT).as_posix(): len(f.read_text(encoding="utf-8").splitlines()) for f in files}
+    assert len(sizes) >= 6 and all(n < 500 for n in sizes.values()), sizes
 
 
 def test_no_central_object_is_typed_any():

@@ -29,10 +29,10 @@ from test_runner import TINY, sub_env, write_study
 
 from ablate.cli import main
 from ablate.errors import OutageError
-from ablate.outbox import UNSENT_FILE, unsent_files, upload_unsent, write_unsent
 from ablate.store import StudyStore, WorkerInfo, process_start
 from ablate.store.queue import _node_id
 from ablate.tracking import TAG_LOGGED_STEP, Tracker, TrialIdentity, TrialLogger
+from ablate.tracking.outbox import UNSENT_FILE, unsent_files, upload_unsent, write_unsent
 
 ROOT = Path(__file__).resolve().parent.parent
 

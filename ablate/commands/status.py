@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: study {study.name!r} is not in the store {settings.storage}: it has not been run there "
               "(ablate run FILE, with the same --storage)", file=sys.stderr)
     data = collect(study, store, args.budget, settings.storage)
-    from ablate.outbox import unsent_files
+    from ablate.tracking.outbox import unsent_files
 
     data["unsent"] = [p.parent.name for p in unsent_files(study.name, args.runs)]
     if args.json:
