@@ -17,9 +17,9 @@ from torch import nn
 
 from ablate.config import TrialConfig
 from ablate.models import load_policy
-from ablate.models.fast_decode import FastLlamaDecoder
+from ablate.models.fast_decode import FastLlamaDecoder, shape_signature
 from ablate.models.logprobs import position_ids_from_mask
-from ablate.models.stacked import StackedDecoder, StackedLlama, shape_signature, stack_unsupported_reason
+from ablate.models.stacked import StackedDecoder, StackedLlama, stack_unsupported_reason
 from ablate.train import NonFiniteError, run_trial
 from ablate.train.population import DecodeGroup, Population, Request, StepCall, TrunkCall, run_population
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ablate.study import Study
+    from ablate.study import Study, TrialSpec
 
 HELP = "show a study's arms (a table of factor levels), trial count and aliasing"
 DESCRIPTION = """\
@@ -122,7 +123,7 @@ def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "aut
     }
 
 
-def packing(specs: Any) -> dict[str, Any]:
+def packing(specs: Sequence[TrialSpec]) -> dict[str, Any]:
     """Which trials train as populations (``train.packed``) and in how many shapes (each shape packs
     apart, :func:`ablate.train.population.population_shape`); ``auto``: the ``--pack auto`` size here."""
     from ablate.footprint import pack_size

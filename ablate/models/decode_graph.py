@@ -19,7 +19,7 @@ process (:func:`graph_sampler`, up to :data:`MAX_SAMPLERS`), keyed by (model sha
 bucket, max_new_tokens, sampling options, autocast): a worker captures each shape once, and every later
 rollout of that shape replays it -- the same trial's later steps and the next trials' (whose
 ``perf/graph_capture_s`` then stays 0). A model's shape (:func:`_shape_key`) is
-:func:`~ablate.models.stacked.shape_signature` (architecture, every parameter's name, shape and dtype,
+:func:`~ablate.models.fast_decode.shape_signature` (architecture, every parameter's name, shape and dtype,
 device, rotary configuration) with every module's class, every buffer's name, shape and dtype, and the
 attention scale and activation, so two models of one shape differ in their weights only, which the
 copy brings over. A capture that fails leaves the shape decoding eagerly for that trial; the next
@@ -54,9 +54,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ablate.models.fast_decode import FastLlamaDecoder, fast_decoder_unsupported_reason, layer_weights
+from ablate.models.fast_decode import (
+    FastLlamaDecoder,
+    fast_decoder_unsupported_reason,
+    layer_weights,
+    shape_signature,
+)
 from ablate.models.sampling import sample_next
-from ablate.models.stacked import shape_signature
 
 #: Prompts are left-padded to a multiple of this many tokens in graph mode (fewer shapes to capture).
 PROMPT_BUCKET = 16
@@ -83,7 +87,7 @@ def _autocast_state(device: torch.device) -> tuple[bool, torch.dtype | None]:
 
 
 def _shape_key(model: nn.Module) -> tuple:
-    """What models sharing a :class:`_Shadow` must agree on: :func:`~ablate.models.stacked.shape_signature`,
+    """What models sharing a :class:`_Shadow` must agree on: :func:`~ablate.models.fast_decode.shape_signature`,
     the class of every module (``model.lm_head_dtype=float32`` swaps the head's class, not its weights),
     every buffer's name, shape and dtype (the rotary ``inv_freq`` is one: not copied, so its inputs are in
     the key), the rotary scaling options, the attention scale and the MLP activation, from which the

@@ -449,3 +449,15 @@ def make_decoder(model: nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.
         raise AblateError(f"fast=True: the lean decoder cannot run this model ({reason}); "
                           "use fast=None (fall back automatically) or fast=False")
     return GenericDecoder(model, prompt_ids, prompt_mask, max_new_tokens)
+
+
+def shape_signature(model: nn.Module) -> tuple:
+    """What models computed together must share (a population's stacked models, a captured CUDA graph's
+replays): architecture, every parameter's name, shape and
+    dtype, device and the rotary configuration."""
+    params = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters())
+    rotary = model.model.rotary_emb
+    return (type(model).__name__, str(next(model.parameters()).device), params,
+            getattr(rotary, "rope_type", "default"), float(getattr(model.config, "rope_theta", 0.0) or 0.0),
+            float(getattr(model.config, "rms_norm_eps", 0.0)))
+

@@ -53,16 +53,6 @@ def stack_unsupported_reason(model: nn.Module) -> str | None:
     return None
 
 
-def shape_signature(model: nn.Module) -> tuple:
-    """What models computed together must share: architecture, every parameter's name, shape and
-    dtype, device and the rotary configuration."""
-    params = tuple((n, tuple(p.shape), str(p.dtype)) for n, p in model.named_parameters())
-    rotary = model.model.rotary_emb
-    return (type(model).__name__, str(next(model.parameters()).device), params,
-            getattr(rotary, "rope_type", "default"), float(getattr(model.config, "rope_theta", 0.0) or 0.0),
-            float(getattr(model.config, "rms_norm_eps", 0.0)))
-
-
 def _bmm_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [K, N, I] @ weight[k].T [K, I, O] (+ bias [K, O]) -> [K, N, O]."""
     out = torch.bmm(x, weight.transpose(1, 2))

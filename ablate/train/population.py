@@ -25,7 +25,7 @@ others go on.
 Determinism: the main thread computes only when every live member waits at a rendezvous (or has
 left), so which members share a computation is decided by the members' programs, never by thread
 timing; a population of the same members gives the same results in every run. Requests are grouped by
-what they must share: the model's :func:`~ablate.models.stacked.shape_signature`, the rows B, autograd
+what they must share: the model's :func:`~ablate.models.fast_decode.shape_signature`, the rows B, autograd
 and autocast state. Prompts of different widths are left-padded, completions right-padded, to the
 widest in the group (masked, so they change nothing but rounding).
 """
@@ -45,7 +45,8 @@ from torch import nn
 
 from ablate.config import TrialConfig
 from ablate.models.batching import batching
-from ablate.models.stacked import StackedDecoder, StackedLlama, shape_signature, stack_unsupported_reason
+from ablate.models.fast_decode import shape_signature
+from ablate.models.stacked import StackedDecoder, StackedLlama, stack_unsupported_reason
 from ablate.train.loop import LogFn, TrialResult, prepare_trial, train_prepared
 
 #: The phases of an RL step, in the order a member goes through them (see :func:`ablate.models.batching.at`).
