@@ -202,6 +202,9 @@ def test_the_architecture_page_names_every_module(doc):
                                                                                  text.split() if w.startswith("`")})
     missing = [m for m in missing if f"`{m}" not in text and f"{m}/" not in text and f"{m}.py" not in text]
     assert not missing, f"{doc} does not mention: {missing}"
+    below = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.glob("*/*.py") if p.name != "__init__.py")
+    unnamed = [f for f in below if f"`{f.split('/')[1]}`" not in text and f"`{f.split('/')[1][:-3]}`" not in text]
+    assert len(below) > 80 and not unnamed, f"{doc} names no row for: {unnamed}"
 
 
 def _is_private(name: str) -> bool:
