@@ -123,7 +123,7 @@ def train_logged(session: Session, spec: TrialSpec, config: TrialConfig, *, work
     job_dir = Path(workdir) if workdir is not None else None
     try:
         logger = tracker.start_trial(session.parent, TrialIdentity(**start_arguments(spec, config, session.worker.name)),
-                                     resuming=has_checkpoint(job_dir), fence=hooks.fence, flush_every=flush_every)
+                                     resuming=has_checkpoint(job_dir, config), fence=hooks.fence, flush_every=flush_every)
     except TRACKING_ERRORS as exc:  # the run cannot be opened now: train anyway, keep the metrics
         if is_disk_full(exc):
             raise disk_full_error(exc, tracker.folder) from None

@@ -75,6 +75,22 @@ def _section_table(cls: type[BaseModel], prefix: str, out: list[str]) -> None:
         _section_table(sub, sub_prefix, out)
 
 
+def _trl_map(out: list[str]) -> None:
+    """The ``engine.name: trl`` section: :data:`ablate.config.trl_map.TRL_MAP`, the rows the code applies."""
+    from ablate.config.trl_map import TRL_MAP
+
+    out.append("## engine.name: trl — the map to TRL's GRPOConfig\n")
+    out.append("A trial with `engine.name: trl` is trained by TRL's `GRPOTrainer` (`pip install 'ablate[trl]'`). "
+               "Its options become `GRPOConfig` arguments by these rows (`ablate/config/trl_map.py`, the code "
+               "that applies them); an option TRL cannot honour is refused at `ablate validate` (exit 2), never "
+               "ignored. Where the two trainers' definitions differ, benchmarks/RESULTS.md's equivalence table "
+               "says so.\n")
+    out.append("| ablate | GRPOConfig | how |")
+    out.append("|---|---|---|")
+    out.extend(f"| `{_cell(r.ablate)}` | `{_cell(r.trl)}` | {_cell(r.how)} |" for r in TRL_MAP)
+    out.append("")
+
+
 def render_markdown() -> str:
     """The whole ``docs/config.md`` page, from the schema's descriptions."""
     excluded = ", ".join(f"`{p}`" for p in sorted(KEY_EXCLUDED_PATHS))
@@ -90,6 +106,7 @@ def render_markdown() -> str:
     for name, fi in TrialConfig.model_fields.items():
         if is_section(fi.annotation):
             _section_table(fi.annotation, name + ".", out)
+    _trl_map(out)
     out.append("## Cross-field rules\n")
     out.append("Checked whenever a configuration is built; an error says how to fix it, a warning why.\n")
     out.extend(f"- {rule}" for rule in RULES)

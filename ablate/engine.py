@@ -13,8 +13,9 @@ killed attempt's resume state is (``resume``: a checkpoint is there). It returns
 records and samples. The store, queue, resume, MLflow run, evaluation, objective and report are the same
 for every engine.
 
-Today one engine is registered, ``ablate``: this package's own trainer (:func:`ablate.train.run_trial`).
-A second engine (TRL's ``GRPOTrainer``, issue 47) registers beside it in :data:`ENGINES`.
+Two engines are registered in :data:`ENGINES`, chosen by ``engine.name``: ``ablate``, this package's own
+trainer (:func:`ablate.train.run_trial`), and ``trl``, TRL's ``GRPOTrainer``
+(:class:`ablate.engines.trl.TrlEngine`; the map of options in :mod:`ablate.config.trl_map`).
 """
 
 from __future__ import annotations
@@ -50,20 +51,23 @@ class EngineJob:
     @property
     def resume(self) -> bool:
         """Whether a killed attempt left a checkpoint to resume from in :attr:`workdir`."""
-        return has_checkpoint(self.workdir)
+        return engine_for(self.config).has_checkpoint(self.workdir)
 
 
-def has_checkpoint(workdir: Path | None) -> bool:
-    """Whether a trial's folder holds a checkpoint to resume from (a killed attempt's)."""
-    from ablate.train import CHECKPOINT_FILE
-
-    return workdir is not None and (workdir / CHECKPOINT_FILE).exists()
+def has_checkpoint(workdir: Path | None, config: TrialConfig | None = None) -> bool:
+    """Whether a trial's folder holds a checkpoint of its engine to resume from (a killed attempt's)."""
+    engine = engine_for(config) if config is not None else ENGINES["ablate"]
+    return engine.has_checkpoint(workdir)
 
 
 class TrialEngine(Protocol):
     """Trains one trial: :meth:`train` returns its result or raises (the attempt records why)."""
 
     name: str
+
+    def has_checkpoint(self, workdir: Path | None) -> bool:
+        """Whether ``workdir`` holds this engine's checkpoint of a killed attempt."""
+        ...
 
     def train(self, job: EngineJob) -> TrialResult:
         """Train ``job.config``, logging each step through ``job.log``, resuming from ``job.workdir``."""
@@ -75,19 +79,31 @@ class AblateEngine:
 
     name = "ablate"
 
+    def has_checkpoint(self, workdir: Path | None) -> bool:
+        """Whether ``workdir`` holds ablate's trainer checkpoint (``trainer.pt``)."""
+        from ablate.train import CHECKPOINT_FILE
+
+        return workdir is not None and (workdir / CHECKPOINT_FILE).exists()
+
     def train(self, job: EngineJob) -> TrialResult:
         from ablate.train import run_trial
 
         return run_trial(job.config, job.log, workdir=job.workdir)
 
 
-#: The engines by name.
-ENGINES: dict[str, TrialEngine] = {"ablate": AblateEngine()}
+def _engines() -> dict[str, TrialEngine]:
+    from ablate.engines.trl import TrlEngine  # imports TRL only when a trial trains
+
+    return {"ablate": AblateEngine(), "trl": TrlEngine()}
+
+
+#: The engines by name (``engine.name``).
+ENGINES: dict[str, TrialEngine] = _engines()
 
 
 def engine_for(config: TrialConfig) -> TrialEngine:
-    """The engine that trains ``config``: ``ablate`` (a trial configuration names no other engine yet)."""
-    return ENGINES["ablate"]
+    """The engine that trains ``config``: ``ENGINES[config.engine.name]``."""
+    return ENGINES[config.engine.name]
 
 
 __all__ = ["ENGINES", "AblateEngine", "EngineJob", "LogFn", "TrialEngine", "engine_for", "has_checkpoint"]

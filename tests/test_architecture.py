@@ -19,7 +19,7 @@ LAYERS: dict[str, int] = {
     "cli": 7, "commands": 7, "__main__": 7, "api": 7,
     "runner": 6, "pool": 6,
     "worker": 5, "tuner": 5, "progress": 5, "attempt": 5, "session": 5, "preflight": 5, "footprint": 5,
-    "train": 4, "warmstart": 4, "engine": 4,
+    "train": 4, "warmstart": 4, "engine": 4, "engines": 4,
     "rewards": 3, "models": 3, "rl": 3, "tasks": 3,
     "timing": 2,
     "plan": 2, "study": 2, "designs": 2,

@@ -52,7 +52,15 @@ def run(args: argparse.Namespace) -> int:
     from ablate.train import NonFiniteError, run_trial
 
     try:
-        result = run_trial(config, workdir=args.workdir, progress=not args.no_progress and not args.json)
+        if config.engine.name == "ablate":
+            result = run_trial(config, workdir=args.workdir, progress=not args.no_progress and not args.json)
+        else:  # another trainer behind the engine seam (engine.name: trl)
+            from pathlib import Path
+
+            from ablate.engine import EngineJob, engine_for
+
+            job = EngineJob(config, lambda metrics, step: None, Path(args.workdir) if args.workdir else None)
+            result = engine_for(config).train(job)
     except NonFiniteError as exc:  # the configuration diverged at once: say where, not a traceback
         if args.json:
             json.dump({"key": config.trial_key(), "error": str(exc)}, sys.stdout, indent=2)

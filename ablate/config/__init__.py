@@ -62,6 +62,7 @@ from ablate.config.schema import (
 from ablate.config.sections import (
     AlgoConfig,
     CriticConfig,
+    EngineConfig,
     EvalConfig,
     FinalAnswerRewardConfig,
     FormatRewardConfig,
@@ -92,6 +93,7 @@ __all__ = [
     "ConfigProblem",
     "ConfigWarning",
     "CriticConfig",
+    "EngineConfig",
     "EvalConfig",
     "FinalAnswerRewardConfig",
     "FormatRewardConfig",

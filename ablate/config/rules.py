@@ -102,6 +102,8 @@ RULES: tuple[str, ...] = (
     "warning `sampler-on-policy`: `rollout.behaviour_logp=sampler` with an on-policy update (`algo.ppo_epochs=1`, `algo.minibatches=1`, "
     "`kl.placement=none`, no precision mismatch): no behaviour log-probs are used (it changes nothing).",
     "error: `loss.rollout_correction_cap` must be > 1 and `loss.rollout_correction_floor` in (0, 1) (field bounds).",
+    "error: `engine.name=trl` with an option TRL's GRPOTrainer cannot honour (token-placed rewards, a critic, "
+    "prompt-mean, dynamic sampling, ...; the engine's map in this page lists them).",
 )
 
 
@@ -377,6 +379,15 @@ def _eval_warmstart_rules(c: TrialConfig, errors: list[ConfigProblem], notes: li
             "smaller than warmstart.target_max")))
 
 
+def _engine_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
+    """engine.name=trl refuses what TRL's GRPOTrainer cannot honour (:func:`ablate.config.trl_map.trl_refusals`)."""
+    from dataclasses import replace
+
+    from ablate.config.trl_map import trl_refusals
+
+    errors.extend(replace(p, rule=True) for p in trl_refusals(c))
+
+
 #: Every group of rules, in the order their problems are reported.
 RULE_CHECKS: tuple[RuleCheck, ...] = (
     _critic_rules,
@@ -391,6 +402,7 @@ RULE_CHECKS: tuple[RuleCheck, ...] = (
     _precision_rules,
     _task_rules,
     _eval_warmstart_rules,
+    _engine_rules,
 )
 
 

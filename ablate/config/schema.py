@@ -36,6 +36,7 @@ from ablate.config.rules import check_rules
 from ablate.config.sections import (
     AlgoConfig,
     CriticConfig,
+    EngineConfig,
     EvalConfig,
     KLConfig,
     LossConfig,
@@ -84,6 +85,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "task.dataset": None,
     "train.packed": False,
     "rollout.cuda_graph": False,
+    "engine.name": "ablate",
 }
 
 
@@ -123,6 +125,7 @@ class TrialConfig(Section):
     optim: OptimConfig = Field(default_factory=OptimConfig, description="Optimizer of the RL phase.")
     train: TrainConfig = Field(default_factory=TrainConfig, description="Length and bookkeeping of the run.")
     eval: EvalConfig = Field(default_factory=EvalConfig, description="Held-out evaluation.")
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="The trainer that runs the trial.")
     seed: int = Field(
         0,
         ge=0,

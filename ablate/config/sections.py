@@ -805,6 +805,19 @@ class TrainConfig(Section):
     )
 
 
+class EngineConfig(Section):
+    """``engine``: the trainer that runs the trial (see ablate.engine and docs/config.md)."""
+
+    name: Literal["ablate", "trl"] = Field(
+        "ablate",
+        description=one_line("""Which trainer trains the trial. ablate: this package's own trainer (every option);
+        trl: TRL's GRPOTrainer (pip install 'ablate[trl]'), given the same model, warm start, prompts, sequence
+        rewards and evaluation, with the options it cannot honour refused at validation (docs/config.md has
+        the map). The store, queue, resume, MLflow run, evaluation, objective and report are the same."""),
+    )
+
+
+
 class EvalConfig(Section):
     """``eval``: held-out evaluation during and after training."""
 

@@ -1,0 +1,235 @@
+"""How a trial maps onto TRL's ``GRPOTrainer`` (``engine.name: trl``): the ``GRPOConfig`` arguments of a
+trial, the options TRL cannot honour (refused at validation), and the table ``docs/config.md`` shows.
+
+Pure: nothing here imports TRL, so that ``ablate validate`` refuses an unmappable trial without it.
+:func:`grpo_arguments` applies the map and :data:`TRL_MAP` says it in words; both are kept in one
+place so that the table cannot drift from the code (``python -m ablate.config_docs`` renders it).
+
+The unit of ``train.steps`` differs: one ablate RL step (a rollout, then ``algo.ppo_epochs`` x
+``algo.minibatches`` optimizer steps) is :func:`optimizer_steps_per_rl_step` of TRL's global steps,
+so a trial of ``train.steps`` RL steps is ``max_steps = train.steps x that`` in TRL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ablate.config.problems import ConfigProblem
+
+if TYPE_CHECKING:
+    from ablate.config.schema import TrialConfig
+
+__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments",
+           "optimizer_steps_per_rl_step", "trl_refusals"]
+
+#: ablate's loss aggregation -> TRL's ``loss_type`` with the same normalizer (one process, no gradient
+#: accumulation: TRL's bnpo divides by the micro-batch's tokens as ablate's token-mean divides by the
+#: minibatch's; dr_grpo by ``max_completion_length`` x sequences; luspo sums each sequence's tokens).
+AGGREGATION_LOSS_TYPES: dict[str, str] = {
+    "seq-mean-token-mean": "grpo",
+    "token-mean": "bnpo",
+    "seq-mean-token-sum-norm": "dr_grpo",
+    "seq-mean-token-sum": "luspo",
+}
+
+#: The sequence-level reward components the TRL engine hands to TRL as reward functions (their weights
+#: become ``reward_weights``); every other component is placed on tokens or needs the trainer's state.
+TRL_REWARDS: tuple[str, ...] = ("final_answer", "partial", "format")
+
+#: ablate's advantage estimators TRL computes: grpo (group mean, std by ``scale_rewards``) and dr_grpo
+#: (the group mean alone, TRL's ``scale_rewards="none"``).
+_ESTIMATORS = ("grpo", "dr_grpo")
+
+
+@dataclass(frozen=True)
+class MapRow:
+    """One row of the map: ablate's option(s), the ``GRPOConfig`` field(s), and how one becomes the other."""
+
+    ablate: str
+    trl: str
+    how: str
+
+
+#: The map in words (docs/config.md); :func:`grpo_arguments` is the code that applies it.
+TRL_MAP: tuple[MapRow, ...] = (
+    MapRow("loss.aggregation", "loss_type",
+           "seq-mean-token-mean → grpo; token-mean → bnpo; seq-mean-token-sum-norm → dr_grpo; "
+           "seq-mean-token-sum → luspo; prompt-mean, balanced-mean: refused"),
+    MapRow("loss.ratio_level", "importance_sampling_level", "token → token; sequence (GSPO) → sequence; "
+           "sequence_token: refused"),
+    MapRow("loss.clip_low, loss.clip_high", "epsilon, epsilon_high", "as they are (surrogate ppo only; "
+           "loss.dual_clip refused: TRL's delta caps the ratio, not the negative-advantage loss)"),
+    MapRow("kl.placement, kl.beta, kl.estimator", "beta, use_bias_correction_kl",
+           "loss → beta = kl.beta with TRL's k3 (estimator auto or k3), use_bias_correction_kl = false; "
+           "none → beta = 0; reward (token-level KL rewards), kl.adaptive: refused"),
+    MapRow("algo.advantage, algo.adv_std", "scale_rewards",
+           "grpo with adv_std group/batch/none → group/batch/none; dr_grpo → none; "
+           "adv_mean batch, rloo, gae, grpo_process: refused"),
+    MapRow("algo.ppo_epochs", "num_iterations", "as it is"),
+    MapRow("algo.minibatches", "steps_per_generation, per_device_train_batch_size",
+           "steps_per_generation = minibatches; per-device batch = prompts x group / minibatches; "
+           "gradient_accumulation_steps = 1 (one process)"),
+    MapRow("rollout.group_size, rollout.prompts_per_step", "num_generations, generation_batch_size",
+           "num_generations = group_size; a generation batch = prompts_per_step x group_size completions"),
+    MapRow("rollout.max_new_tokens, rollout.temperature, rollout.top_p",
+           "max_completion_length, temperature, top_p", "as they are; top_k = 0"),
+    MapRow("train.steps", "max_steps", "train.steps x ppo_epochs x minibatches (TRL counts optimizer steps)"),
+    MapRow("train.checkpoint_every", "save_steps", "checkpoint_every x ppo_epochs x minibatches"),
+    MapRow("reward.components and weights", "reward_funcs, reward_weights",
+           "final_answer, partial, format (mode sequence) as TRL reward functions with their weights; "
+           "prm, kl, local format, missing_eos, soft_overlong, overlong_filter: refused"),
+    MapRow("optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.max_grad_norm",
+           "learning_rate, adam_beta1/2, adam_epsilon, weight_decay, max_grad_norm",
+           "as they are; optim = adamw_torch, lr_scheduler_type = constant"),
+    MapRow("loss.entropy_coef", "entropy_coef", "as it is with loss.aggregation token-mean (TRL's entropy "
+           "bonus is a token mean); with another aggregation: refused"),
+    MapRow("seed, stream", "seed", "the trial's random stream (the same seed gives the same TRL run)"),
+    MapRow("model, warmstart, task, eval", "model, processing_class, train_dataset, callbacks",
+           "the same (warm-started) model and tokenizer, the task's train problems as a datasets.Dataset, "
+           "ablate's greedy evaluation on the same held-out problems every eval.every RL steps"),
+)
+
+
+def optimizer_steps_per_rl_step(c: TrialConfig) -> int:
+    """TRL global (optimizer) steps per ablate RL step: ``algo.ppo_epochs x algo.minibatches``."""
+    return c.algo.ppo_epochs * c.algo.minibatches
+
+
+def _kl_beta(c: TrialConfig) -> float:
+    return float(c.kl.beta) if c.kl.placement == "loss" else 0.0
+
+
+def _scale_rewards(c: TrialConfig) -> str:
+    return "none" if c.algo.advantage == "dr_grpo" else c.algo.adv_std
+
+
+def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
+    """The ``GRPOConfig`` keyword arguments of trial ``c`` that decide what it computes (the TRL engine adds
+    where it writes, its device and its bookkeeping). Assumes :func:`trl_refusals` found nothing."""
+    k = optimizer_steps_per_rl_step(c)
+    completions = c.rollout.prompts_per_step * c.rollout.group_size
+    return {
+        "loss_type": AGGREGATION_LOSS_TYPES[c.loss.aggregation],
+        "importance_sampling_level": c.loss.ratio_level,
+        "epsilon": float(c.loss.clip_low),
+        "epsilon_high": float(c.loss.clip_high),
+        "beta": _kl_beta(c),
+        "use_bias_correction_kl": False,
+        "scale_rewards": _scale_rewards(c),
+        "num_iterations": c.algo.ppo_epochs,
+        "steps_per_generation": c.algo.minibatches,
+        "per_device_train_batch_size": completions // c.algo.minibatches,
+        "gradient_accumulation_steps": 1,
+        "num_generations": c.rollout.group_size,
+        "max_completion_length": c.rollout.max_new_tokens,
+        "temperature": float(c.rollout.temperature),
+        "top_p": float(c.rollout.top_p),
+        "top_k": 0,
+        "max_steps": c.train.steps * k,
+        "save_steps": max(1, c.train.checkpoint_every * k),
+        "reward_weights": [float(getattr(c.reward, name).weight) for name in c.reward.components],
+        "learning_rate": float(c.optim.lr),
+        "adam_beta1": float(c.optim.betas[0]),
+        "adam_beta2": float(c.optim.betas[1]),
+        "adam_epsilon": float(c.optim.eps),
+        "weight_decay": float(c.optim.weight_decay),
+        "max_grad_norm": float(c.optim.max_grad_norm),
+        "optim": "adamw_torch",
+        "lr_scheduler_type": "constant",
+        "entropy_coef": float(c.loss.entropy_coef),
+        "mask_truncated_completions": False,
+        "multi_objective_aggregation": "sum_then_normalize",
+    }
+
+
+def _refuse(problems: list[ConfigProblem], path: str, what: str, fix: str = "") -> None:
+    problems.append(ConfigProblem(path, (
+        f"engine.name=trl: TRL's GRPOTrainer cannot honour {what}; engine.name=ablate supports it"
+        + (f" (or {fix})" if fix else ""))))
+
+
+def _reward_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
+    others = [n for n in c.reward.components if n not in TRL_REWARDS]
+    if others:
+        _refuse(out, "reward.components", f"the reward components {', '.join(others)} (TRL's reward functions "
+                f"give one reward per completion; it takes {', '.join(TRL_REWARDS)})")
+    if "format" in c.reward.components and c.reward.format.mode != "sequence":
+        _refuse(out, "reward.format.mode", f"reward.format.mode={c.reward.format.mode} (a token-placed format "
+                "penalty)", "reward.format.mode=sequence")
+    if c.reward.overlong_filter:
+        _refuse(out, "reward.overlong_filter", "reward.overlong_filter=true as ablate defines it")
+
+
+def _advantage_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
+    a = c.algo
+    if a.advantage not in _ESTIMATORS:
+        _refuse(out, "algo.advantage", f"algo.advantage={a.advantage}", "algo.advantage=grpo or dr_grpo")
+    if a.adv_mean != "group":
+        _refuse(out, "algo.adv_mean", f"algo.adv_mean={a.adv_mean} (TRL subtracts the group's mean)")
+    if a.whiten:
+        _refuse(out, "algo.whiten", "algo.whiten=true")
+    for flag in ("dynamic_sampling", "zero_variance_filter"):
+        if getattr(a, flag):
+            _refuse(out, f"algo.{flag}", f"algo.{flag}=true (TRL does not resample or drop groups)")
+    if a.drop_solved_at is not None:
+        _refuse(out, "algo.drop_solved_at", "algo.drop_solved_at (TRL's sampler draws from every prompt)")
+    if c.critic.enabled:
+        _refuse(out, "critic.enabled", "a critic (GAE with a value function)")
+
+
+def _loss_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
+    lo = c.loss
+    if lo.surrogate != "ppo":
+        _refuse(out, "loss.surrogate", f"loss.surrogate={lo.surrogate} as ablate defines it", "loss.surrogate=ppo")
+    if lo.dual_clip is not None:
+        _refuse(out, "loss.dual_clip", "loss.dual_clip (TRL's delta caps the ratio instead)")
+    if lo.aggregation not in AGGREGATION_LOSS_TYPES:
+        _refuse(out, "loss.aggregation", f"loss.aggregation={lo.aggregation}",
+                f"one of {', '.join(AGGREGATION_LOSS_TYPES)}")
+    if lo.ratio_level not in ("token", "sequence"):
+        _refuse(out, "loss.ratio_level", f"loss.ratio_level={lo.ratio_level}", "token or sequence")
+    if lo.aggregation == "seq-mean-token-sum-norm" and lo.max_len not in (None, c.rollout.max_new_tokens):
+        _refuse(out, "loss.max_len", "a Dr. GRPO constant other than rollout.max_new_tokens", "loss.max_len=null")
+    if lo.entropy_coef != 0.0 and lo.aggregation != "token-mean":
+        _refuse(out, "loss.entropy_coef", f"an entropy bonus aggregated by {lo.aggregation} (TRL's is a token "
+                "mean)", "loss.aggregation=token-mean")
+    if lo.rollout_correction != "none":
+        _refuse(out, "loss.rollout_correction", f"loss.rollout_correction={lo.rollout_correction}")
+    if c.kl.placement == "reward":
+        _refuse(out, "kl.placement", "kl.placement=reward (a per-token KL reward)", "kl.placement=loss")
+    if c.kl.placement == "loss" and c.kl.estimator not in ("auto", "k3"):
+        _refuse(out, "kl.estimator", f"kl.estimator={c.kl.estimator} in the loss (TRL uses k3)", "kl.estimator=k3")
+    if c.kl.adaptive:
+        _refuse(out, "kl.adaptive", "an adaptive KL coefficient")
+
+
+def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
+    if c.train.packed:
+        _refuse(out, "train.packed", "a packed population (ablate run --pack)")
+    if c.rollout.dtype is not None:
+        _refuse(out, "rollout.dtype", "a rollout precision apart from the trainer's")
+    if c.rollout.behaviour_logp != "recompute":
+        _refuse(out, "rollout.behaviour_logp", f"rollout.behaviour_logp={c.rollout.behaviour_logp}")
+    if c.rollout.cuda_graph:
+        _refuse(out, "rollout.cuda_graph", "ablate's CUDA-graph decode")
+    if c.model.lm_head_dtype is not None:
+        _refuse(out, "model.lm_head_dtype", "model.lm_head_dtype as ablate applies it")
+    if c.model.dtype not in ("auto", "float32"):
+        _refuse(out, "model.dtype", f"model.dtype={c.model.dtype} (not mapped yet)", "model.dtype=float32")
+    if c.optim.warmup_steps:
+        _refuse(out, "optim.warmup_steps", "ablate's warmup schedule ((s+1)/warmup; TRL's is s/warmup)")
+
+
+def trl_refusals(c: TrialConfig) -> list[ConfigProblem]:
+    """The options of ``c`` that TRL's GRPOTrainer cannot honour (empty unless ``engine.name=trl``).
+
+    Each problem names the option, says that the trl engine cannot honour it and that engine.name=ablate
+    can; ``ablate validate`` and ``ablate run`` refuse such a trial with exit 2 before anything is written.
+    """
+    out: list[ConfigProblem] = []
+    if c.engine.name != "trl":
+        return out
+    for check in (_reward_refusals, _advantage_refusals, _loss_refusals, _run_refusals):
+        check(c, out)
+    return out

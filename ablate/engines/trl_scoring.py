@@ -1,0 +1,112 @@
+"""The task's sequence rewards as TRL reward functions, and ablate's rollout metrics read off what TRL
+generated (the TRL engine's counterpart of :func:`ablate.train.stats.rollout_metrics`).
+
+TRL calls every reward function once per generation batch with the batch's prompts, decoded completions
+(special tokens dropped: no EOS), completion token ids (EOS included when one was generated) and the
+dataset's extra columns — here ``problem``, the index of the train problem. :class:`TrlScorer` grades each
+completion once per batch (:meth:`ablate.tasks.Task.grade`, the grader ablate's own trainer uses), gives
+each component's unweighted value (TRL applies ``reward_weights``), and keeps the batch's rollout
+metrics until the engine logs its RL step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ablate.tasks import Grade, Problem, Task
+
+#: A TRL reward function: ``f(prompts=..., completions=..., completion_ids=..., problem=..., **kw)``.
+RewardFn = Callable[..., list[float]]
+
+
+def component_value(name: str, grade: Grade) -> float:
+    """One sequence-level component's unweighted reward for a graded completion (as ablate's components:
+    final_answer 1/0, partial the task's credit in [0, 1], format 1 when well-formed (mode sequence))."""
+    if name == "final_answer":
+        return float(grade.answer_correct)
+    if name == "partial":
+        return float(grade.partial)
+    if name == "format":
+        return float(grade.format_ok)
+    raise ValueError(f"no sequence reward {name!r} for the trl engine")
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+@dataclass
+class TrlScorer:
+    """Grades TRL's completions once per generation batch; its :meth:`reward_functions` go to ``GRPOTrainer``.
+
+    Attributes:
+        task, pool: the task and its train problems (the dataset's ``problem`` column indexes ``pool``).
+        weights: each component's weight (``reward.<name>.weight``), in ``reward.components`` order.
+        eos_id: the tokenizer's EOS id (a completion whose ids end elsewhere was cut at the length limit).
+        batches: the rollout metrics of each graded batch not yet taken by :meth:`take_metrics`.
+        samples: the first completions of the last batch, as :func:`ablate.train.stats.sample_table` rows.
+    """
+
+    task: Task
+    pool: list[Problem]
+    weights: dict[str, float]
+    eos_id: int
+    batches: list[dict[str, float]] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    _key: tuple[Any, ...] | None = None
+    _grades: list[Grade] = field(default_factory=list)
+
+    def grades(self, completions: Sequence[str], problem: Sequence[int], completion_ids: Sequence[Sequence[int]],
+               prompts: Sequence[str]) -> list[Grade]:
+        """The grades of a batch (computed on the first call for it, reused by the other components)."""
+        key = (tuple(completions), tuple(int(i) for i in problem))
+        if key != self._key:
+            self._key = key
+            self._grades = [self.task.grade(self.pool[int(i)], c) for i, c in zip(problem, completions, strict=True)]
+            self._record(self._grades, completion_ids, completions, prompts)
+        return self._grades
+
+    def _record(self, grades: list[Grade], ids: Sequence[Sequence[int]], texts: Sequence[str],
+                prompts: Sequence[str]) -> None:
+        """Keep the batch's rollout metrics and sample rows."""
+        parts = {n: [w * component_value(n, g) for g in grades] for n, w in self.weights.items()}
+        lengths = [float(len(x)) for x in ids]
+        correct = [g.answer_correct for g in grades]
+        m = {"reward/total": _mean([sum(v) for v in zip(*parts.values(), strict=True)])}
+        m.update({f"reward/{n}": _mean(v) for n, v in parts.items()})
+        m["reward/accuracy"] = _mean([float(c) for c in correct])
+        m["reward/format_rate"] = _mean([float(g.format_ok) for g in grades])
+        m["reward/step_accuracy"] = _mean([g.step_accuracy for g in grades])
+        m["response/length"] = _mean(lengths)
+        m["response/length_correct"] = _mean([n for n, c in zip(lengths, correct, strict=True) if c])
+        m["response/length_incorrect"] = _mean([n for n, c in zip(lengths, correct, strict=True) if not c])
+        m["response/truncated_frac"] = _mean([float(not x or int(x[-1]) != self.eos_id) for x in ids])
+        m["compute/tokens"], m["compute/samples"] = float(sum(lengths)), float(len(ids))
+        self.batches.append(m)
+        self.samples = [{"prompt": p, "completion": t, "correct": bool(g.answer_correct),
+                         **{f"reward/{n}": v[i] for n, v in parts.items()}}
+                        for i, (p, t, g) in enumerate(zip(prompts[:16], texts[:16], grades[:16]))]
+
+    def take_metrics(self) -> dict[str, float]:
+        """The rollout metrics of the batches graded since the last call (summed counts, mean rates)."""
+        batches, self.batches = self.batches, []
+        if not batches:
+            return {}
+        out = {k: _mean([b[k] for b in batches]) for k in batches[0]}
+        out["compute/tokens"] = sum(b["compute/tokens"] for b in batches)
+        out["compute/samples"] = sum(b["compute/samples"] for b in batches)
+        return out
+
+    def reward_functions(self) -> list[RewardFn]:
+        """One TRL reward function per component, named after it (TRL logs ``rewards/<name>/mean``)."""
+        return [self._function(name) for name in self.weights]
+
+    def _function(self, name: str) -> RewardFn:
+        def reward(prompts: list[str], completions: list[str], completion_ids: list[list[int]], problem: list[int],
+                   **_: Any) -> list[float]:
+            return [component_value(name, g) for g in self.grades(completions, problem, completion_ids, prompts)]
+
+        reward.__name__ = name
+        return reward

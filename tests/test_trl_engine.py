@@ -1,0 +1,189 @@
+"""engine.name: trl — TRL's GRPOTrainer behind the engine seam.
+
+- the map is right: for each mapped option set, TRL's own loss code (``GRPOTrainer._compute_loss`` of the
+  trainer the engine builds) and ablate's (``rl.losses`` with the trial's options) give the same loss and
+  gradient on the same batch, on-policy and with moved old log-probs (clipping active);
+- options TRL cannot honour are refused at validation, exit 2, one message, nothing written;
+- a study with the trl engine runs through the same store, MLflow run and report path, and a trial killed
+  mid-run resumes from TRL's checkpoint with each (metric, step) logged once.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ablate.config import TrialConfig
+from ablate.config.trl_map import AGGREGATION_LOSS_TYPES, grpo_arguments, trl_refusals
+from ablate.rl import kl_penalty
+from ablate.rl.losses import aggregate_loss, policy_loss_from_config
+
+trl = pytest.importorskip("trl")
+
+#: A micro trial: random-init tiny-llama (no warm start), 2 prompts x 4 completions of at most 8 tokens.
+MICRO = {"warmstart.enabled": False, "task.difficulty": 2, "rollout.prompts_per_step": 2, "rollout.group_size": 4,
+         "rollout.max_new_tokens": 8, "algo.minibatches": 1, "eval.n_problems": 4, "task.train_size": 64,
+         "engine.name": "trl", "threads": 1, "device": "cpu"}
+
+
+def micro_config(**overrides: object) -> TrialConfig:
+    return TrialConfig.from_overrides({**MICRO, **overrides})
+
+
+def micro_batch(state, seed: int = 0) -> dict[str, torch.Tensor]:
+    """2 prompts of one length x 4 completions: random tokens, some ended by EOS early, right-padded."""
+    g = torch.Generator().manual_seed(seed)
+    by_len: dict[int, list[list[int]]] = {}
+    for p in state.train_pool:
+        by_len.setdefault(len(state.policy.encode_prompt(p.prompt)), []).append(state.policy.encode_prompt(p.prompt))
+    prompts = next(v[:2] for v in by_len.values() if len(v) >= 2)  # equal lengths: TRL passes no position ids
+    prompt_ids = torch.tensor([p for p in prompts for _ in range(4)])  # (8, P)
+    t, eos, pad = 8, state.policy.eos_token_id, state.policy.pad_token_id
+    completion = torch.randint(4, 100, (8, t), generator=g)  # (8, T) ordinary characters
+    lengths = torch.tensor([8, 3, 5, 8, 1, 6, 8, 4])
+    mask = (torch.arange(t)[None, :] < lengths[:, None]).long()  # (8, T)
+    ended = lengths < t
+    completion[ended, lengths[ended] - 1] = eos
+    completion = torch.where(mask.bool(), completion, torch.full_like(completion, pad))
+    return {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion,
+            "completion_mask": mask, "advantages": torch.randn(8, generator=g)}
+
+
+def ablate_loss(c: TrialConfig, model, batch, old_logp, ref_logp) -> torch.Tensor:
+    """ablate's loss of the batch with the trial's options (as ``train.update.micro_batch_loss`` builds it)."""
+    from ablate.models.logprobs import token_logprobs_and_entropy
+
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    mask = batch["completion_mask"].float()
+    logp, _ = token_logprobs_and_entropy(model, ids, attn, num_prompt_tokens=batch["prompt_ids"].shape[1],
+                                         temperature=c.rollout.temperature)
+    old = logp.detach() if old_logp is None else old_logp
+    adv = batch["advantages"][:, None].expand_as(mask) * mask  # (B, T): a sequence's advantage on its tokens
+    per_token, _ = policy_loss_from_config(logp, old, adv, mask, c.loss)
+    loss = aggregate_loss(per_token, mask, c.loss.aggregation, max_len=c.loss_max_len)
+    if c.kl.placement == "loss":
+        kl = kl_penalty(logp, ref_logp, estimator=c.kl_estimator, mask=mask)
+        loss = loss + c.kl.beta * aggregate_loss(kl, mask, c.loss.aggregation, max_len=c.loss_max_len)
+    return loss
+
+
+def trl_loss(trainer, batch, old_logp, ref_logp) -> torch.Tensor:
+    """TRL's loss of the same batch: ``GRPOTrainer._compute_loss`` of the trainer the engine built."""
+    inputs = dict(batch)
+    if old_logp is not None:
+        inputs["old_per_token_logps"] = old_logp
+    if ref_logp is not None:
+        inputs["ref_per_token_logps"] = ref_logp
+    inputs["num_items_in_batch"] = batch["completion_mask"].sum()
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer._compute_loss(trainer.model, inputs)
+
+
+def both_losses(c: TrialConfig, tmp_path, *, moved: bool, seed: int = 0):
+    """(ablate's loss, its gradient, TRL's loss, its gradient) on one batch for trial ``c``."""
+    from ablate.engines.trl import build_trainer, make_scorer
+    from ablate.models.logprobs import token_logprobs
+    from ablate.train.setup import setup_trial
+
+    state = setup_trial(c)
+    trainer = build_trainer(state, make_scorer(state), tmp_path / "trl", save=False)
+    model = trainer.model
+    batch = micro_batch(state, seed)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logp0 = token_logprobs(model, ids, attn, num_prompt_tokens=batch["prompt_ids"].shape[1])
+    g = torch.Generator().manual_seed(seed + 1)
+    mask = batch["completion_mask"].float()
+    old = (logp0 + 0.3 * torch.randn(logp0.shape, generator=g)) * mask if moved else None  # ratios far from 1
+    ref = (logp0 + 0.2 * torch.randn(logp0.shape, generator=g)) * mask if c.kl.placement == "loss" else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    ours = ablate_loss(c, model, batch, old, ref)
+    our_grad = torch.autograd.grad(ours, params)
+    theirs = trl_loss(trainer, batch, old, ref)
+    their_grad = torch.autograd.grad(theirs, params)
+    return ours, our_grad, theirs, their_grad
+
+
+OPTION_SETS = [
+    {"loss.aggregation": agg, "loss.ratio_level": level}
+    for agg in AGGREGATION_LOSS_TYPES for level in ("token", "sequence")
+] + [
+    {"loss.aggregation": "seq-mean-token-mean", "kl.placement": "loss", "kl.beta": 0.1},
+    {"loss.aggregation": "token-mean", "kl.placement": "loss", "kl.beta": 0.1, "loss.clip_high": 0.28},
+    {"loss.aggregation": "seq-mean-token-sum-norm", "algo.advantage": "dr_grpo", "algo.adv_std": "group"},
+    {"loss.aggregation": "token-mean", "loss.ratio_level": "sequence", "loss.clip_low": 3e-4, "loss.clip_high": 4e-4},
+]
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("moved", [False, True], ids=["on-policy", "moved-old-logp"])
+def test_trl_loss_and_gradient_equal_ablate_s_for_each_mapped_option_set(options, moved, tmp_path):
+    c = micro_config(**options)
+    ours, our_grad, theirs, their_grad = both_losses(c, tmp_path, moved=moved)
+    assert torch.isfinite(ours) and float(ours) != 0.0
+    torch.testing.assert_close(theirs, ours, rtol=1e-5, atol=1e-7)
+    for a, b in zip(our_grad, their_grad, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-7)
+    assert max(float(g.abs().max()) for g in our_grad) > 0
+
+
+def test_the_comparison_can_fail_a_wrong_map_is_caught(tmp_path):
+    """The same comparison with TRL told another loss type (dapo's normalizer is not seq-mean-token-mean's)."""
+    c = micro_config(**{"loss.aggregation": "seq-mean-token-mean"})
+    from ablate.engines.trl import build_trainer, make_scorer
+    from ablate.train.setup import setup_trial
+
+    state = setup_trial(c)
+    trainer = build_trainer(state, make_scorer(state), tmp_path / "trl", save=False)
+    trainer.loss_type = "luspo"  # a sum over each sequence's tokens, not their mean
+    batch = micro_batch(state)
+    ours = ablate_loss(c, trainer.model, batch, None, None)
+    theirs = trl_loss(trainer, batch, None, None)
+    assert not torch.allclose(ours, theirs, rtol=1e-3)
+
+
+def test_grpo_arguments_of_a_trial_by_hand():
+    c = micro_config(**{"loss.aggregation": "seq-mean-token-sum-norm", "loss.ratio_level": "sequence",
+                        "loss.clip_low": 3e-4, "loss.clip_high": 4e-4, "kl.placement": "loss", "kl.beta": 0.05,
+                        "algo.ppo_epochs": 2, "algo.minibatches": 2, "train.steps": 5, "train.checkpoint_every": 2,
+                        "reward.components": ["final_answer", "format"], "reward.format.weight": 0.1,
+                        "algo.adv_std": "batch", "optim.lr": 3e-5})
+    a = grpo_arguments(c)
+    assert a["loss_type"] == "dr_grpo" and a["importance_sampling_level"] == "sequence"
+    assert (a["epsilon"], a["epsilon_high"], a["beta"]) == (3e-4, 4e-4, 0.05)
+    assert a["use_bias_correction_kl"] is False and a["scale_rewards"] == "batch"
+    assert (a["num_iterations"], a["steps_per_generation"], a["per_device_train_batch_size"]) == (2, 2, 4)
+    assert (a["max_steps"], a["save_steps"]) == (20, 8)  # 5 RL steps x 2 epochs x 2 minibatches; 2 x 4
+    assert a["reward_weights"] == [1.0, 0.1] and a["learning_rate"] == 3e-5
+    assert a["num_generations"] == 4 and a["max_completion_length"] == 8
+
+
+@pytest.mark.parametrize(("override", "path"), [
+    ({"reward.components": ["final_answer", "prm"]}, "reward.components"),
+    ({"kl.placement": "reward", "reward.components": ["final_answer", "kl"]}, "kl.placement"),
+    ({"algo.advantage": "gae", "critic.enabled": True}, "algo.advantage"),
+    ({"loss.aggregation": "prompt-mean"}, "loss.aggregation"),
+    ({"algo.dynamic_sampling": True}, "algo.dynamic_sampling"),
+    ({"loss.dual_clip": 3.0}, "loss.dual_clip"),
+    ({"loss.ratio_level": "sequence_token"}, "loss.ratio_level"),
+    ({"train.packed": True}, "train.packed"),
+])
+def test_options_trl_cannot_honour_are_refused_by_name(override, path):
+    from ablate.config import TrialConfigError
+
+    TrialConfig.from_overrides({**MICRO, "engine.name": "ablate", **override})  # fine on ablate's own trainer
+    with pytest.raises(TrialConfigError) as err:
+        micro_config(**override)
+    problems = err.value.problems
+    assert [p.path for p in problems].count(path) == 1, problems
+    msg = next(p.message for p in problems if p.path == path)
+    assert "engine.name=trl" in msg and "engine.name=ablate supports it" in msg
+
+
+def test_the_default_trial_on_trl_is_accepted_and_its_key_names_the_engine():
+    assert trl_refusals(micro_config()) == []
+    assert micro_config().trial_key() != micro_config(**{"engine.name": "ablate"}).trial_key()
+    assert TrialConfig().trial_key() == TrialConfig.from_overrides({"engine.name": "ablate"}).trial_key()
