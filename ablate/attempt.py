@@ -283,10 +283,14 @@ def run_unqueued(session: Session, spec: TrialSpec) -> TrialResult:
 
 
 def drop_checkpoint(workdir: str | Path) -> None:
-    """Delete a finished trial's checkpoint (``trainer.pt`` and a temporary file a save left) and its
+    """Delete a finished trial's checkpoint (``trainer.pt`` and a temporary file a save left, or the trl
+    engine's ``trl/`` folder) and its
     folder when nothing else is in it (an outbox ``unsent.json`` stays until it is uploaded). A trial is
     only finished once its result is in the store, so no retry needs the checkpoint; ~10 MB a tiny-llama
     trial, ~13 GB for the ~1,300 trials of the predefined studies at the seeds they need."""
+    import shutil
+
+    from ablate.engines.trl import TRL_DIR
     from ablate.train import CHECKPOINT_FILE
 
     folder = Path(workdir)
@@ -295,6 +299,7 @@ def drop_checkpoint(workdir: str | Path) -> None:
             path.unlink()
         except FileNotFoundError:
             pass
+    shutil.rmtree(folder / TRL_DIR, ignore_errors=True)  # the trl engine's checkpoints
     try:
         folder.rmdir()
     except OSError:  # not empty (an outbox, a file moved aside) or already gone

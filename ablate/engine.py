@@ -55,9 +55,10 @@ class EngineJob:
 
 
 def has_checkpoint(workdir: Path | None, config: TrialConfig | None = None) -> bool:
-    """Whether a trial's folder holds a checkpoint of its engine to resume from (a killed attempt's)."""
-    engine = engine_for(config) if config is not None else ENGINES["ablate"]
-    return engine.has_checkpoint(workdir)
+    """Whether a trial's folder holds a checkpoint to resume from (a killed attempt's): of ``config``'s
+    engine, or of any engine when ``config`` is None."""
+    engines = [engine_for(config)] if config is not None else list(ENGINES.values())
+    return any(e.has_checkpoint(workdir) for e in engines)
 
 
 class TrialEngine(Protocol):

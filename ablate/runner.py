@@ -308,14 +308,14 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
 
 def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int], runs: str) -> str:
     """The line that opens a round: trials, done, to run, and what dead workers left."""
-    from ablate.train import CHECKPOINT_FILE
+    from ablate.engine import has_checkpoint
 
     msg = (f"study {plan.study.name}, budget {plan.budget}: {prepared.total} trials; {counts['done']} already done, "
            f"{counts['pending']} to run")
     if counts["running"]:
         msg += f", {counts['running']} running on other workers"
     if prepared.stale:
-        saved = sum((trial_dir(plan.study.name, s.attempt.key, runs) / CHECKPOINT_FILE).exists() for s in prepared.stale)
+        saved = sum(has_checkpoint(trial_dir(plan.study.name, s.attempt.key, runs)) for s in prepared.stale)
         n = len(prepared.stale)
         how = ("they resume from their checkpoints" if saved == n else "they start over: no checkpoint was saved"
                if saved == 0 else f"{saved} resume from their checkpoints, {n - saved} start over")

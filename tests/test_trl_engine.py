@@ -187,3 +187,67 @@ def test_the_default_trial_on_trl_is_accepted_and_its_key_names_the_engine():
     assert trl_refusals(micro_config()) == []
     assert micro_config().trial_key() != micro_config(**{"engine.name": "ablate"}).trial_key()
     assert TrialConfig().trial_key() == TrialConfig.from_overrides({"engine.name": "ablate"}).trial_key()
+
+
+# ------------------------------------------------------------------------------ a study on the trl engine
+
+
+def write_trl_study(folder, name: str) -> object:
+    import yaml
+
+    base = {**{k: v for k, v in MICRO.items() if k not in ("threads", "device")}, "model.name": "micro-llama",
+            "task.difficulty": 1, "rollout.max_new_tokens": 16, "algo.minibatches": 2, "train.steps": 6,
+            "train.checkpoint_every": 2, "eval.every": 3, "task.train_size": 200}
+    study = {"name": name, "base": base, "seeds": 1, "objective": {"metric": "eval/accuracy", "mode": "max"},
+             "factors": {"ratio": {"levels": {"token": {"loss.ratio_level": "token"}}}}}
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_checkpoint(workdir, capsys):
+    """The same store, MLflow run, evaluation and report path as ablate's trainer; killed after its RL step 2
+    checkpoint, the same command resumes from it (TRL's resume_from_checkpoint) and every (metric, step) is
+    in the trial's one MLflow run once."""
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+    from test_runner import attempts_by_key, kill_once_written, mlflow_runs, sub_env
+
+    from ablate.cli import main
+    from ablate.paths import STORE_FILE
+    from ablate.plan import Plan
+    from ablate.study import load_study
+
+    study_file = write_trl_study(workdir, "trlkill")
+    (key,) = [s.key for s in Plan.of(load_study(study_file), "default").specs]
+    trial = workdir / "runs" / "trlkill" / "trials" / key
+    log = open(workdir / "first.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(study_file), "--no-progress", "--threads", "1"],
+                            cwd=workdir, env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    kill_once_written(proc, [trial / "trl" / "checkpoint-4" / "ablate_history.json"], workdir / "first.log")
+    log.close()
+    storage = str(workdir / "runs" / "trlkill" / STORE_FILE)
+    assert [a.state for a in attempts_by_key(storage, "trlkill")[key]] == ["running"]
+
+    assert main(["run", str(study_file), "--no-progress", "--threads", "1"]) == 0
+    err = capsys.readouterr().err
+    assert "1 of them left by dead workers: they resume from their checkpoints" in err
+    stale, resumed = attempts_by_key(storage, "trlkill")[key]
+    assert stale.state == "failed" and resumed.state == "done" and resumed.result["resumed_from"] >= 2
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    _, (child,) = mlflow_runs(uri, "trlkill")
+    assert child.info.status == "FINISHED" and child.data.params["engine.name"] == "trl"
+    c = MlflowClient(uri)
+    for metric, steps in (("reward/total", list(range(1, 7))), ("trl/loss", list(range(1, 7))),
+                          ("compute/tokens", list(range(7))), ("eval/accuracy", [0, 3, 6])):
+        logged = sorted(m.step for m in c.get_metric_history(child.info.run_id, metric))
+        assert logged == steps, (metric, logged)  # each step once, none missing across the kill
+    tokens = [m.value for m in sorted(c.get_metric_history(child.info.run_id, "compute/tokens"), key=lambda m: m.step)]
+    assert all(b > a for a, b in zip(tokens, tokens[1:]))  # cumulative across the resume
+    assert float(child.data.tags["ablate.objective"]) == resumed.value == child.data.metrics["eval/accuracy"]
+    assert not trial.exists() or not (trial / "trl").exists()  # finished: TRL's checkpoints dropped
+    assert (workdir / "reports" / "trlkill" / "index.html").exists()

@@ -18,11 +18,14 @@ the last one with ``resume_from_checkpoint``, and logs only the steps after it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import tempfile
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -195,7 +198,7 @@ def _grpo_config(c: Any, output_dir: Path, device: Any, save: bool) -> Any:
         output_dir=str(output_dir), **grpo_arguments(c),
         seed=derive_seed(*trial_stream(c), "trl") % (2**31), use_cpu=device.type == "cpu", bf16=False, fp16=False,
         **{checkpointing: False}, disable_dropout=True, report_to=[], logging_steps=1, disable_tqdm=True,
-        save_strategy="steps" if save else "no", save_only_model=False, eval_strategy="no",
+        save_strategy="steps" if save else "no", save_only_model=False, save_total_limit=2, eval_strategy="no",
         dataloader_num_workers=0, log_completions=False, shuffle_dataset=True,
     )
 
@@ -207,6 +210,15 @@ def _save_reference(state: TrialState, folder: Path) -> None:
     state.model.config._name_or_path = str(folder)
 
 
+@contextlib.contextmanager
+def quiet_deprecations() -> Iterator[None]:
+    """TRL asks the model for ``is_gradient_checkpointing``, a name transformers 5 deprecates, at every step:
+    a warning about TRL's code that no user of ablate can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
+        yield
+
+
 def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, save: bool,
                   callbacks: list[Any] | None = None) -> Any:
     """TRL's ``GRPOTrainer`` for the trial of ``state``: its model and a copy of its tokenizer, the train
@@ -214,7 +226,6 @@ def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, sav
     and progress callbacks removed (the trial's log is ablate's). With ``kl.placement=loss`` the start
     policy is saved under ``output_dir/reference`` for TRL's reference model."""
     import copy
-    import warnings
 
     from transformers import PrinterCallback, ProgressCallback
     from trl import GRPOTrainer
@@ -222,8 +233,7 @@ def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, sav
     c = state.config
     if c.kl.placement == "loss":
         _save_reference(state, output_dir / "reference")
-    with warnings.catch_warnings():  # TRL asks the model the deprecated name; nothing a user can change
-        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*", category=FutureWarning)
+    with quiet_deprecations():
         trainer = GRPOTrainer(
             model=state.model, reward_funcs=scorer.reward_functions(),
             args=_grpo_config(c, output_dir, state.device, save=save), train_dataset=_dataset(state),
@@ -270,7 +280,8 @@ class TrlEngine:
             trainer = build_trainer(state, scorer, out_dir, save=save, callbacks=[_callback(steps)])
             if resumed is None:
                 steps.start()
-            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+            with quiet_deprecations():
+                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         final: dict[str, float] = {}
