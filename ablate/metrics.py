@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 #: Metric names a trial logs, with their meaning and unit (the glossary; docs/metrics.md is
 #: generated from it and a test compares it with what a trial actually logs). ``{c}`` stands for a
-#: reward component name, ``{k}`` for eval.pass_k.
+#: reward component name, ``{k}`` for eval.pass_k, ``{t}`` for a name of TRL's log (engine trl).
 METRICS: dict[str, tuple[str, str]] = {
     "reward/total": ("mean over completions of the summed token rewards (all components, weighted)", "reward"),
     "reward/{c}": ("mean over completions of one component's weighted reward, summed over its tokens", "reward"),
@@ -65,6 +65,9 @@ METRICS: dict[str, tuple[str, str]] = {
     "eval/length": ("mean greedy eval completion length", "tokens"),
     "eval/truncated_frac": ("fraction of greedy eval completions without EOS", "fraction"),
     "eval/pass_at_{k}": ("unbiased pass@k from k samples per eval problem (eval.pass_k > 1)", "fraction"),
+    "trl/{t}": ("engine trl only: TRL GRPOTrainer's own log entry t (trl/loss, trl/reward, trl/entropy, "
+                "trl/clip_ratio/region_mean, trl/num_tokens, ...), mean over the RL step's optimizer steps",
+                "TRL's"),
     "model/params": ("parameters of the policy (logged once, at step 0): the size a report's scale trend reads",
                      "parameters"),
     "compute/tokens": ("completion tokens generated for training so far (the compute axis)", "tokens"),
@@ -168,8 +171,9 @@ def content_fingerprint(final: Mapping[str, object]) -> str:
 
 
 def glossary_pattern(name: str) -> re.Pattern[str]:
-    """The logged names a glossary entry stands for: ``{c}`` is any reward component, ``{k}`` a number."""
-    pattern = re.escape(name).replace(r"\{c\}", r"[^/]+").replace(r"\{k\}", r"\d+")
+    """The logged names a glossary entry stands for: ``{c}`` is any reward component, ``{k}`` a number,
+    ``{t}`` any name of TRL's log (slashes included)."""
+    pattern = re.escape(name).replace(r"\{c\}", r"[^/]+").replace(r"\{k\}", r"\d+").replace(r"\{t\}", r".+")
     return re.compile(pattern + r"\Z")
 
 
@@ -186,7 +190,8 @@ def metrics_glossary_markdown() -> str:
         "<!-- Generated from ablate/metrics.py (METRICS) by `python -m ablate.metrics`; do not edit by hand. -->",
         "",
         "Every metric a trial logs through `log(metrics, step)` (and so to MLflow), by prefix. Step 0 is the",
-        "evaluation of the start policy; `{c}` is a reward component name, `{k}` is `eval.pass_k`.",
+        "evaluation of the start policy; `{c}` is a reward component name, `{k}` is `eval.pass_k`, `{t}` a name",
+        "of TRL's own log (engine.name: trl; the other metrics mean the same on both engines).",
         "",
         "| metric | meaning | unit |",
         "|---|---|---|",

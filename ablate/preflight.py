@@ -28,6 +28,7 @@ def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
     MLflow holds the study's finished trials. Each refusal is one message; nothing is created."""
     from ablate.tracking import check_tracking_server
 
+    check_engines_installed(study, settings.budget)
     check_tracking_server(settings.tracking_uri)
     check_runs_writable(study, settings)
     store = existing_store(study, settings)  # opened once (reading a journal replays it) for the checks
@@ -35,6 +36,28 @@ def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
     check_store_not_lost(study, settings, store)
     if settings.check_disk:
         check_disk_space(study, settings, store, workers)
+
+
+def check_engines_installed(study: Study, budget: str) -> None:
+    """Refuse a study whose trials name an engine that cannot be imported here (``engine.name: trl`` needs
+    TRL), before anything is written, rather than fail every one of those trials.
+
+    Raises:
+        AblateError: one line naming the study, the engine, the arms and the install command.
+    """
+    from ablate.errors import AblateError
+
+    specs = [s for s in Plan.of(study, budget).specs if s.config.engine.name == "trl"]
+    if not specs:
+        return
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        arms = sorted({s.arm for s in specs})
+        raise AblateError(
+            f"study {study.name!r}: {len(arms)} arm(s) train with engine.name=trl ({', '.join(arms[:3])}"
+            f"{', ...' if len(arms) > 3 else ''}), which needs TRL: pip install 'ablate[trl]' (TRL >= 1.16 and "
+            "datasets), or set engine.name=ablate") from None
 
 
 def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | None, workers: int = 1) -> None:

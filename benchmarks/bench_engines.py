@@ -112,9 +112,11 @@ def markdown(rows: list[str], times: dict[str, list[float]], steps: int) -> str:
         *rows,
         "",
         "Where the definitions differ, the map refuses or says so: TRL adds 1e-4 to the group std, ablate 1e-6 "
-        "(advantages differ by < 1e-3 relative for stds >= 0.25; tests/rl/test_advantages.py); TRL's forward "
-        "passes no position ids, so prompts of different lengths (left-padded) see shifted positions in its "
-        "loss but not in its generation (the table's batch has prompts of one length); `token-mean` maps to "
+        "(advantages differ by < 1e-3 relative for stds >= 0.25; tests/rl/test_advantages.py); TRL's loss "
+        "forward passes no position ids (transformers' Llama then counts positions from 0, pads included) while "
+        "generation derives them from the attention mask, so left-padded prompts of different lengths would be "
+        "scored at shifted positions: every 2-digit addition prompt is 7 tokens long (2,000 of 2,000 train "
+        "prompts), as is the table's batch; `token-mean` maps to "
         "`bnpo`, whose normalizer is the micro-batch's tokens: equal to ablate's minibatch tokens with one "
         "process and no gradient accumulation (the engine sets both); TRL's entropy bonus is a token mean, so "
         "`loss.entropy_coef` is refused with other aggregations; `optim.warmup_steps` is refused (TRL's "

@@ -249,5 +249,44 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     tokens = [m.value for m in sorted(c.get_metric_history(child.info.run_id, "compute/tokens"), key=lambda m: m.step)]
     assert all(b > a for a, b in zip(tokens, tokens[1:]))  # cumulative across the resume
     assert float(child.data.tags["ablate.objective"]) == resumed.value == child.data.metrics["eval/accuracy"]
+    from ablate.metrics import known_metric
+
+    assert all(known_metric(k) for k in child.data.metrics), sorted(child.data.metrics)  # the glossary has them
     assert not trial.exists() or not (trial / "trl").exists()  # finished: TRL's checkpoints dropped
     assert (workdir / "reports" / "trlkill" / "index.html").exists()
+
+
+def test_ablate_validate_and_run_refuse_an_unmappable_option_in_one_message_and_write_nothing(workdir, capsys):
+    import yaml
+
+    from ablate.cli import main
+
+    path = write_trl_study(workdir, "trlbad")
+    doc = yaml.safe_load(path.read_text())
+    doc["factors"]["ratio"]["levels"]["prm"] = {"reward.components": ["final_answer", "prm"]}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = sorted(p.name for p in workdir.iterdir())
+    for command in (["validate", str(path)], ["run", str(path), "--no-progress"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert "reward.components: engine.name=trl: TRL's GRPOTrainer cannot honour the reward components prm" in err
+        assert "Traceback" not in err
+    assert sorted(p.name for p in workdir.iterdir()) == before  # no runs/, no reports/
+
+
+def test_a_trl_study_without_trl_installed_is_refused_before_anything_is_written(workdir, capsys, monkeypatch):
+    """TRL missing (its import fails): ``ablate run`` says how to install it, exit 2, no store, run or report."""
+    import sys
+
+    from mlflow import MlflowClient
+
+    from ablate.cli import main
+
+    path = write_trl_study(workdir, "trlmissing")
+    monkeypatch.setitem(sys.modules, "trl", None)  # Python's import system: `import trl` raises ImportError
+    assert main(["run", str(path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "arm(s) train with engine.name=trl (ratio=token), which needs TRL: pip install 'ablate[trl]'" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (workdir / "runs").exists() and not (workdir / "reports").exists()
+    assert MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").get_experiment_by_name("trlmissing") is None

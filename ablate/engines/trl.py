@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import shutil
 import tempfile
@@ -233,12 +234,16 @@ def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, sav
     c = state.config
     if c.kl.placement == "loss":
         _save_reference(state, output_dir / "reference")
+    trl_log = logging.getLogger("trl.trainer.grpo_trainer")
+    level = trl_log.level
+    trl_log.setLevel(logging.ERROR)  # its combination warnings repeat ablate's rules (acknowledged per study)
     with quiet_deprecations():
         trainer = GRPOTrainer(
             model=state.model, reward_funcs=scorer.reward_functions(),
             args=_grpo_config(c, output_dir, state.device, save=save), train_dataset=_dataset(state),
             processing_class=copy.deepcopy(state.policy.tokenizer), callbacks=callbacks or [],
         )
+    trl_log.setLevel(level)
     for quiet in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(quiet)
     return trainer
