@@ -80,7 +80,7 @@ def smoke_root(tmp_path_factory) -> Path:
 #: start the longest first; a study not listed counts as 10 s.
 #: A process's first smoke run also imports the report's libraries and builds the shared warm start.
 SMOKE_SECONDS = {
-    "smollm2_granularity": 103, "generalization": 60, "granularity_cross": 31, "generalization_scale": 25, "prm_quality": 22, "loss_normalization": 19,
+    "smollm2_granularity": 103, "generalization": 60, "engines": 30, "granularity_cross": 31, "generalization_scale": 25, "prm_quality": 22, "loss_normalization": 19,
     "adv_scope_x_aggregation": 18, "dapo_ladder": 17, "granularity_cross_kl": 16, "reward_granularity": 13,
     "aa_objective": 13, "ratio_level": 11, "ppo_critic": 10, "new_factor": 9, "ratio_level_tuned": 8, "precision": 8,
     "quickstart": 8, "cpu_bf16": 5, "behaviour_logp": 5, "aa_control": 5, "packing": 3,
