@@ -290,3 +290,31 @@ def test_a_trl_study_without_trl_installed_is_refused_before_anything_is_written
     assert len(err.strip().splitlines()) == 1
     assert not (workdir / "runs").exists() and not (workdir / "reports").exists()
     assert MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").get_experiment_by_name("trlmissing") is None
+
+
+def test_a_trl_trial_is_a_function_of_its_configuration(tmp_path):
+    """The same trial key gives the same run: every logged value equal on a second run (one machine), and
+    eval/accuracy is ablate's evaluation of the policy TRL trained (the eval rows agree with the metric)."""
+    from ablate.engine import EngineJob, engine_for
+
+    c = micro_config(**{"model.name": "micro-llama", "task.difficulty": 1, "train.steps": 3, "eval.every": 2})
+    runs = []
+    for _ in range(2):
+        logged: list[tuple[int, dict[str, float]]] = []
+        result = engine_for(c).train(EngineJob(c, lambda m, s, out=logged: out.append((s, dict(m)))))
+        runs.append((result, logged))
+    (a, logged_a), (b, logged_b) = runs
+
+    def strip(history):  # wall-clock metrics aside; NaN (no correct completion) compared as None
+        return [(s, {k: (None if v != v else v) for k, v in m.items() if not k.startswith("perf/")})
+                for s, m in history]
+
+    assert strip(logged_a) == strip(logged_b) == strip(a.history)
+    assert [s for s, _ in logged_a] == [0, 1, 2, 3]
+    assert {k for _, m in logged_a[1:] for k in m} >= {"reward/total", "trl/loss", "compute/tokens", "trl/reward"}
+    for step in (0, 2, 3):
+        rows = [r for r in a.eval_problems if r["step"] == step]
+        acc = dict(logged_a)[step]["eval/accuracy"]
+        assert len(rows) == c.eval.n_problems and acc == sum(r["correct"] for r in rows) / len(rows)
+    assert a.samples and {"prompt", "completion", "correct", "reward/final_answer"} <= set(a.samples[0])
+    assert a.final["trl/reward"] == dict(logged_a)[3]["reward/total"]  # TRL's reward mean is ablate's (weight 1)
