@@ -192,10 +192,10 @@ def test_the_default_trial_on_trl_is_accepted_and_its_key_names_the_engine():
 # ------------------------------------------------------------------------------ a study on the trl engine
 
 
-def write_trl_study(folder, name: str) -> object:
+def write_trl_study(folder, name: str, processes: int = 1) -> object:
     import yaml
 
-    base = {**{k: v for k, v in MICRO.items() if k not in ("threads", "device")}, "model.name": "micro-llama",
+    base = {"engine.processes": processes, **{k: v for k, v in MICRO.items() if k not in ("threads", "device")}, "model.name": "micro-llama",
             "task.difficulty": 1, "rollout.max_new_tokens": 16, "algo.minibatches": 2, "train.steps": 6,
             "train.checkpoint_every": 2, "eval.every": 3, "task.train_size": 200}
     study = {"name": name, "base": base, "seeds": 1, "objective": {"metric": "eval/accuracy", "mode": "max"},
@@ -206,10 +206,12 @@ def write_trl_study(folder, name: str) -> object:
 
 
 @pytest.mark.slow
-def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_checkpoint(workdir, capsys):
+@pytest.mark.parametrize("processes", [1, 2], ids=["one-process", "two-processes"])
+def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_checkpoint(workdir, capsys, processes):
     """The same store, MLflow run, evaluation and report path as ablate's trainer; killed after its RL step 2
     checkpoint, the same command resumes from it (TRL's resume_from_checkpoint) and every (metric, step) is
-    in the trial's one MLflow run once."""
+    in the trial's one MLflow run once. With 2 processes the trial runs under torchrun (gloo on CPU), the
+    worker logging what rank 0 writes."""
     import subprocess
     import sys
 
@@ -221,7 +223,7 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     from ablate.plan import Plan
     from ablate.study import load_study
 
-    study_file = write_trl_study(workdir, "trlkill")
+    study_file = write_trl_study(workdir, "trlkill", processes)
     (key,) = [s.key for s in Plan.of(load_study(study_file), "default").specs]
     trial = workdir / "runs" / "trlkill" / "trials" / key
     log = open(workdir / "first.log", "w")
@@ -241,6 +243,7 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     _, (child,) = mlflow_runs(uri, "trlkill")
     assert child.info.status == "FINISHED" and child.data.params["engine.name"] == "trl"
+    assert child.data.params["engine.processes"] == str(processes)
     c = MlflowClient(uri)
     for metric, steps in (("reward/total", list(range(1, 7))), ("trl/loss", list(range(1, 7))),
                           ("compute/tokens", list(range(7))), ("eval/accuracy", [0, 3, 6])):

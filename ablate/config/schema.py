@@ -86,6 +86,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "train.packed": False,
     "rollout.cuda_graph": False,
     "engine.name": "ablate",
+    "engine.processes": 1,
 }
 
 

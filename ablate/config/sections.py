@@ -806,16 +806,25 @@ class TrainConfig(Section):
 
 
 class EngineConfig(Section):
-    """``engine``: the trainer that runs the trial (see ablate.engine and docs/config.md)."""
+    """``engine``: the trainer that runs the trial (see ablate.engine)."""
 
     name: Literal["ablate", "trl"] = Field(
         "ablate",
         description=one_line("""Which trainer trains the trial. ablate: this package's own trainer (every option);
         trl: TRL's GRPOTrainer (pip install 'ablate[trl]'), given the same model, warm start, prompts, sequence
-        rewards and evaluation, with the options it cannot honour refused at validation (docs/config.md has
-        the map). The store, queue, resume, MLflow run, evaluation, objective and report are the same."""),
+        rewards and evaluation, with the options it cannot honour refused at validation (the map to
+        GRPOConfig is below). The store, queue, resume, MLflow run, evaluation, objective and report are the
+        same."""),
     )
-
+    processes: int = Field(
+        1,
+        ge=1,
+        strict=True,
+        description=one_line("""Processes that train one trial together (engine trl only): the trial runs under
+        torch.distributed (torchrun; gloo on CPU, NCCL on GPU), each process generating and training on its
+        share of every minibatch, gradients averaged; rank 0 evaluates and logs. 1 = the worker's own process.
+        It changes the arithmetic (reductions across processes), so values above 1 are part of the trial key."""),
+    )
 
 
 class EvalConfig(Section):

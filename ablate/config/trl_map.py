@@ -20,7 +20,7 @@ from ablate.config.problems import ConfigProblem
 if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
 
-__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments",
+__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments", "loss_type",
            "optimizer_steps_per_rl_step", "trl_refusals"]
 
 #: ablate's loss aggregation -> TRL's ``loss_type`` with the same normalizer (one process, no gradient
@@ -54,8 +54,8 @@ class MapRow:
 #: The map in words (docs/config.md); :func:`grpo_arguments` is the code that applies it.
 TRL_MAP: tuple[MapRow, ...] = (
     MapRow("loss.aggregation", "loss_type",
-           "seq-mean-token-mean → grpo; token-mean → bnpo; seq-mean-token-sum-norm → dr_grpo; "
-           "seq-mean-token-sum → luspo; prompt-mean, balanced-mean: refused"),
+           "seq-mean-token-mean → grpo; token-mean → bnpo (one process) or dapo (several, with one minibatch); "
+           "seq-mean-token-sum-norm → dr_grpo; seq-mean-token-sum → luspo; prompt-mean, balanced-mean: refused"),
     MapRow("loss.ratio_level", "importance_sampling_level", "token → token; sequence (GSPO) → sequence; "
            "sequence_token: refused"),
     MapRow("loss.clip_low, loss.clip_high", "epsilon, epsilon_high", "as they are (surrogate ppo only; "
@@ -68,8 +68,10 @@ TRL_MAP: tuple[MapRow, ...] = (
            "adv_mean batch, rloo, gae, grpo_process: refused"),
     MapRow("algo.ppo_epochs", "num_iterations", "as it is"),
     MapRow("algo.minibatches", "steps_per_generation, per_device_train_batch_size",
-           "steps_per_generation = minibatches; per-device batch = prompts x group / minibatches; "
-           "gradient_accumulation_steps = 1 (one process)"),
+           "steps_per_generation = minibatches; per-device batch = prompts x group / minibatches / "
+           "engine.processes; gradient_accumulation_steps = 1"),
+    MapRow("engine.processes", "(the launcher)", "N > 1: torchrun --standalone --nproc_per_node N (gloo on CPU, "
+           "NCCL on GPU); rank 0 evaluates, logs and writes the history beside TRL's checkpoints"),
     MapRow("rollout.group_size, rollout.prompts_per_step", "num_generations, generation_batch_size",
            "num_generations = group_size; a generation batch = prompts_per_step x group_size completions"),
     MapRow("rollout.max_new_tokens, rollout.temperature, rollout.top_p",
@@ -104,13 +106,22 @@ def _scale_rewards(c: TrialConfig) -> str:
     return "none" if c.algo.advantage == "dr_grpo" else c.algo.adv_std
 
 
+def loss_type(c: TrialConfig) -> str:
+    """TRL's ``loss_type`` of trial ``c`` (:data:`AGGREGATION_LOSS_TYPES`; token-mean over several processes is
+    dapo, which divides by the generation batch's tokens across processes, as ablate divides by the
+    minibatch's when the generation batch is one minibatch)."""
+    if c.loss.aggregation == "token-mean" and c.engine.processes > 1:
+        return "dapo"
+    return AGGREGATION_LOSS_TYPES[c.loss.aggregation]
+
+
 def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
     """The ``GRPOConfig`` keyword arguments of trial ``c`` that decide what it computes (the TRL engine adds
     where it writes, its device and its bookkeeping). Assumes :func:`trl_refusals` found nothing."""
     k = optimizer_steps_per_rl_step(c)
     completions = c.rollout.prompts_per_step * c.rollout.group_size
     return {
-        "loss_type": AGGREGATION_LOSS_TYPES[c.loss.aggregation],
+        "loss_type": loss_type(c),
         "importance_sampling_level": c.loss.ratio_level,
         "epsilon": float(c.loss.clip_low),
         "epsilon_high": float(c.loss.clip_high),
@@ -119,7 +130,7 @@ def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
         "scale_rewards": _scale_rewards(c),
         "num_iterations": c.algo.ppo_epochs,
         "steps_per_generation": c.algo.minibatches,
-        "per_device_train_batch_size": completions // c.algo.minibatches,
+        "per_device_train_batch_size": completions // c.algo.minibatches // c.engine.processes,
         "gradient_accumulation_steps": 1,
         "num_generations": c.rollout.group_size,
         "max_completion_length": c.rollout.max_new_tokens,
@@ -217,6 +228,13 @@ def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
         _refuse(out, "model.lm_head_dtype", "model.lm_head_dtype as ablate applies it")
     if c.model.dtype not in ("auto", "float32"):
         _refuse(out, "model.dtype", f"model.dtype={c.model.dtype} (not mapped yet)", "model.dtype=float32")
+    completions = c.rollout.prompts_per_step * c.rollout.group_size
+    if (completions // c.algo.minibatches) % c.engine.processes:
+        _refuse(out, "engine.processes", f"minibatches of {completions // c.algo.minibatches} completions split "
+                f"over {c.engine.processes} processes", "a process count that divides the minibatch")
+    if c.engine.processes > 1 and c.loss.aggregation == "token-mean" and c.algo.minibatches > 1:
+        _refuse(out, "engine.processes", "token-mean over several processes with algo.minibatches > 1 (TRL's "
+                "dapo then divides by the mean tokens per minibatch, not the minibatch's own)", "algo.minibatches=1")
     if c.optim.warmup_steps:
         _refuse(out, "optim.warmup_steps", "ablate's warmup schedule ((s+1)/warmup; TRL's is s/warmup)")
 
@@ -229,6 +247,10 @@ def trl_refusals(c: TrialConfig) -> list[ConfigProblem]:
     """
     out: list[ConfigProblem] = []
     if c.engine.name != "trl":
+        if c.engine.processes != 1:
+            out.append(ConfigProblem("engine.processes", (
+                "engine.processes > 1 needs engine.name=trl (ablate's own trainer runs a trial in one process; "
+                "ablate run --workers N trains N trials at once)")))
         return out
     for check in (_reward_refusals, _advantage_refusals, _loss_refusals, _run_refusals):
         check(c, out)

@@ -166,12 +166,12 @@ def _callback(steps: StepLogger) -> Any:
 
     class AblateSteps(TrainerCallback):  # type: ignore[misc]
         def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **_: Any) -> None:
-            if logs is not None and "loss" in logs and state.global_step > 0:
+            if state.is_world_process_zero and logs is not None and "loss" in logs and state.global_step > 0:
                 steps.optimizer_step(state.global_step, logs)
 
         def on_save(self, args: Any, state: Any, control: Any, **_: Any) -> None:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            if folder.is_dir():
+            if state.is_world_process_zero and folder.is_dir():
                 steps.save(folder)
 
     return AblateSteps()
@@ -258,6 +258,38 @@ def make_scorer(state: TrialState) -> TrlScorer:
     return TrlScorer(state.task, state.train_pool, weights, state.policy.eos_token_id)
 
 
+def train_here(job: EngineJob) -> TrialResult:
+    """Train ``job`` in this process: the whole trial, or one rank of a trial of several processes (only
+    rank 0 evaluates, logs and saves the history; the others train their share)."""
+    from ablate.engines.trl_scoring import rank
+    from ablate.train.loop import TrialResult
+    from ablate.train.setup import setup_trial
+
+    t0, c = time.perf_counter(), job.config
+    state = setup_trial(c)
+    scorer = make_scorer(state)
+    steps = StepLogger(state, scorer, job.log)
+    resume_from = last_checkpoint(job.workdir)
+    resumed = steps.restore(resume_from) if resume_from is not None else None
+    scratch = Path(tempfile.mkdtemp(prefix="ablate-trl-"))
+    try:
+        out_dir = job.workdir / TRL_DIR if job.workdir is not None else scratch / TRL_DIR
+        save = job.workdir is not None and c.train.checkpoint_every > 0
+        trainer = build_trainer(state, scorer, out_dir, save=save, callbacks=[_callback(steps)])
+        if resumed is None and rank() == 0:
+            steps.start()
+        with quiet_deprecations():
+            trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    final: dict[str, float] = {}
+    for _, m in steps.history:
+        final.update(m)
+    return TrialResult(key=c.trial_key(), steps=c.train.steps, final=final, history=steps.history,
+                       seconds=time.perf_counter() - t0, resumed_from=resumed, warmstart=state.warmstart_report,
+                       samples=scorer.samples, eval_problems=steps.eval_rows)
+
+
 class TrlEngine:
     """TRL's ``GRPOTrainer`` as a trial engine (see the module's docstring)."""
 
@@ -268,34 +300,14 @@ class TrlEngine:
         return last_checkpoint(workdir) is not None
 
     def train(self, job: EngineJob) -> TrialResult:
+        """Train ``job.config`` here, or with ``engine.processes > 1`` under torchrun (:mod:`ablate.engines.trl_ranks`)."""
         require_trl()
-        from ablate.train.loop import TrialResult
-        from ablate.train.setup import setup_trial
+        if job.config.engine.processes > 1:
+            from ablate.engines.trl_ranks import train_distributed
 
-        t0, c = time.perf_counter(), job.config
-        state = setup_trial(c)
-        scorer = make_scorer(state)
-        steps = StepLogger(state, scorer, job.log)
-        resume_from = last_checkpoint(job.workdir)
-        resumed = steps.restore(resume_from) if resume_from is not None else None
-        scratch = Path(tempfile.mkdtemp(prefix="ablate-trl-"))
-        try:
-            out_dir = job.workdir / TRL_DIR if job.workdir is not None else scratch / TRL_DIR
-            save = job.workdir is not None and c.train.checkpoint_every > 0
-            trainer = build_trainer(state, scorer, out_dir, save=save, callbacks=[_callback(steps)])
-            if resumed is None:
-                steps.start()
-            with quiet_deprecations():
-                trainer.train(resume_from_checkpoint=str(resume_from) if resume_from is not None else None)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        final: dict[str, float] = {}
-        for _, m in steps.history:
-            final.update(m)
-        return TrialResult(key=c.trial_key(), steps=c.train.steps, final=final, history=steps.history,
-                           seconds=time.perf_counter() - t0, resumed_from=resumed, warmstart=state.warmstart_report,
-                           samples=scorer.samples, eval_problems=steps.eval_rows)
+            return train_distributed(job)
+        return train_here(job)
 
 
 __all__ = ["HISTORY_FILE", "TRL_DIR", "TRL_PREFIX", "StepLogger", "TrlEngine", "build_trainer", "last_checkpoint",
-           "make_scorer", "require_trl"]
+           "make_scorer", "require_trl", "train_here"]

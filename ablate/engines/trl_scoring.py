@@ -33,6 +33,25 @@ def component_value(name: str, grade: Grade) -> float:
     raise ValueError(f"no sequence reward {name!r} for the trl engine")
 
 
+def rank() -> int:
+    """This process's rank in the trial's process group (0 when it trains alone)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def gathered(values: list[Any]) -> list[Any]:
+    """``values`` of every process of the trial, in rank order (``values`` itself when it trains alone).
+    Every rank calls it at the same point: TRL calls the reward functions on all ranks for each batch."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    parts: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, values)
+    return [v for part in parts for v in part]
+
+
 def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else float("nan")
 
@@ -70,23 +89,27 @@ class TrlScorer:
 
     def _record(self, grades: list[Grade], ids: Sequence[Sequence[int]], texts: Sequence[str],
                 prompts: Sequence[str]) -> None:
-        """Keep the batch's rollout metrics and sample rows."""
-        parts = {n: [w * component_value(n, g) for g in grades] for n, w in self.weights.items()}
-        lengths = [float(len(x)) for x in ids]
-        correct = [g.answer_correct for g in grades]
+        """Keep the batch's rollout metrics (over every process's completions) and sample rows."""
+        rows = gathered([(g.answer_correct, g.format_ok, g.step_accuracy, g.partial, len(x),
+                          bool(x) and int(x[-1]) == self.eos_id) for g, x in zip(grades, ids, strict=True)])
+        sample_parts = {n: [w * component_value(n, g) for g in grades] for n, w in self.weights.items()}
+        values = {"final_answer": 0, "format": 1, "partial": 3}
+        parts = {n: [w * float(r[values[n]]) for r in rows] for n, w in self.weights.items()}
+        lengths = [float(r[4]) for r in rows]
+        correct = [bool(r[0]) for r in rows]
         m = {"reward/total": _mean([sum(v) for v in zip(*parts.values(), strict=True)])}
         m.update({f"reward/{n}": _mean(v) for n, v in parts.items()})
         m["reward/accuracy"] = _mean([float(c) for c in correct])
-        m["reward/format_rate"] = _mean([float(g.format_ok) for g in grades])
-        m["reward/step_accuracy"] = _mean([g.step_accuracy for g in grades])
+        m["reward/format_rate"] = _mean([float(r[1]) for r in rows])
+        m["reward/step_accuracy"] = _mean([float(r[2]) for r in rows])
         m["response/length"] = _mean(lengths)
         m["response/length_correct"] = _mean([n for n, c in zip(lengths, correct, strict=True) if c])
         m["response/length_incorrect"] = _mean([n for n, c in zip(lengths, correct, strict=True) if not c])
-        m["response/truncated_frac"] = _mean([float(not x or int(x[-1]) != self.eos_id) for x in ids])
-        m["compute/tokens"], m["compute/samples"] = float(sum(lengths)), float(len(ids))
+        m["response/truncated_frac"] = _mean([float(not r[5]) for r in rows])
+        m["compute/tokens"], m["compute/samples"] = float(sum(lengths)), float(len(rows))
         self.batches.append(m)
         self.samples = [{"prompt": p, "completion": t, "correct": bool(g.answer_correct),
-                         **{f"reward/{n}": v[i] for n, v in parts.items()}}
+                         **{f"reward/{n}": v[i] for n, v in sample_parts.items()}}
                         for i, (p, t, g) in enumerate(zip(prompts[:16], texts[:16], grades[:16]))]
 
     def take_metrics(self) -> dict[str, float]:
