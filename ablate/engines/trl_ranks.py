@@ -1,7 +1,7 @@
 """A trl trial of ``engine.processes = N > 1``: N processes under torchrun, the worker's ``log`` fed from rank 0.
 
 The worker's process (the attempt: heartbeats, the MLflow run, the outbox) starts
-``python -m torch.distributed.run --standalone --nproc_per_node N -m ablate.engines.trl_ranks FOLDER`` and
+``python -m torch.distributed.run --standalone --nproc_per_node N -m ablate.engines.trl_rank FOLDER`` and
 stays the one that logs. Every rank runs :func:`ablate.engines.trl.train_here` on the trial's configuration
 (``FOLDER/config.yaml``): TRL's ``GRPOTrainer`` under accelerate, gloo on CPU, NCCL on GPU, each rank generating
 and training on its share of every minibatch. Rank 0 evaluates and appends each logged step to
@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ablate.engine import EngineJob
@@ -30,9 +30,9 @@ CONFIG_FILE, JOB_FILE, STEPS_FILE, RESULT_FILE = "config.yaml", "job.json", "ste
 
 
 def launch_command(folder: Path, processes: int) -> list[str]:
-    """torchrun of :func:`rank_main` on ``processes`` local processes (a free rendezvous port: ``--standalone``)."""
+    """torchrun of :mod:`ablate.engines.trl_rank` on ``processes`` local processes (``--standalone``: a free port)."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-            "-m", "ablate.engines.trl_ranks", str(folder)]
+            "-m", "ablate.engines.trl_rank", str(folder)]
 
 
 class StepReader:
@@ -88,34 +88,3 @@ def train_distributed(job: EngineJob) -> TrialResult:
         data = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
     data["history"] = [(int(s), m) for s, m in data["history"]]
     return TrialResult(**data)
-
-
-def rank_main(folder: Path) -> int:
-    """One rank of a trial: :func:`ablate.engines.trl.train_here`; rank 0 appends its steps and writes the result."""
-    from dataclasses import asdict
-
-    from ablate.config import TrialConfig
-    from ablate.engine import EngineJob
-    from ablate.engines.trl import train_here
-    from ablate.engines.trl_scoring import rank
-
-    config = TrialConfig.from_file(folder / CONFIG_FILE)
-    workdir = json.loads((folder / JOB_FILE).read_text())["workdir"]
-    steps = open(folder / STEPS_FILE, "a", encoding="utf-8")
-
-    def log(metrics: dict[str, float], step: int) -> None:
-        steps.write(json.dumps({"step": step, "metrics": metrics}) + "\n")
-        steps.flush()
-
-    result = train_here(EngineJob(config, log, Path(workdir) if workdir else None))
-    steps.close()
-    if rank() == 0:
-        payload: dict[str, Any] = asdict(result)
-        tmp = folder / (RESULT_FILE + ".tmp")
-        tmp.write_text(json.dumps(payload), encoding="utf-8")
-        tmp.replace(folder / RESULT_FILE)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(rank_main(Path(sys.argv[1])))
