@@ -96,7 +96,7 @@ def markdown(rows: list[str], times: dict[str, list[float]], steps: int) -> str:
     except (OSError, StopIteration):
         pass
     return "\n".join([
-        "### The trl engine against ablate's trainer (benchmarks/bench_engines.py)",
+        "## The trl engine against ablate's trainer (benchmarks/bench_engines.py)",
         "",
         f"Measured {time.strftime('%Y-%m-%d')} on {cpu}, one torch thread; torch {torch.__version__}, "
         f"transformers {transformers.__version__}, TRL {trl.__version__}.",
