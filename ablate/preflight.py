@@ -45,15 +45,15 @@ def check_engines_installed(study: Study, budget: str) -> None:
     Raises:
         AblateError: one line naming the study, the engine, the arms and the install command.
     """
-    from ablate.errors import AblateError
+    from ablate.engines.trl import require_trl
+    from ablate.errors import AblateError, ConfigError
 
-    specs = [s for s in Plan.of(study, budget).specs if s.config.engine.name == "trl"]
-    if not specs:
+    arms = sorted(a.name for a in study.arms if study.arm_config(a, budget).engine.name == "trl")
+    if not arms:
         return
     try:
-        import trl  # noqa: F401
-    except ImportError:
-        arms = sorted({s.arm for s in specs})
+        require_trl()
+    except ConfigError:
         raise AblateError(
             f"study {study.name!r}: {len(arms)} arm(s) train with engine.name=trl ({', '.join(arms[:3])}"
             f"{', ...' if len(arms) > 3 else ''}), which needs TRL: pip install 'ablate[trl]' (TRL >= 1.16 and "

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
 
 __all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments", "loss_type",
-           "optimizer_steps_per_rl_step", "trl_refusals"]
+           "optimizer_steps_per_rl_step", "reward_weights", "trl_refusals"]
 
 #: ablate's loss aggregation -> TRL's ``loss_type`` with the same normalizer (one process, no gradient
 #: accumulation: TRL's bnpo divides by the micro-batch's tokens as ablate's token-mean divides by the
@@ -93,6 +93,11 @@ TRL_MAP: tuple[MapRow, ...] = (
 )
 
 
+def reward_weights(c: TrialConfig) -> dict[str, float]:
+    """Each reward component's weight (``reward.<name>.weight``), in ``reward.components`` order."""
+    return {name: float(getattr(c.reward, name).weight) for name in c.reward.components}
+
+
 def optimizer_steps_per_rl_step(c: TrialConfig) -> int:
     """TRL global (optimizer) steps per ablate RL step: ``algo.ppo_epochs x algo.minibatches``."""
     return c.algo.ppo_epochs * c.algo.minibatches
@@ -119,7 +124,6 @@ def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
     """The ``GRPOConfig`` keyword arguments of trial ``c`` that decide what it computes (the TRL engine adds
     where it writes, its device and its bookkeeping). Assumes :func:`trl_refusals` found nothing."""
     k = optimizer_steps_per_rl_step(c)
-    completions = c.rollout.prompts_per_step * c.rollout.group_size
     return {
         "loss_type": loss_type(c),
         "importance_sampling_level": c.loss.ratio_level,
@@ -130,7 +134,7 @@ def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
         "scale_rewards": _scale_rewards(c),
         "num_iterations": c.algo.ppo_epochs,
         "steps_per_generation": c.algo.minibatches,
-        "per_device_train_batch_size": completions // c.algo.minibatches // c.engine.processes,
+        "per_device_train_batch_size": c.completions_per_step // c.algo.minibatches // c.engine.processes,
         "gradient_accumulation_steps": 1,
         "num_generations": c.rollout.group_size,
         "max_completion_length": c.rollout.max_new_tokens,
@@ -139,7 +143,7 @@ def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
         "top_k": 0,
         "max_steps": c.train.steps * k,
         "save_steps": max(1, c.train.checkpoint_every * k),
-        "reward_weights": [float(getattr(c.reward, name).weight) for name in c.reward.components],
+        "reward_weights": list(reward_weights(c).values()),
         "learning_rate": float(c.optim.lr),
         "adam_beta1": float(c.optim.betas[0]),
         "adam_beta2": float(c.optim.betas[1]),
@@ -228,9 +232,9 @@ def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
         _refuse(out, "model.lm_head_dtype", "model.lm_head_dtype as ablate applies it")
     if c.model.dtype not in ("auto", "float32"):
         _refuse(out, "model.dtype", f"model.dtype={c.model.dtype} (not mapped yet)", "model.dtype=float32")
-    completions = c.rollout.prompts_per_step * c.rollout.group_size
-    if (completions // c.algo.minibatches) % c.engine.processes:
-        _refuse(out, "engine.processes", f"minibatches of {completions // c.algo.minibatches} completions split "
+    minibatch = c.completions_per_step // c.algo.minibatches
+    if minibatch % c.engine.processes:
+        _refuse(out, "engine.processes", f"minibatches of {minibatch} completions split "
                 f"over {c.engine.processes} processes", "a process count that divides the minibatch")
     if c.engine.processes > 1 and c.loss.aggregation == "token-mean" and c.algo.minibatches > 1:
         _refuse(out, "engine.processes", "token-mean over several processes with algo.minibatches > 1 (TRL's "

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ablate.config.trl_map import grpo_arguments, optimizer_steps_per_rl_step
+from ablate.config.trl_map import grpo_arguments, optimizer_steps_per_rl_step, reward_weights
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:  # the trainer's modules (torch) load when a trial trains, not when ablate.engine does
@@ -237,13 +237,15 @@ def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, sav
     trl_log = logging.getLogger("trl.trainer.grpo_trainer")
     level = trl_log.level
     trl_log.setLevel(logging.ERROR)  # its combination warnings repeat ablate's rules (acknowledged per study)
-    with quiet_deprecations():
-        trainer = GRPOTrainer(
-            model=state.model, reward_funcs=scorer.reward_functions(),
-            args=_grpo_config(c, output_dir, state.device, save=save), train_dataset=_dataset(state),
-            processing_class=copy.deepcopy(state.policy.tokenizer), callbacks=callbacks or [],
-        )
-    trl_log.setLevel(level)
+    try:
+        with quiet_deprecations():
+            trainer = GRPOTrainer(
+                model=state.model, reward_funcs=scorer.reward_functions(),
+                args=_grpo_config(c, output_dir, state.device, save=save), train_dataset=_dataset(state),
+                processing_class=copy.deepcopy(state.policy.tokenizer), callbacks=callbacks or [],
+            )
+    finally:
+        trl_log.setLevel(level)
     for quiet in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(quiet)
     return trainer
@@ -253,9 +255,7 @@ def make_scorer(state: TrialState) -> TrlScorer:
     """The :class:`TrlScorer` of the trial of ``state`` (its components and weights, its EOS)."""
     from ablate.engines.trl_scoring import TrlScorer
 
-    c = state.config
-    weights = {n: float(getattr(c.reward, n).weight) for n in c.reward.components}
-    return TrlScorer(state.task, state.train_pool, weights, state.policy.eos_token_id)
+    return TrlScorer(state.task, state.train_pool, reward_weights(state.config), state.policy.eos_token_id)
 
 
 def train_here(job: EngineJob) -> TrialResult:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ablate.tasks import Grade, Problem, Task
 
@@ -50,6 +50,17 @@ def gathered(values: list[Any]) -> list[Any]:
     parts: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(parts, values)
     return [v for part in parts for v in part]
+
+
+class Scored(NamedTuple):
+    """One completion's figures, as the ranks of a trial gather them."""
+
+    correct: bool
+    format_ok: bool
+    step_accuracy: float
+    length: int
+    ended: bool  # its ids end with EOS (else it was cut at the length limit)
+    parts: dict[str, float]  # each component's weighted reward
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -90,27 +101,26 @@ class TrlScorer:
     def _record(self, grades: list[Grade], ids: Sequence[Sequence[int]], texts: Sequence[str],
                 prompts: Sequence[str]) -> None:
         """Keep the batch's rollout metrics (over every process's completions) and sample rows."""
-        rows = gathered([(g.answer_correct, g.format_ok, g.step_accuracy, g.partial, len(x),
-                          bool(x) and int(x[-1]) == self.eos_id) for g, x in zip(grades, ids, strict=True)])
-        sample_parts = {n: [w * component_value(n, g) for g in grades] for n, w in self.weights.items()}
-        values = {"final_answer": 0, "format": 1, "partial": 3}
-        parts = {n: [w * float(r[values[n]]) for r in rows] for n, w in self.weights.items()}
-        lengths = [float(r[4]) for r in rows]
-        correct = [bool(r[0]) for r in rows]
-        m = {"reward/total": _mean([sum(v) for v in zip(*parts.values(), strict=True)])}
-        m.update({f"reward/{n}": _mean(v) for n, v in parts.items()})
+        local = [Scored(g.answer_correct, g.format_ok, g.step_accuracy, len(x), bool(x) and int(x[-1]) == self.eos_id,
+                        {n: w * component_value(n, g) for n, w in self.weights.items()})
+                 for g, x in zip(grades, ids, strict=True)]
+        rows = gathered(local)
+        lengths = [float(r.length) for r in rows]
+        correct = [bool(r.correct) for r in rows]
+        m = {"reward/total": _mean([sum(r.parts.values()) for r in rows])}
+        m.update({f"reward/{n}": _mean([r.parts[n] for r in rows]) for n in self.weights})
         m["reward/accuracy"] = _mean([float(c) for c in correct])
-        m["reward/format_rate"] = _mean([float(r[1]) for r in rows])
-        m["reward/step_accuracy"] = _mean([float(r[2]) for r in rows])
+        m["reward/format_rate"] = _mean([float(r.format_ok) for r in rows])
+        m["reward/step_accuracy"] = _mean([float(r.step_accuracy) for r in rows])
         m["response/length"] = _mean(lengths)
         m["response/length_correct"] = _mean([n for n, c in zip(lengths, correct, strict=True) if c])
         m["response/length_incorrect"] = _mean([n for n, c in zip(lengths, correct, strict=True) if not c])
-        m["response/truncated_frac"] = _mean([float(not r[5]) for r in rows])
+        m["response/truncated_frac"] = _mean([float(not r.ended) for r in rows])
         m["compute/tokens"], m["compute/samples"] = float(sum(lengths)), float(len(rows))
         self.batches.append(m)
-        self.samples = [{"prompt": p, "completion": t, "correct": bool(g.answer_correct),
-                         **{f"reward/{n}": v[i] for n, v in sample_parts.items()}}
-                        for i, (p, t, g) in enumerate(zip(prompts[:16], texts[:16], grades[:16]))]
+        self.samples = [{"prompt": p, "completion": t, "correct": bool(r.correct),
+                         **{f"reward/{n}": v for n, v in r.parts.items()}}
+                        for p, t, r in zip(prompts[:16], texts[:16], local[:16])]
 
     def take_metrics(self) -> dict[str, float]:
         """The rollout metrics of the batches graded since the last call (summed counts, mean rates)."""
