@@ -321,3 +321,26 @@ def test_a_trl_trial_is_a_function_of_its_configuration(tmp_path):
         assert len(rows) == c.eval.n_problems and acc == sum(r["correct"] for r in rows) / len(rows)
     assert a.samples and {"prompt", "completion", "correct", "reward/final_answer"} <= set(a.samples[0])
     assert a.final["trl/reward"] == dict(logged_a)[3]["reward/total"]  # TRL's reward mean is ablate's (weight 1)
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ({"engine.name": "ablate", "engine.processes": 2}, "engine.processes > 1 needs engine.name=trl"),
+    ({"engine.processes": 3}, "minibatches of 8 completions split over 3 processes"),
+    ({"engine.processes": 2, "loss.aggregation": "token-mean", "algo.minibatches": 2},
+     "token-mean over several processes with algo.minibatches > 1"),
+])
+def test_a_process_count_the_trial_cannot_use_is_refused_at_engine_processes(override, needle):
+    from ablate.config import TrialConfigError
+
+    with pytest.raises(TrialConfigError) as err:
+        micro_config(**override)
+    (problem,) = [p for p in err.value.problems if p.path == "engine.processes"]
+    assert needle in problem.message
+
+
+def test_two_processes_split_each_minibatch_and_token_mean_becomes_dapo():
+    c = micro_config(**{"engine.processes": 2, "loss.aggregation": "token-mean"})
+    a = grpo_arguments(c)
+    assert (a["per_device_train_batch_size"], a["loss_type"]) == (4, "dapo")  # 8 completions over 2 ranks
+    assert grpo_arguments(micro_config(**{"loss.aggregation": "token-mean"}))["loss_type"] == "bnpo"
+    assert c.trial_key() != micro_config(**{"loss.aggregation": "token-mean"}).trial_key()
