@@ -349,6 +349,83 @@ def test_a_full_disk_stops_the_run_with_one_line_and_a_larger_one_resumes_it_exa
         assert set(metric_rows(client, r.info.run_id).values()) == {1}  # each (metric, step) once
 
 
+def _pad_journal_to_page_end(journal: Path, study: str, slack: int) -> int:
+    """Append one whole record (another worker's CREATE_STUDY of ``study``, which replay skips) so that the
+    journal ends ``slack`` bytes before a 4 kB page boundary; returns the new size."""
+    def record(pad: int) -> bytes:
+        return (json.dumps({"op_code": 0, "worker_id": "pad" + "x" * pad, "study_name": study, "directions": [1]},
+                           separators=(",", ":")) + "\n").encode()
+
+    need = (4096 - slack - journal.stat().st_size) % 4096
+    need += 4096 if need < len(record(0)) else 0
+    with open(journal, "ab") as fh:
+        fh.write(record(need - len(record(0))))
+    return journal.stat().st_size
+
+
+def test_a_journal_append_that_finds_no_space_names_the_journal(tmp_path, monkeypatch):
+    """os.write's ENOSPC names no file: the journal's append names its file, so the one message names the
+    journal's disk (not the working folder) wherever the append was made from, Optuna's create_study included;
+    the failed append is cut back, so the journal holds only whole records."""
+    import errno
+
+    from ablate.disk import disk_full_error
+
+    journal = tmp_path / "store" / "store.journal"
+    StudyStore(str(journal), "s")
+    before = journal.read_bytes()
+    real_write = os.write
+
+    def full_write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}") == str(journal):
+            real_write(fd, bytes(data)[:7])  # part of the record fits, then the disk is full
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_write)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OSError) as info:
+        StudyStore(str(journal), "s")  # Optuna's create_study appends a record
+    monkeypatch.undo()
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(journal)
+    assert disk_full_error(info.value).folder == str(journal.parent)
+    assert journal.read_bytes() == before
+
+
+def test_a_torn_journal_on_a_full_disk_whose_last_page_is_nearly_full_names_that_disk(tmp_path):
+    """The journal on a full 1 MB tmpfs, its last page 16 bytes short of full and a torn record after it:
+    `ablate run` cuts the torn tail (said in one warning), then Optuna's create_study appends a record that
+    does not fit in the last page, and os.write raises ENOSPC naming no file. The run exits 1 with one error
+    line naming the journal's folder on the full disk, not the working folder; the journal is left as it was
+    before the torn record (whole records only)."""
+    (tmp_path / "runs").mkdir()
+    prefix = _private_mount_prefix(tmp_path / "runs")
+    if prefix is None:
+        pytest.skip("this machine permits no tmpfs mount, not even in a user namespace")
+    study = write_study(tmp_path, "tornfull", seeds=1)
+    seed = tmp_path / "seed" / "store.journal"
+    StudyStore(str(seed), "tornfull")
+    size = _pad_journal_to_page_end(seed, "tornfull", slack=16)
+    uri = servers.fresh_mlflow_db(tmp_path)
+    script = f"""
+        mount -t tmpfs -o size=1m tmpfs runs && mkdir runs/tornfull && cp seed/store.journal runs/tornfull/
+        printf '{{"op_code": 5, "worker_id": "x", "tri' >> runs/tornfull/store.journal  # a writer died mid-record
+        dd if=/dev/zero of=runs/filler bs=1k count=2048 2> /dev/null
+        {shlex.quote(sys.executable)} -m ablate run {study} --threads 1 --runs runs --tracking-uri {uri} --no-progress \
+            --ignore-disk-space > torn.out 2> torn.err; echo $? > torn.rc
+        cp runs/tornfull/store.journal after.journal
+    """
+    subprocess.run([*prefix, "bash", "-c", script], cwd=tmp_path, env=sub_env(tmp_path), timeout=120, check=True)
+    err = (tmp_path / "torn.err").read_text()
+    lines = err.strip().splitlines()
+    assert (tmp_path / "torn.rc").read_text().strip() == "1" and "Traceback" not in err, err
+    assert any("its last record was cut short" in ln for ln in lines), err
+    errors = [ln for ln in lines if "error" in ln]
+    assert len(errors) == 1 and errors[0] == lines[-1], err
+    assert lines[-1].startswith(f"ablate run: error: a write in {tmp_path / 'runs' / 'tornfull'} found its disk full"), err
+    assert (tmp_path / "after.journal").read_bytes() == seed.read_bytes() and seed.stat().st_size == size
+
+
 @pytest.mark.slow
 def test_the_mlflow_store_s_disk_filling_mid_run_ends_in_one_line_and_the_same_command_resumes(tmp_path):
     """The local MLflow store (sqlite) on a tmpfs with ~150 kB left, the rest on a large disk: its disk fills

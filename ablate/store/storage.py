@@ -140,8 +140,10 @@ class _WholeRecordBackend(JournalFileBackend):
                     while view:
                         view = view[os.write(fd, view):]
                     os.fsync(fd)
-                except OSError:
+                except OSError as exc:
                     os.ftruncate(fd, start)  # freeing space never needs space
+                    if exc.filename is None:  # os.write names no file: a full disk is then said as the
+                        exc.filename = self._whole_path  # journal's, wherever the append was made from
                     raise
             finally:
                 os.close(fd)
