@@ -56,7 +56,7 @@ from ablate.inference import holm, tost_p
 from ablate.intervals import ALPHA
 
 __all__ = ["CONTEXT_DEPENDENT", "EQUIVALENT", "HOLDS", "NOT_RESOLVED", "VERDICTS", "Context", "Pooled",
-           "Trend", "TrendPoint", "pool", "scale_trend", "verdict", "what_resolves"]
+           "Trend", "TrendPoint", "new_context_text", "pool", "scale_trend", "verdict", "what_resolves"]
 
 #: The four verdicts of a contrast across contexts (no other verdict words are used).
 HOLDS, EQUIVALENT = "holds across contexts", "equivalent across contexts"
@@ -270,6 +270,15 @@ def _span(lo: float, hi: float, factor: float) -> str:
     return f"[{lo * factor:.3g}, {hi * factor:.3g}]"
 
 
+def new_context_text(pooled: Pooled, factor: float = 1.0) -> str:
+    """The prediction interval for a new context in words: ``a new context [lo, hi]``, or, below
+    :data:`MIN_CONTEXTS_PI` contexts where it is undefined (t on k - 2 df), that it is."""
+    if math.isfinite(pooled.pi_low) and math.isfinite(pooled.pi_high):
+        return f"a new context {_span(pooled.pi_low, pooled.pi_high, factor)}"
+    return (f"no prediction interval for a new context (undefined with {pooled.k} contexts: it needs at least "
+            f"{MIN_CONTEXTS_PI})")
+
+
 def _pi_half(tau2: float, se2: float, k: int, alpha: float) -> float:
     """The prediction interval's half-width at k contexts, ``t_{k-2} sqrt(tau2 + se2)`` (NaN below 3)."""
     return float(stats.t.isf(alpha / 2, k - 2)) * math.sqrt(tau2 + se2) if k >= MIN_CONTEXTS_PI else math.nan
@@ -361,7 +370,7 @@ def verdict(pooled: Pooled, per_context: Sequence[Context] | None = None, min_ef
     up = [c for c, p in zip(rows, adjusted) if p < a and c.estimate > 0]
     down = [c for c, p in zip(rows, adjusted) if p < a and c.estimate < 0]
     pooled_text = (f"pooled {_num(pooled.estimate, factor, unit)} {_span(pooled.ci_low, pooled.ci_high, factor)} "
-                   f"over {pooled.k} contexts, a new context {_span(pooled.pi_low, pooled.pi_high, factor)}")
+                   f"over {pooled.k} contexts, {new_context_text(pooled, factor)}")
     spread = (f"tau = {pooled.tau * factor:.3g}{unit}, I² = {100 * pooled.i2:.0f}%, heterogeneity p = "
               f"{pooled.q_p:.3g}")
     opposite = ""

@@ -218,6 +218,18 @@ def test_not_resolved_below_three_contexts_asks_for_contexts():
     assert v == meta.NOT_RESOLVED and "needs at least 3" in reason
 
 
+def test_two_contexts_say_the_prediction_interval_is_undefined_not_nan():
+    """With 2 contexts the prediction interval (t on k - 2 df) does not exist: the reason says so in words,
+    never ``[nan, nan]``, whatever the verdict."""
+    for estimates in ([1.0, 2.0], [10.0, -10.0], [0.1, 0.2]):
+        p = meta.pool(estimates, [1.0, 0.5], [7, 7], min_effect=5.0)
+        v, reason = meta.verdict(p, factor=100, unit=" points")
+        assert "nan" not in reason.lower() and v in (meta.NOT_RESOLVED, meta.CONTEXT_DEPENDENT)
+        assert "no prediction interval for a new context (undefined with 2 contexts: it needs at least 3)" in reason
+    three = meta.pool([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], [7, 7, 7])
+    assert meta.new_context_text(three).startswith("a new context [")
+
+
 def test_verdict_reason_in_the_readers_units():
     p = meta.pool([0.10, 0.12, 0.14, 0.16, 0.18, 0.20], [0.005] * 6, [7] * 6)
     assert "+15 points" in meta.verdict(p, factor=100, unit=" points")[1]

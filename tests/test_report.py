@@ -669,6 +669,22 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     assert "across contexts" in text and "pooled (3 contexts)" in text
 
 
+def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp_path):
+    """Two contexts give no prediction interval (it needs 3): the report says so in words in its answer, its
+    Across contexts section and its table, and never prints nan."""
+    path = tmp_path / "ctx.yaml"
+    path.write_text(STUDY.replace("seeds: 6", "seeds: 6\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05"))
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1, interaction=0.05)
+    (a,) = compute_statistics(study, res, **FAST).contexts
+    assert a.pooled.k == 2 and math.isnan(a.pooled.pi_low)
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx", **FAST)
+    text = (index.parent / "README.md").read_text()
+    assert "nan" not in text.lower()
+    assert text.count("no prediction interval for a new context (undefined with 2 contexts: it needs at least 3)") >= 2
+    assert "| a new context (prediction interval) |  |  | undefined with 2 contexts (needs 3) |" in text
+
+
 def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(tmp_path):
     """One context factor setting model.name over 3 sizes (each trial logs model/params at step 0): each
     contrast gets a weighted trend in log10 parameters (ablate.meta.scale_trend on the per-context estimates),

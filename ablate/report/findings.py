@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ablate import inference
+from ablate.meta import MIN_CONTEXTS_PI
 from ablate.report.page import Section, Table
 from ablate.report.statistics import AcrossContexts, ReportStatistics, Scale
 
@@ -572,7 +573,8 @@ def _context_tables(stats: ReportStatistics) -> list[Table]:
             rows.append({"context": f"pooled ({p.k} contexts)", "seeds": "", "estimate": signed(p.estimate * f),
                          "95% CI": ci_text(p.ci_low, p.ci_high, f)})
             rows.append({"context": "a new context (prediction interval)", "seeds": "", "estimate": "",
-                         "95% CI": ci_text(p.pi_low, p.pi_high, f) if np.isfinite(p.pi_low) else "–"})
+                         "95% CI": ci_text(p.pi_low, p.pi_high, f) if np.isfinite(p.pi_low)
+                         else f"undefined with {p.k} contexts (needs {MIN_CONTEXTS_PI})"})
         reason = (a.reason[0].upper() + a.reason[1:]).rstrip(".") + "." if a.reason else ""
         tables.append(Table(f"{a.claim} across contexts", pd.DataFrame(rows),
                             f"{a.verdict[0].upper() + a.verdict[1:]}. {reason}".strip()
