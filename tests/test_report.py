@@ -783,3 +783,19 @@ def test_the_claims_figure_title_counts_the_claims_it_draws(tmp_path):
         expected = (f"Claims ({n} claims, none testable (fewer than 3 seeds, or no spread))" if seeds == 2 else
                     f"Claims (family of {fam.size}, Holm; its {n} contrasts drawn)")  # + the interaction, not drawn
         assert n == 2 and title.startswith(expected), title
+
+
+def test_a_report_with_no_testable_claim_never_says_family_of_0(tmp_path):
+    """At 2 seeds (the quickstart's budget) the family holds no test: neither the claims figure's title nor the
+    claims table's caption nor the method paragraph says 'family of 0'; the caption says why nothing was
+    adjusted."""
+    path = tmp_path / "synth2.yaml"
+    path.write_text(STUDY.replace("seeds: 6", "seeds: 2"))
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(1))
+    assert compute_statistics(study, res, **FAST).inference.family.size == 0
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "synth2", **FAST)
+    for page in ("README.md", "index.html"):
+        assert "family of 0" not in (index.parent / page).read_text(), page
+    text = (index.parent / "README.md").read_text()
+    assert "its Holm adjustment (none here: no claim could be tested, each has fewer than 3 seeds or no spread)" in text

@@ -494,7 +494,10 @@ def _claim_tables(stats: ReportStatistics) -> list[Table]:
             digits={"p": 2, "p_holm": 2, "p_tost_holm": 2, "d_z": 2}),
             f"Every claim of the report: difference level − baseline in {unit} with its 95% interval (paired t: on "
             "the per-seed differences; model t: from the study's linear model), the two-sided p-value, its Holm "
-            f"adjustment over the family of {fam.size}, the TOST p-value at ±min_effect (Holm), d_z (mean / SD of the "
+            + (f"adjustment over the family of {fam.size}" if fam.size else
+               "adjustment (none here: no claim could be tested, each has fewer than "
+               f"{inference.MIN_SEEDS} seeds or no spread)")
+            + ", the TOST p-value at ±min_effect (Holm), d_z (mean / SD of the "
             "per-seed differences), the seeds on which the level improved (ties left out), and the seeds a paired "
             "test at the family's Bonferroni level would need for 80% power at the min_effect (or, without one, at "
             "the observed difference).", "claims"))
