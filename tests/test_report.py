@@ -12,6 +12,7 @@ import math
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -95,6 +96,7 @@ def synthetic(study, rng: np.random.Generator, *, effect: float = 0.1, interacti
 
 
 FAST = {"fit_boot": 10}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------------------------------- findings
@@ -245,6 +247,33 @@ def test_every_file_is_written(report):
     assert (out / "samples.json").is_file()
     tidy = pd.read_csv(out / "tidy.csv.gz")
     assert {"study", "key", "arm", "seed", "step", "tokens", "metric", "value"} <= set(tidy.columns)
+
+
+def test_the_files_section_links_only_what_a_committed_report_keeps(report):
+    """The Files section of both pages links every file of the folder a committed report keeps, and names the
+    ones the repository's .gitignore leaves out of reports/<study>/ (tidy.csv.gz, problems.csv.gz,
+    samples.json, the SVG copies) without a link, saying where else they are."""
+    import fnmatch
+
+    out = report.parent
+    patterns = [line.strip()[len("reports/*/"):] for line in (ROOT / ".gitignore").read_text().splitlines()
+                if line.strip().startswith("reports/*/") and not line.strip().endswith("/")]
+    assert {"tidy.csv.gz", "problems.csv.gz", "samples.json", "*.svg"} <= set(patterns)
+    written = sorted(p.name for p in out.iterdir() if p.is_file() and p.name not in ("README.md", "index.html"))
+    ignored = [n for n in written if any(fnmatch.fnmatch(n, pat) for pat in patterns)]
+    assert "tidy.csv.gz" in ignored and "samples.json" in ignored and "claims.svg" in ignored
+    readme = (out / "README.md").read_text()
+    files_md = readme.split("### Files", 1)[1]
+    files_html = report.read_text().split("<h3>Files</h3>", 1)[1]
+    linked_md = re.findall(r"\]\(([^)]+)\)", files_md)
+    linked_html = re.findall(r'href="([^"]+)"', files_html)
+    assert linked_md == linked_html and linked_md
+    assert set(linked_md) == set(written) - set(ignored)  # every kept file linked, every linked file kept
+    assert all((out / f).is_file() for f in linked_md)
+    for name in ignored:
+        assert md(name) in files_md and html.escape(name) in files_html
+    assert "the study's MLflow parent run (artifacts report/)" in files_md
+    assert html.escape("the study's MLflow parent run (artifacts report/)") in files_html
 
 
 def test_html_embeds_every_figure_as_png(report):

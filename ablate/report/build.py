@@ -18,6 +18,10 @@ writes into ``out_dir``:
     samples.json               the sample completions shown, per trial key
     <figure>.png               every figure (and <figure>.svg with ``formats`` / ``ablate report --svg``)
 
+The pages link the files a committed report keeps; :data:`ablate.report.page.NOT_COMMITTED` (tidy.csv.gz,
+problems.csv.gz, samples.json) and the SVG copies, which the repository's .gitignore leaves out of a
+committed report, are named without a link, with where else they are (the study's MLflow parent run).
+
 :func:`build_report` reads the results from MLflow first; uploading the report to the study's
 parent run is the caller's job (:func:`ablate.tracking.log_report`).
 """
@@ -41,7 +45,7 @@ from ablate.report.folder import TUNED_FILE
 from ablate.report.html import render_html
 from ablate.report.ledger import report_block, spliced_report
 from ablate.report.markdown import render_markdown
-from ablate.report.page import FigureRef, ReportPage, Table
+from ablate.report.page import FigureRef, ReportPage, Table, split_files
 from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
 from ablate.results import Results
 from ablate.study.model import DEFAULT_BUDGET
@@ -248,7 +252,9 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
 
 def build_page(study: Study, results: Results, stats: ReportStatistics, findings: Findings,
                figures: Sequence[FigureRef], figure_notes: Sequence[str], files: Sequence[str]) -> ReportPage:
-    """Step 3b: the page, built once from the three steps' results."""
+    """Step 3b: the page, built once from the three steps' results (``files``: the folder's files, linked or,
+    when a committed report leaves them out, named: :func:`ablate.report.page.split_files`)."""
+    linked, named = split_files(files)
     missing = None
     if not results.missing.empty:
         mv = results.missing.assign(arm=results.missing["arm"].map(lambda a: stats.labels.get(a, a)))
@@ -272,7 +278,7 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
         tables=findings.tables, missing=missing, samples=tuple(_samples(results, stats.labels)),
         design=_design_table(study, results),
         alias_lines=tuple(study.aliasing.lines()) if study.aliasing is not None else (),
-        study_yaml=study_yaml, baseline_config=baseline_config, versions=_versions(results), files=tuple(files),
+        study_yaml=study_yaml, baseline_config=baseline_config, versions=_versions(results), files=linked, uncommitted=named,
     )
 
 

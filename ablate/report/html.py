@@ -12,7 +12,7 @@ import base64
 import html
 from typing import TYPE_CHECKING
 
-from ablate.report.page import HEADLINE_FIGURE
+from ablate.report.page import HEADLINE_FIGURE, uncommitted_sentence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,7 +149,9 @@ def render_html(data: ReportPage) -> str:
         parts.append("<h3>Versions</h3><ul>")
         parts.extend(f"<li>{e(k)}: {e(v)}</li>" for k, v in data.versions.items())
         parts.append("</ul>")
-    if data.files:
+    if data.files or data.uncommitted:
         parts.append("<h3>Files</h3><p>" + ", ".join(f'<a href="{e(f)}">{e(f)}</a>' for f in data.files) + "</p>")
+        if data.uncommitted:
+            parts.append(f"<p>{e(uncommitted_sentence(data.uncommitted))}</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -11,7 +11,7 @@ import html
 import re
 from typing import TYPE_CHECKING
 
-from ablate.report.page import HEADLINE_FIGURE
+from ablate.report.page import HEADLINE_FIGURE, uncommitted_sentence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -118,6 +118,8 @@ def render_markdown(data: ReportPage) -> str:
         out += ["### Resolved configuration of the baseline arm", "", fence(data.baseline_config, "yaml"), ""]
     if data.versions:
         out += ["### Versions", ""] + [f"- {md(k)}: {md(v)}" for k, v in data.versions.items()] + [""]
-    if data.files:
+    if data.files or data.uncommitted:
         out += ["### Files", "", ", ".join(f"[{md(f)}]({f})" for f in data.files), ""]
+        if data.uncommitted:
+            out += [md(uncommitted_sentence(data.uncommitted)), ""]
     return "\n".join(out).rstrip() + "\n"

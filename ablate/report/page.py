@@ -4,6 +4,7 @@ them. Built once by :func:`ablate.report.build.write_report`, never changed afte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,30 @@ class Table:
     frame: pd.DataFrame
     caption: str = ""
     anchor: str = ""
+
+
+#: The files of a report folder that a committed report leaves out (the repository's .gitignore:
+#: ``reports/*/tidy.csv.gz``, ``problems.csv.gz``, ``samples.json``, ``*.svg``), each with what it holds: the
+#: pages name them without a link (a link would be broken wherever the report is committed).
+NOT_COMMITTED = {"tidy.csv.gz": "every step of every metric, which ablate report --from reads",
+                 "problems.csv.gz": "per-problem evaluation records", "samples.json": "the sample completions"}
+
+
+def split_files(files: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``files`` of a report folder as (linked: committed with a report, named: :data:`NOT_COMMITTED` and the
+    SVG copies), each in the given order."""
+    named = tuple(f for f in files if f in NOT_COMMITTED or f.endswith(".svg"))
+    return tuple(f for f in files if f not in named), named
+
+
+def uncommitted_sentence(names: Sequence[str]) -> str:
+    """What the pages say of the files :func:`split_files` names without a link ("" when none)."""
+    if not names:
+        return ""
+    said = ", ".join(f"{n} ({NOT_COMMITTED[n]})" if n in NOT_COMMITTED else n for n in names)
+    return (f"Not linked, because a committed report leaves them out (.gitignore): {said}. They were written "
+            "beside this page where it was built, and ablate run and ablate report (without --no-log) upload "
+            "them with it to the study's MLflow parent run (artifacts report/).")
 
 
 @dataclass(frozen=True)
@@ -69,3 +94,4 @@ class ReportPage:
     baseline_config: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     files: tuple[str, ...] = ()
+    uncommitted: tuple[str, ...] = ()
