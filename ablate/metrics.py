@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 #: Metric names a trial logs, with their meaning and unit (the glossary; docs/metrics.md is
 #: generated from it and a test compares it with what a trial actually logs). ``{c}`` stands for a
@@ -177,9 +177,44 @@ def glossary_pattern(name: str) -> re.Pattern[str]:
     return re.compile(pattern + r"\Z")
 
 
-def known_metric(name: str) -> bool:
-    """True when a trial can log ``name`` (it matches an entry of :data:`METRICS`)."""
-    return any(glossary_pattern(m).match(name) for m in METRICS)
+def known_metric(name: str, components: Iterable[str] | None = None) -> bool:
+    """True when a trial can log ``name`` (it matches an entry of :data:`METRICS`). With ``components``
+    (the reward component names registered, a study's plugins' among them), ``reward/{c}`` stands for
+    one of those names only, so that ``reward/acuracy`` is no metric; without, for any name."""
+    if components is None:
+        return any(glossary_pattern(m).match(name) for m in METRICS)
+    names = set(components)
+    return any(name in {m.replace("{c}", c) for c in names} if "{c}" in m else glossary_pattern(m).match(name)
+               for m in METRICS)
+
+
+def metric_names(components: Iterable[str] = ()) -> list[str]:
+    """Every metric name a trial can log, written out: the glossary's names, ``reward/<c>`` for each of
+    ``components`` (the reward component names registered) in place of ``reward/{c}``, and the other
+    templates as the glossary writes them (``eval/pass_at_{k}``, ``trl/{t}``): what a misspelt metric is
+    matched against for the nearest name."""
+    out: list[str] = []
+    for m in METRICS:
+        names = [m.replace("{c}", c) for c in components] if "{c}" in m else [m]
+        out += [n for n in names if n not in out]
+    return out
+
+
+def unknown_metric(name: object, components: Iterable[str]) -> str | None:
+    """None when a trial can log ``name`` (:func:`known_metric` with ``components``), else the problem
+    in words: the nearest metric name, and where the list is (docs/metrics.md)."""
+    components = list(components)
+    if isinstance(name, str) and known_metric(name, components):
+        return None
+    import difflib
+
+    choices = [m for m in metric_names(components) if m != name]  # a template written as a name: not itself
+    guess = difflib.get_close_matches(str(name), choices, n=1, cutoff=0.5)
+    hint = f"; did you mean {guess[0]!r}?" if guess else ""
+    where = "docs/metrics.md lists what a trial logs"
+    if str(name).startswith("reward/"):
+        where += f"; reward/<c> for each reward component c: {', '.join(components) or 'none registered'}"
+    return f"unknown metric {name!r}{hint} ({where})"
 
 
 def metrics_glossary_markdown() -> str:

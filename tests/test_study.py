@@ -358,6 +358,12 @@ MALFORMED = {
     "level_combination.yaml": [(3, "arm advantage=gae,critic=off", "set critic.enabled=true"),
                                (3, "arm advantage=gae,critic=off", "add the combination to 'exclude:'"),
                                (3, "arm advantage=grpo,critic=on", "set critic.enabled=false")],
+    "four_mistakes.yaml": [(4, "base.task.name", "unknown task 'additon'"), (4, "base.task.name", "did you mean 'addition'?"),
+                           (9, "factors.clip_high.levels.dapo.loss.clip_hihg", "did you mean 'loss.clip_high'?"),
+                           (10, "baseline.clip_high", "unknown level of 'clip_high' 'pp0'; allowed: ppo, dapo; "
+                                                      "did you mean 'ppo'?"),
+                           (12, "objective.metric", "unknown metric 'eval/acuracy'; did you mean 'eval/accuracy'? "
+                                                    "(docs/metrics.md lists what a trial logs)")],
     "many_problems.yaml": [(2, "name", "did you mean 'many-problems'?"), (5, "design", "did you mean 'full'?"),
                            (6, "seeds", "must be at least 1, got 0"), (7, "objective.mode", "unknown mode 'up'"),
                            (8, "extra", "unknown top-level key 'extra'")],
@@ -388,6 +394,91 @@ def test_several_problems_are_reported_at_once_in_line_order():
         load_study(DATA / "many_problems.yaml")
     assert [(p.line, p.key) for p in info.value.problems] == [
         (2, "name"), (5, "design"), (6, "seeds"), (7, "objective.mode"), (8, "extra")]
+
+
+def test_path_problems_are_reported_beside_the_study_s_own_in_one_pass(cli, tmp_path):
+    """Every key of base, budgets and the levels that parsed is checked on its own whatever else is wrong
+    (a bad factor, baseline, design or metric): one `ablate validate` names every mistake, exit 2, nothing
+    written. A combination of keys (a rule between them) needs the arms, and is checked once the study's
+    own problems are fixed."""
+    path = write(tmp_path, textwrap.dedent("""\
+        name: everything
+        base: {rollout.group_sise: 4}
+        factors:
+          clip_high: {path: loss.clip_hihg, values: [0.2, 0.28]}
+          kl:
+            levels:
+              none: {kl.placement: nowhere}
+              loss: {kl.placement: loss}
+          broken: {levels: []}
+        design: one_at_a_time
+        seeds: 2
+        budgets: {smoke: {train.step: 2}}
+        objective: {metric: loss/polcy, mode: min}
+        report: {metrics: [reward/acuracy]}
+        """))
+    rc, out, err = cli("validate", str(path))
+    assert rc == 2 and out == ""
+    expected = [
+        (2, "base.rollout.group_sise", "did you mean 'rollout.group_size'?"),
+        (4, "factors.clip_high.path", "invalid: loss.clip_hihg: unknown key (did you mean 'loss.clip_high'?)"),
+        (7, "factors.kl.levels.none.kl.placement", "'nowhere'"),
+        (9, "factors.broken.levels", "needs at least one level"),
+        (12, "budgets.smoke.train.step", "did you mean 'train.steps'?"),
+        (13, "objective.metric", "unknown metric 'loss/polcy'; did you mean 'loss/policy'?"),
+        (14, "report.metrics[0]", "unknown metric 'reward/acuracy'; did you mean 'reward/accuracy'? (docs/metrics.md "
+                                  "lists what a trial logs; reward/<c> for each reward component c: final_answer,"),
+    ]
+    lines = err.splitlines()
+    assert lines[0] == f"invalid study file {path} ({len(expected)} problems):" and len(lines) == 1 + len(expected), err
+    for (line, key, fix), got in zip(expected, lines[1:]):
+        assert got.startswith(f"  {path}:{line}: {key}: ") and fix in got, (line, key, fix, got)
+    fixed = path.read_text().replace("  broken: {levels: []}\n", "").replace("design: one_at_a_time\n", "")
+    fixed = fixed.replace("loss/polcy", "loss/policy").replace("reward/acuracy", "reward/accuracy")
+    rc, _, err = cli("validate", str(write(tmp_path, fixed)))  # the arms built: each key's problem once, no more
+    assert rc == 2 and f"{path} (4 problems):" in err and err.count(f"{path}:") == 4, err
+    assert [ln.split(": ")[1] for ln in err.splitlines()[1:]] == [key for _, key, _ in expected[:3] + expected[4:5]]
+
+
+REWARD_PLUGIN = '''
+"""A test plugin: registers the reward component {name!r} (logged as reward/{name})."""
+from ablate.rewards import REWARDS, place_on_last_token
+
+
+@REWARDS.register({name!r})
+def terse(ctx):
+    return place_on_last_token(-0.01 * ctx.mask.sum(dim=1).float(), ctx.mask)
+'''
+
+
+def test_the_objective_metric_is_one_a_trial_logs_a_plugin_s_components_included(cli, tmp_path, monkeypatch):
+    """objective.metric is checked against the metric glossary (ablate/metrics.py, docs/metrics.md): its names,
+    eval/pass_at_<k>, trl/<name>, and reward/<c> for each reward component registered, a study's plugins' too;
+    a name that is none of them is a problem with the nearest name."""
+    from ablate.rewards import REWARDS
+
+    module, component = f"ablate_test_reward_{os.getpid()}", f"terse{os.getpid()}"
+    (tmp_path / f"{module}.py").write_text(REWARD_PLUGIN.format(name=component))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    head = "name: metric\nfactors: {clip_high: {path: loss.clip_high, values: [0.2, 0.28]}}\nseeds: 2\n"
+    try:
+        for metric in ("eval/accuracy", "eval/pass_at_4", "trl/clip_ratio/region_mean", "reward/format",
+                       "policy/kl_ref"):
+            path = write(tmp_path, head + f"objective: {{metric: {metric}, mode: max}}\n")
+            assert cli("validate", str(path))[0] == 0, metric
+        unlisted = write(tmp_path, head + f"objective: {{metric: reward/{component}, mode: min}}\n")
+        rc, _, err = cli("validate", str(unlisted))  # its plugin not listed: no such component, no such metric
+        assert rc == 2 and f"{unlisted}:4: objective.metric: unknown metric 'reward/{component}'" in err, err
+        listed = write(tmp_path, f"plugins: [{module}]\n" + head + f"objective: {{metric: reward/{component}, "
+                       "mode: min}\n")
+        assert cli("validate", str(listed))[0] == 0
+        typo = write(tmp_path, listed.read_text().replace(f"reward/{component}", f"reward/{component[:-1]}x"))
+        rc, _, err = cli("validate", str(typo))
+        assert rc == 2 and f"{typo}:5: objective.metric: unknown metric 'reward/{component[:-1]}x'; did you mean " \
+            f"'reward/{component}'?" in err and "each reward component c: final_answer" in err, err
+    finally:
+        REWARDS.unregister(component)
+        sys.modules.pop(module, None)
 
 
 def test_validate_ok_and_bad_files_together(cli, tmp_path):

@@ -8,11 +8,14 @@ import sys
 HELP = "check study files (every key, every arm's configuration) without running anything"
 DESCRIPTION = """\
 Check study files without running anything: the YAML (safe, no duplicate keys), every key of the
-schema (see ablate/study.py), the design, the baseline and exclusions, and the TrialConfig of every
-arm at every budget. The study's plugins are imported (and nothing else). Nothing is written.
+schema (see ablate/study/__init__.py), the design, the baseline and exclusions, the objective's metric
+(one a trial logs: docs/metrics.md, or reward/<c> of a reward component, a plugin's included), and the
+TrialConfig of every arm at every budget. The study's plugins are imported (and nothing else). Nothing
+is written.
 
 For each file, prints "FILE: ok (N arms x S seeds = M trials)", or every problem of the file as
-"FILE:LINE: key: problem; allowed ...; did you mean ...?". Exit code 2 if any file has a problem.
+"FILE:LINE: key: problem; allowed ...; did you mean ...?": the study's own problems and each key of
+base, the budgets and the levels, in one pass. Exit code 2 if any file has a problem.
 
   ablate validate studies/*.yaml
 """

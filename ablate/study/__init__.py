@@ -57,7 +57,9 @@ Keys, one by one:
   ``--budget``; ``default`` always exists (``{}`` unless given). A budget may also set ``seeds: n``
   (an int >= 1, at most the study's seed count; not with adaptive seeds): it then runs only the
   study's first n seeds, e.g. a smoke budget that checks the plumbing with one or two seeds.
-- ``objective``: ``metric`` (a logged metric name), ``mode`` (``max`` | ``min``), ``summary``
+- ``objective``: ``metric`` (a metric a trial logs: a name of docs/metrics.md, ``reward/<c>`` for a reward
+  component ``c`` (a plugin's included), ``eval/pass_at_<k>``, ``trl/<name>``; checked, with the nearest
+  name), ``mode`` (``max`` | ``min``), ``summary``
   (how a trial's metric history becomes one number: ``last`` = mean of the last ``last_n`` logged
   values; ``mean`` / ``max`` / ``min`` over the history; ``auc`` = area under the curve over steps
   divided by the step range), ``last_n`` (int >= 1, default 1; used by ``last``).

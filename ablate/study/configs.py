@@ -83,27 +83,63 @@ class _Context:
         return {k: v for k, v in lv.overrides.items() if (where, k) not in self.bad}
 
 
-def _check_keys(cx: _Context) -> None:
-    """Every override key of ``base:``, of each budget and of each explicit level, checked on its own: an
-    unknown path or a value its field refuses (never a rule between keys, which depends on the others) is
-    reported at the key's own line, once, and left out of the builds that follow, so that one pass reports
-    every bad key and then what only a combination of keys gets wrong."""
-    doc = cx.doc
+def check_keys(ck: Checker, doc: LineDict, base: dict[str, Any] | None, budgets: dict[str, dict[str, Any]],
+               factors: list[Factor]) -> set[tuple[str, str]]:
+    """Every override key of ``base:``, of each budget and of each level, checked on its own: an unknown path or
+    a value its field refuses (never a rule between keys, which depends on the others) is reported at the key's
+    own line, once. Needs no arm, so that it runs beside the study-level checks (a baseline that names no
+    level, an unknown metric) and one pass reports both; :func:`check_configs` then leaves these keys out of
+    the builds that follow, and reports what only a combination of keys gets wrong.
+
+    Args:
+        base, budgets, factors: what parsed of ``base:``, ``budgets:`` and ``factors:`` (those that parsed,
+            when some did not).
+
+    Returns:
+        The keys reported, as (where, key): ``("base", "task.name")``, ``("factors.clip.levels.high",
+        "loss.clip_hihg")``.
+    """
+    build = _Builder()
+    bad: set[tuple[str, str]] = set()
     bnode = doc.get("budgets") if isinstance(doc.get("budgets"), dict) else {}
-    sources: list[tuple[str, Any, dict[str, Any]]] = [("base", doc.get("base"), cx.base)]
-    sources += [(f"budgets.{b}", bnode.get(b), bov) for b, bov in cx.budgets.items() if b in bnode]
-    for f in cx.factors:
-        if f.path is None:  # a shorthand path's problem is reported once by _explain_shorthand_path
+    sources: list[tuple[str, Any, dict[str, Any]]] = [("base", doc.get("base"), base)] if base else []
+    sources += [(f"budgets.{b}", bnode.get(b), bov) for b, bov in budgets.items() if b in bnode]
+    for f in factors:
+        if f.path is None:
             levels = doc["factors"][f.name]["levels"]
             sources += [(f"factors.{f.name}.levels.{lv.name}", levels.get(lv.name), lv.overrides) for lv in f.levels]
+        else:
+            bad |= _check_shorthand(ck, doc, build, f)
     for where, node, overrides in sources:
         for key, value in overrides.items():
-            own = cx.build.own_problems(key, value)
+            own = build.own_problems(key, value)
             if not own:
                 continue
             line = line_of(node, key) if isinstance(node, dict) else None
-            cx.ck.add(line or line_of(doc, where.split(".")[0]), f"{where}.{key}", indented("; ".join(own)))
-            cx.bad.add((where, key))
+            ck.add(line or line_of(doc, where.split(".")[0]), f"{where}.{key}", indented("; ".join(own)))
+            bad.add((where, key))
+    return bad
+
+
+def _check_shorthand(ck: Checker, doc: LineDict, build: _Builder, f: Factor) -> set[tuple[str, str]]:
+    """A shorthand factor's values checked on their own: a problem every value shares (an unknown path) once at
+    ``path:``, else each value's at its own line; the (where, key) of each level reported."""
+    assert f.path is not None
+    spec = doc["factors"][f.name]
+    own = {lv.name: build.own_problems(f.path, lv.value) for lv in f.levels}
+    if not any(own.values()):
+        return set()
+    if all(own.values()) and len({tuple(m) for m in own.values()}) == 1:
+        ck.add(line_of(spec, "path"), f"factors.{f.name}.path",
+               f"invalid: {f.path}: {indented('; '.join(own[f.levels[0].name]))}")
+    else:
+        names = [level_name(v) for v in spec["values"]]
+        for lv in f.levels:
+            if own[lv.name]:
+                i = names.index(lv.name)
+                ck.add(line_of(spec["values"], i), f"factors.{f.name}.values[{i}]",
+                       f"invalid overrides: {f.path}: {indented('; '.join(own[lv.name]))}")
+    return {(f"factors.{f.name}.levels.{name}", f.path) for name, problems in own.items() if problems}
 
 
 def _build_all(cx: _Context) -> dict[ArmBudget, TrialConfig]:
@@ -144,7 +180,10 @@ def _explain_base_and_budgets(cx: _Context) -> bool:
 
 
 def _explain_shorthand_path(cx: _Context, f: Factor) -> bool:
-    """Report a bad shorthand path once (not once per value); True when it explains the failures."""
+    """Report a bad shorthand path once (not once per value); True when it explains the failures (or
+    :func:`check_keys` reported it already)."""
+    if any((f"factors.{f.name}.levels.{lv.name}", f.path) in cx.bad for lv in f.levels):
+        return True
     errs = {lv.name: cx.build({**cx.base_ov(), **lv.overrides})[1] for lv in f.levels}
     if len(set(errs.values())) != 1 or None in errs.values():
         return False
@@ -234,8 +273,11 @@ def check_configs(
     arms: list[Arm],
     tune: TuneSpec | None,
     warned: list[tuple[str, str | None, str]] | None = None,
+    bad: set[tuple[str, str]] | None = None,
 ) -> dict[ArmBudget, TrialConfig]:
     """Build every arm's TrialConfig at every budget; report failures where they come from.
+
+    ``bad``: the keys :func:`check_keys` reported, left out of every build (checked here when not given).
 
     A failure is reported at ``base:`` when every arm fails and base alone fails, at a budget when
     every arm fails at that budget and base + budget alone fails, at a level when every arm with
@@ -246,7 +288,7 @@ def check_configs(
         (arm name, budget name) -> its configuration (the arms that built).
     """
     cx = _Context(ck, doc, base, budgets, factors, arms, _Builder(warned))
-    _check_keys(cx)
+    cx.bad = check_keys(ck, doc, base, budgets, factors) if bad is None else set(bad)
     configs = _build_all(cx)
     if cx.failed:
         if not _explain_base_and_budgets(cx):

@@ -17,7 +17,7 @@ from ablate.study.checker import (
     line_of,
     read_yaml,
 )
-from ablate.study.configs import check_configs
+from ablate.study.configs import check_configs, check_keys
 from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study, unknown_choice
 from ablate.study.sections import (
     design_arms,
@@ -55,20 +55,21 @@ def _read_document(file: str, path: str | Path) -> tuple[LineDict, Checker]:
 BUDGET_SEEDS_KEY = "seeds"
 
 
-def _parse_budgets(ck: Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any]] | None, dict[str, int]]:
-    """``budgets:`` with ``default`` always present (None when any budget is invalid), and the budgets
-    that run only the study's first n seeds (``seeds: n`` in the budget)."""
-    budgets: dict[str, dict[str, Any]] | None = {DEFAULT_BUDGET: {}}
+def _parse_budgets(ck: Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any]], bool, dict[str, int]]:
+    """``budgets:`` with ``default`` always present: the budgets that parsed, whether every one did, and the
+    budgets that run only the study's first n seeds (``seeds: n`` in the budget)."""
+    budgets: dict[str, dict[str, Any]] = {DEFAULT_BUDGET: {}}
     budget_seeds: dict[str, int] = {}
     if doc.get("budgets") is None:
-        return budgets, budget_seeds
+        return budgets, True, budget_seeds
     bnode = doc["budgets"]
     if not isinstance(bnode, dict):
         ck.add(line_of(doc, "budgets"), "budgets", "must be a mapping budget name -> {dotted overrides}")
-        return None, budget_seeds
+        return budgets, False, budget_seeds
+    ok = True
     for bname in bnode:
         if not ck.name_like(bnode, bname, f"budgets.{bname}", bname, NAME_RE, "budget name"):
-            budgets = None
+            ok = False
             continue
         ov = ck.overrides(bnode, bname, f"budgets.{bname}")
         if ov is not None and BUDGET_SEEDS_KEY in ov:
@@ -79,10 +80,10 @@ def _parse_budgets(ck: Checker, doc: LineDict) -> tuple[dict[str, dict[str, Any]
                 ck.add(line_of(bnode[bname], BUDGET_SEEDS_KEY), f"budgets.{bname}.{BUDGET_SEEDS_KEY}",
                        f"must be an integer >= 1 (the budget runs the study's first n seeds), got {plain(n)!r}")
         if ov is None:
-            budgets = None
-        elif budgets is not None:
+            ok = False
+        else:
             budgets[bname] = ov
-    return budgets, budget_seeds
+    return budgets, ok, budget_seeds
 
 
 def _check_budget_seeds(ck: Checker, doc: LineDict, budget_seeds: dict[str, int], seeds: tuple[int, ...] | None,
@@ -234,11 +235,12 @@ def load_study(path: str | Path) -> Study:
     if description is not None and not isinstance(description, str):
         ck.add(line_of(doc, "description"), "description", "must be a string")
     base = ck.overrides(doc, "base", "base") if "base" in doc else {}
-    budgets, budget_seeds = _parse_budgets(ck, doc)
+    parsed_budgets, budgets_ok, budget_seeds = _parse_budgets(ck, doc)
+    budgets = parsed_budgets if budgets_ok else None
     seeds, seed_range = _parse_seeds(ck, doc)
     _check_budget_seeds(ck, doc, budget_seeds, seeds, seed_range)
     objective = parse_objective(ck, doc) if "objective" in doc else None
-    factors = parse_factors(ck, doc) if "factors" in doc else None
+    factors, parsed_factors = parse_factors(ck, doc) if "factors" in doc else (None, [])
     design_name, design, design_options = parse_design(ck, doc)
     baseline = None
     if factors is not None and doc.get("baseline") is not None:
@@ -258,13 +260,16 @@ def load_study(path: str | Path) -> Study:
     aliasing = None
     if factors is not None and design is not None and not bad_baseline and exclude is not None:
         arms, excluded, aliasing = design_arms(ck, doc, factors, design, baseline, exclude, contexts)
+    study_level_ok = not ck.problems
+    # every key of base, budgets and levels on its own, whatever else is wrong: one pass reports both
+    bad_keys = check_keys(ck, doc, base, parsed_budgets, parsed_factors)
     config_warnings: list[tuple[str, str | None, str]] = []
     configs: dict[tuple[str, str], TrialConfig] = {}
     shown: tuple[str, ...] = ()
     acknowledged: tuple = ()
-    if not ck.problems and arms:
+    if study_level_ok and arms:  # the arms' configurations: what only a combination of keys gets wrong
         assert base is not None and budgets is not None and factors is not None
-        configs = check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings)
+        configs = check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings, bad=bad_keys)
         if not ck.problems:
             shown, acknowledged = _split_acknowledged(ck, doc, acknowledge, config_warnings)
     if ck.problems:

@@ -16,6 +16,8 @@ from ablate.registry import nearest
 
 DEFAULT_BUDGET = "default"
 SEED_PATH = "seed"
+OBJECTIVE_MODES = ("max", "min")
+OBJECTIVE_SUMMARIES = ("last", "mean", "max", "min", "auc")
 
 
 def _did_you_mean(name: object, choices: Iterable[str]) -> str:

@@ -12,13 +12,12 @@ from typing import Any
 
 from ablate.designs import DESIGNS, AliasStructure, Design
 from ablate.errors import AblateError
+from ablate.metrics import unknown_metric
 from ablate.study.checker import (
     FACTOR_KEYS,
     FACTOR_RE,
     MODULE_RE,
     OBJECTIVE_KEYS,
-    OBJECTIVE_MODES,
-    OBJECTIVE_SUMMARIES,
     PATH_RE,
     REPORT_KEYS,
     TUNE_KEYS,
@@ -31,6 +30,8 @@ from ablate.study.checker import (
 )
 from ablate.study.model import (
     DEFAULT_BUDGET,
+    OBJECTIVE_MODES,
+    OBJECTIVE_SUMMARIES,
     SEED_PATH,
     Arm,
     Factor,
@@ -190,13 +191,14 @@ def _parse_factor(ck: Checker, node: LineDict, fname: str, spec: object) -> Fact
     return Factor(str(fname), tuple(levels), desc, path)
 
 
-def parse_factors(ck: Checker, doc: LineDict) -> list[Factor] | None:
-    """``factors:``: every factor checked; None when any is invalid or two set one path."""
+def parse_factors(ck: Checker, doc: LineDict) -> tuple[list[Factor] | None, list[Factor]]:
+    """``factors:``: every factor checked; (the factors, None when any is invalid or two set one path;
+    the factors that parsed, whose levels' keys can be checked even then)."""
     node = doc["factors"]
     if not isinstance(node, dict) or not node:
         ck.add(line_of(doc, "factors"), "factors",
                "must be a non-empty mapping factor -> {levels: {name: {overrides}}} or {path: ..., values: [...]}")
-        return None
+        return None, []
     parsed = [_parse_factor(ck, node, fname, spec) for fname, spec in node.items()]
     factors = [f for f in parsed if f is not None]
     ok = len(factors) == len(parsed)
@@ -209,7 +211,7 @@ def parse_factors(ck: Checker, doc: LineDict) -> list[Factor] | None:
                            f"sets {pb!r}, which factor {a.name!r} also sets ({pa!r}); one path can be varied "
                            "by one factor only: merge them into one factor with combined levels")
                     ok = False
-    return factors if ok else None
+    return (factors if ok else None), factors
 
 
 def _resolve_level(factor: Factor, value: Any) -> str | None:
@@ -287,7 +289,16 @@ def parse_design(ck: Checker, doc: LineDict) -> tuple[str, Design | None, dict[s
     return name, design, options
 
 
+def reward_components() -> list[str]:
+    """The reward component names a configuration may give (the built-in ones and those the study's
+    plugins registered, which are imported first): each is logged as ``reward/<name>``."""
+    from ablate.registry import known_names
+
+    return known_names("reward component") or []
+
+
 def parse_objective(ck: Checker, doc: LineDict) -> Objective | None:
+    """``objective:``: its keys, and its metric one a trial logs (:func:`ablate.metrics.unknown_metric`)."""
     node = doc["objective"]
     line = line_of(doc, "objective")
     if not isinstance(node, dict):
@@ -298,6 +309,10 @@ def parse_objective(ck: Checker, doc: LineDict) -> Objective | None:
     metric = node.get("metric")
     if not isinstance(metric, str) or not metric:
         ck.add(line_of(node, "metric"), "objective.metric", "must be a metric name (a string), e.g. eval/accuracy")
+    else:
+        problem = unknown_metric(metric, reward_components())
+        if problem is not None:
+            ck.add(line_of(node, "metric"), "objective.metric", problem)
     mode = node.get("mode")
     if mode not in OBJECTIVE_MODES:
         msg = "is required" if mode is None else unknown_choice("mode", mode, OBJECTIVE_MODES)
@@ -316,8 +331,6 @@ def parse_objective(ck: Checker, doc: LineDict) -> Objective | None:
 
 
 def parse_report(ck: Checker, doc: LineDict) -> tuple[str, ...]:
-    from ablate.metrics import METRICS, known_metric
-
     node = doc["report"]
     if not isinstance(node, dict):
         ck.add(line_of(doc, "report"), "report", "must be a mapping {metrics: [metric names]}")
@@ -328,11 +341,12 @@ def parse_report(ck: Checker, doc: LineDict) -> tuple[str, ...]:
         ck.add(line_of(node, "metrics"), "report.metrics", f"must be a list of metric names, got {plain(metrics)!r}")
         return ()
     out = []
+    components = reward_components()
     for i, m in enumerate(metrics):
         line = line_of(metrics, i) or line_of(node, "metrics")
-        if not isinstance(m, str) or not known_metric(m):
-            ck.add(line, f"report.metrics[{i}]", unknown_choice("metric", plain(m), METRICS)
-                   + " (docs/metrics.md lists what a trial logs)")
+        problem = unknown_metric(plain(m), components)
+        if problem is not None:
+            ck.add(line, f"report.metrics[{i}]", problem)
         elif m in out:
             ck.add(line, f"report.metrics[{i}]", f"{m!r} is listed twice")
         else:
