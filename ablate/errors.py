@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from pathlib import Path
 from typing import TextIO
 
 
@@ -36,6 +37,18 @@ class OutageError(AblateError):
     exit_code = 1
 
 
+class UnloggedObjectiveError(AblateError):
+    """None of a study's finished trials logged its objective's metric: the report was written (it says so,
+    at ``index``), but compares nothing. Exit code 1: the study file is valid, its objective names a metric
+    these trials do not log (one that only an option they lack logs)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, index: Path) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 class StudyIdentityError(AblateError):
     """A study file takes the name of another study whose store or MLflow experiment exists."""
 
@@ -43,9 +56,9 @@ class StudyIdentityError(AblateError):
 def identity_message(name: str, where: str, other_file: str, this_file: str) -> str:
     """The one message for a study that takes the name of another: both files and the fix."""
     return (f"study {name!r}: {where} belongs to another study of the same name ({other_file}), and {this_file} "
-            "differs from it in its base, factors, design or objective. Give this study its own 'name:', or run it "
-            "against another store and experiment (--runs DIR or --storage URL, and --tracking-uri URI); nothing "
-            "was run or written")
+            "differs from it in its base, factors or design (or, with tune:, its objective). Give this study its "
+            "own 'name:', or run it against another store and experiment (--runs DIR or --storage URL, and "
+            "--tracking-uri URI); nothing was run or written")
 
 
 #: What a one-line warning of this process starts with (:func:`say_warnings_in_one_line`).

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ from ablate.plan import Plan
 from ablate.pool import gpu_for_worker, threads_per_worker
 from ablate.progress import Progress, format_seconds
 from ablate.store import StudyStore
-from ablate.study import load_study
+from ablate.study import Objective, load_study
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -570,6 +571,65 @@ def test_another_study_under_a_used_name_is_refused_at_every_budget_and_for_repo
     grown = write_study(workdir, "twin", levels={"token": LOSS_NORM["token"]}, seeds=2,
                         budgets={"smoke": {"train.steps": 1}})
     assert grown == first and run(str(grown), "--no-progress", "--extend") == 0  # more seeds: the same study
+
+
+def test_a_study_changed_only_in_its_analysis_reuses_its_trials_and_rebuilds_its_report(workdir, capsys):
+    """The study's file changes its objective (another metric, mode, summary) and min_effect after it ran: the
+    same study (its trials' keys and identity unchanged), so no trial runs again and the report is rebuilt for
+    the new objective. A store and experiment bound before the analysis left the identity (the fingerprint
+    with the old objective in it) are still this study's, and are bound anew. An objective metric that none of
+    the finished trials logged: the report says so, and `ablate run` exits 1 with one message naming the file,
+    the line and the fix."""
+    from ablate.store.queue import _IDENTITY_ATTR
+
+    path = write_study(workdir, "analysed", seeds=1)
+    assert run(str(path), "--no-progress") == 0
+    storage, uri = str(workdir / "runs" / "analysed" / STORE_FILE), f"sqlite:///{workdir / 'mlflow.db'}"
+    attempts, children = attempts_by_key(storage, "analysed"), mlflow_runs(uri, "analysed")[1]
+    assert len(attempts) == 2 and all([a.state for a in v] == ["done"] for v in attempts.values())
+    readme = workdir / "reports" / "analysed" / "README.md"
+    assert "maximize eval/accuracy" in readme.read_text()
+    capsys.readouterr()
+
+    def unchanged() -> None:
+        assert attempts_by_key(storage, "analysed") == attempts  # no trial ran again
+        assert sorted(r.info.run_id for r in mlflow_runs(uri, "analysed")[1]) == sorted(r.info.run_id for r in children)
+
+    objective = {"metric": "eval/format_rate", "mode": "min", "summary": "mean"}
+    write_study(workdir, "analysed", seeds=1, objective=objective, min_effect=0.05)
+    assert run(str(path), "--no-progress") == 0, capsys.readouterr().err
+    unchanged()
+    assert "minimize eval/format\\_rate" in readme.read_text()  # the report, rebuilt for the new objective
+    assert main(["report", str(path), "--no-log"]) == 0
+
+    study = load_study(path)  # as if bound by ablate before: the old fingerprint, with the first objective
+    first = replace(study, objective=Objective("eval/accuracy", "max"))
+    store = StudyStore(storage, "analysed", create=False)
+    store.storage.set_study_system_attr(store.study_id, _IDENTITY_ATTR, {"fingerprint": first.legacy_fingerprint(),
+                                                                          "file": str(path.resolve())})
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("analysed").experiment_id
+    client.set_experiment_tag(experiment, "ablate.fingerprint", first.legacy_fingerprint())
+    assert run(str(path), "--no-progress") == 0, capsys.readouterr().err
+    unchanged()
+    held = StudyStore(storage, "analysed", create=False)
+    assert held.storage.get_study_system_attrs(held.study_id)[_IDENTITY_ATTR]["fingerprint"] == study.fingerprint()
+    assert client.get_experiment(experiment).tags["ablate.fingerprint"] == study.fingerprint()  # bound anew
+
+    write_study(workdir, "analysed", seeds=1, objective={"metric": "data/pool_size", "mode": "max"})
+    capsys.readouterr()
+    assert run(str(path), "--no-progress") == 1  # logged only with algo.drop_solved_at: by none of these trials
+    unchanged()
+    err = [line for line in capsys.readouterr().err.splitlines() if "objective" in line]
+    line = path.read_text().splitlines().index("objective:") + 2
+    assert err == [f"{path}:{line}: objective.metric: none of the 2 finished trials of study 'analysed' (default) "
+                   "logged 'data/pool_size', so the report compares nothing; name a metric they log (docs/metrics.md; "
+                   "some are logged only with the option that measures them, e.g. eval/pass_at_{k} with eval.pass_k) "
+                   "and run again: the finished trials are reused and the report rebuilt; its report says so: "
+                   "reports/analysed/index.html"], err
+    text = readme.read_text()
+    assert "None of the 2 finished trials logged the objective's metric data/pool\\_size" in text
+    assert "No trial has finished yet" not in text
 
 
 # ------------------------------------------------------------------------------------------- packing

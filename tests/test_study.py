@@ -796,6 +796,50 @@ def test_extended_after_records_the_reports_read_before_an_extension(tmp_path):
         write(tmp_path, SEEDED)), "default").specs}  # nor its trials
 
 
+def test_the_analysis_is_not_the_study_s_identity(tmp_path):
+    """A file that changes only its analysis (objective, min_effect, primary, report metrics) is the same study:
+    the same fingerprint, which binds its store and MLflow experiment, and the same trial keys. Its base, factors
+    or design make another study; so does the objective of a study with tune:, whose tuning picks its trials by
+    the objective. A store or experiment bound before the analysis left the identity holds the old fingerprint
+    (the objective in it): the same study still owns it, with this objective or with another whose metric is a
+    logged one (the file may have changed since), and another study does not."""
+    import hashlib
+    from dataclasses import replace
+
+    from ablate.study import Objective
+
+    def study(text: str) -> Study:
+        return load_study(write(tmp_path, text))
+
+    def keys(s: Study) -> set[str]:
+        return {sp.key for sp in Plan.of(s, "default").specs}
+
+    first = study(SEEDED)
+    for edit in (("eval/accuracy, mode: max", "eval/format_rate, mode: min, summary: mean, last_n: 2"),
+                 ("seeds: 4", "seeds: 4\nmin_effect: 0.05\nprimary: [clip_high]"),
+                 ("seeds: 4", "seeds: 4\nreport: {metrics: [response/length]}")):
+        edited = study(SEEDED.replace(*edit))
+        assert edited.fingerprint() == first.fingerprint() and keys(edited) == keys(first), edit
+    for edit in (("factors:", "base: {optim.lr: 0.003}\nfactors:"), ("clip_high:", "clip:"),
+                 ("seeds: 4", "seeds: 4\ndesign: {name: random, n: 1, seed: 0}")):
+        assert study(SEEDED.replace(*edit)).fingerprint() != first.fingerprint(), edit
+    tuned = SEEDED + "tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 2, budget: smoke}\n"
+    assert study(tuned).fingerprint() != study(tuned.replace("mode: max", "mode: min")).fingerprint()
+    assert study(tuned).fingerprint() == study(tuned).legacy_fingerprint()  # a tuned study's did not change
+    # the old form, as ablate computed it before: base, factor names, design and objective, hashed
+    obj = {"metric": "eval/accuracy", "mode": "max", "summary": "last", "last_n": 1}
+    old = json.dumps({"base": {}, "factors": ["clip_high"], "design": {"name": "full"}, "objective": obj},
+                     sort_keys=True, separators=(",", ":"))
+    assert first.legacy_fingerprint() == hashlib.sha256(old.encode()).hexdigest()[:16] != first.fingerprint()
+    changed = replace(first, objective=Objective("eval/format_rate", "min", "mean", 3))
+    assert first.owns(first.fingerprint()) and first.owns(first.legacy_fingerprint())
+    assert first.owns(changed.legacy_fingerprint()) and changed.owns(first.legacy_fingerprint())
+    typo = replace(first, objective=Objective("eval/acuracy", "max"))  # a metric validation refuses now
+    assert not first.owns(typo.legacy_fingerprint()) and not first.owns(None)
+    other = study(SEEDED.replace("factors:", "base: {optim.lr: 0.003}\nfactors:"))
+    assert not first.owns(other.fingerprint()) and not first.owns(other.legacy_fingerprint())
+
+
 @pytest.mark.parametrize(("value", "fragment"), [
     ("[4]", "extended_after: must be a list of the seed counts whose report was read before the seeds were "
             "extended, increasing, each from 2 to below the study's seed count, e.g. [20] for a 20-seed report "

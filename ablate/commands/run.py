@@ -39,7 +39,8 @@ MLflow: --tracking-uri, else $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in t
   ablate run studies/quickstart.yaml --workers 2
   ablate run studies/x.yaml --storage postgresql://ablate:secret@db:5432/ablate --tracking-uri http://mlflow:5000
 
-Exit code: 0 when every trial is done, 1 when some failed (see `ablate status FILE`), 2 on bad input.
+Exit code: 0 when every trial is done, 1 when some failed (see `ablate status FILE`) or none of the finished
+trials logged the objective's metric (the report says so), 2 on bad input.
 """
 
 
@@ -150,10 +151,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     rc = 0
     from ablate.commands.report import upload_report
+    from ablate.errors import UnloggedObjectiveError
     from ablate.report import build_report
 
     try:
-        path = build_report(result.plan, tracking_uri=result.tracking_uri)  # the plan that ran: tuned, all seeds
+        try:
+            path = build_report(result.plan, tracking_uri=result.tracking_uri)  # the plan that ran: tuned, all seeds
+        except UnloggedObjectiveError as exc:  # a report that compares nothing: written, said, exit 1
+            print(str(exc), file=sys.stderr)
+            path, rc = exc.index, 1
         upload_report(study.name, args.budget, result.tracking_uri, path.parent)
         print(f"report: {path}")  # the last line: where to read the study's answer
     except Exception as exc:  # noqa: BLE001 - the trials are safe in MLflow; say what failed

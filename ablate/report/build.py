@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ablate import analysis
+from ablate.errors import UnloggedObjectiveError
 from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir_for
 from ablate.report import figures as figs
@@ -399,4 +400,31 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(folder.parent / f".{folder.name}.lock")):  # two runs of one study ending together
-        return write_report(plan, results, folder, **options)
+        index = write_report(plan, results, folder, **options)
+    problem = unlogged_objective(study, results)
+    if problem is not None:
+        raise UnloggedObjectiveError(f"{problem}; its report says so: {index}", index)
+    return index
+
+
+def unlogged_objective(study: Study, results: Results) -> str | None:
+    """None when a finished trial of ``results`` logged the study's objective metric, or none finished; else
+    the problem in one line, ``FILE:LINE: objective.metric: ...`` with the fix (the report then compares
+    nothing, and ``ablate run`` exits 1)."""
+    from ablate.study import read_yaml
+    from ablate.study.checker import line_of
+
+    metric = study.objective.metric
+    done = int((results.trials["state"] == "done").sum()) if not results.trials.empty else 0
+    if not done or (not results.table.empty and bool((results.table["metric"] == metric).any())):
+        return None
+    try:
+        doc = read_yaml(study.path)
+        line = line_of(doc["objective"], "metric")
+    except Exception:  # noqa: BLE001 - the file changed or went since: the message without its line
+        line = None
+    where = f"{study.path}:{line}" if line else str(study.path)
+    return (f"{where}: objective.metric: none of the {done} finished trial{'s' if done != 1 else ''} of study "
+            f"{study.name!r} ({results.budget}) logged {metric!r}, so the report compares nothing; name a metric "
+            "they log (docs/metrics.md; some are logged only with the option that measures them, e.g. "
+            "eval/pass_at_{k} with eval.pass_k) and run again: the finished trials are reused and the report rebuilt")

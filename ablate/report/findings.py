@@ -416,10 +416,20 @@ SMOKE_LINE = ("Smoke run (budget smoke): it checks that every part of the study 
               "evidence. Run the study at its default budget for the answer.")
 
 
+def unlogged_objective_sentence(metric: str, done: int) -> str:
+    """What a report says when none of its ``done`` finished trials logged the objective's ``metric``."""
+    return (f"None of the {done} finished trial{'s' if done != 1 else ''} logged the objective's metric {metric} "
+            "(objective.metric): there is nothing to compare. Name a metric these trials log (docs/metrics.md; "
+            "some are logged only with the option that measures them) and run the study again: its finished "
+            "trials are reused and this report is rebuilt.")
+
+
 def _answers(stats: ReportStatistics, scale: Scale, fam: Any) -> list[str]:
     """:func:`answer_sentences` without the smoke line."""
     if stats.per_trial.empty:
-        return ["No trial has finished yet: there is nothing to compare."]
+        done = stats.counts.get("done", 0)
+        return [unlogged_objective_sentence(stats.metric, done) if done else
+                "No trial has finished yet: there is nothing to compare."]
     if stats.contexts:
         chosen = [a for a in stats.contexts if a.primary] or list(stats.contexts)
         return [context_sentence(a, scale) for a in chosen]

@@ -540,7 +540,8 @@ class StudyStore:
 
     def check_identity(self, study: Study) -> bool:
         """Refuse ``study`` when the store belongs to another study of the same name; True when the
-        store is bound to no study yet (reads only).
+        store is bound to no study yet, or to this study's :meth:`~ablate.study.Study.legacy_fingerprint`
+        (a store made before the analysis left the identity: :meth:`bind` binds it again; reads only).
 
         Raises:
             StudyIdentityError: naming both files and the fix.
@@ -548,10 +549,10 @@ class StudyStore:
         from ablate.errors import StudyIdentityError, identity_message
 
         held = self.storage.get_study_system_attrs(self.study_id).get(_IDENTITY_ATTR)
-        if held is not None and held.get("fingerprint") != study.fingerprint():
+        if held is not None and not study.owns(held.get("fingerprint")):
             raise StudyIdentityError(identity_message(study.name, f"the study store {self.description}",
                                                       str(held.get("file", "an unknown file")), str(study.path)))
-        return held is None
+        return held is None or held.get("fingerprint") != study.fingerprint()
 
     def prepare(self, plan: Plan, *, extend: bool = False) -> PrepareResult:
         """Freeze or check the design of ``plan``'s budget, fail stale attempts, and enqueue every trial

@@ -99,13 +99,21 @@ Keys, one by one:
   instead of a warning per arm, and the report says it once. A name that no arm triggers at any
   budget is an error (the acknowledgment would be stale); warnings not listed still print.
 
+A study's identity (:meth:`Study.fingerprint`, which binds its store and MLflow experiment; another file of
+the same ``name:`` is refused) is its ``base``, its factors' names and its ``design``, and the ``objective`` of
+a study with ``tune:`` (its tuning picks the trials by it). The analysis is not in it: a file that changes only
+``objective``, ``min_effect``, ``primary``, ``report`` or ``extended_after`` is the same study, its finished
+trials are reused (no trial key depends on them) and its report is rebuilt.
+
 Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the budget's
 overrides < the arm's levels (in factor order) < the trial's seed (path ``seed``, which only
 ``seeds:`` may set). Every arm's configuration is built, for every budget, when the file is
 loaded: a bad level fails :func:`load_study`, never a running study.
 
 :func:`load_study` checks everything and raises one :class:`StudyError` listing every problem as
-``FILE:LINE: key: problem; allowed ...; did you mean ...?``. YAML is read with a safe loader that
+``FILE:LINE: key: problem; allowed ...; did you mean ...?``: the study's own (a baseline, a design, a metric)
+and every key of ``base``, the budgets and the levels checked on its own, in one pass; what only a combination
+of keys gets wrong is checked on the arms' configurations once the study's own problems are fixed. YAML is read with a safe loader that
 also rejects duplicate keys (which ``yaml.safe_load`` silently collapses to the last one).
 """
 

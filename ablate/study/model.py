@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,9 @@ DEFAULT_BUDGET = "default"
 SEED_PATH = "seed"
 OBJECTIVE_MODES = ("max", "min")
 OBJECTIVE_SUMMARIES = ("last", "mean", "max", "min", "auc")
+#: The largest ``objective.last_n`` :meth:`Study.owns` tries when it looks for the objective of a binding made
+#: before the analysis left the study's identity (every predefined study has 1 or 3).
+LEGACY_LAST_N = 10
 
 
 def _did_you_mean(name: object, choices: Iterable[str]) -> str:
@@ -275,21 +278,63 @@ class Study:
 
     def identity(self) -> dict[str, Any]:
         """What makes a study this study, whatever its budgets, seeds and added levels: its base, its
-        factors' names, its design and its objective (JSON-ready). A store and an MLflow experiment are
-        bound to the :meth:`fingerprint` of the study that first used them; ``--extend`` may still add
-        levels and seeds, and a changed level is caught per budget by the store's frozen design."""
+        factors' names and its design (JSON-ready); and its objective when the study has ``tune:``, whose
+        tuning picks each arm's values (so the trials that run) by the objective. A store and an MLflow
+        experiment are bound to the :meth:`fingerprint` of the study that first used them; ``--extend`` may
+        still add levels and seeds, and a changed level is caught per budget by the store's frozen design.
+
+        The analysis is not in it: ``objective`` (of a study without ``tune:``), ``min_effect``, ``primary``,
+        ``report`` and ``extended_after`` are read with the trials' logged histories when the report is built,
+        so a file that changes only them is the same study: its trials are reused and its report rebuilt.
+        Trial keys never depend on any of these (they are the trials' configurations)."""
+        out: dict[str, Any] = {
+            "base": {k: self.base[k] for k in sorted(self.base)}, "factors": [f.name for f in self.factors],
+            "design": {"name": self.design_name, **{k: self.design_options[k] for k in sorted(self.design_options)}}}
+        if self.tune is not None:
+            out["objective"] = self._objective_identity()
+        return out
+
+    def _objective_identity(self) -> dict[str, Any]:
         obj = self.objective
-        return {"base": {k: self.base[k] for k in sorted(self.base)}, "factors": [f.name for f in self.factors],
-                "design": {"name": self.design_name, **{k: self.design_options[k] for k in sorted(self.design_options)}},
-                "objective": {"metric": obj.metric, "mode": obj.mode, "summary": obj.summary, "last_n": obj.last_n}}
+        return {"metric": obj.metric, "mode": obj.mode, "summary": obj.summary, "last_n": obj.last_n}
 
     def fingerprint(self) -> str:
         """A short hash of :meth:`identity` (16 hex digits of its canonical JSON's SHA-256)."""
-        import hashlib
-        import json
+        return _hash_identity(self.identity())
 
-        text = json.dumps(self.identity(), sort_keys=True, default=str, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+    def legacy_fingerprint(self, objective: Mapping[str, Any] | None = None) -> str:
+        """The fingerprint as ablate computed it before the analysis left the identity (the objective was in
+        it whether or not the study tunes; this study's, or ``objective``): a store or MLflow experiment bound
+        then holds one. See :meth:`owns`; the next run binds it to :meth:`fingerprint`."""
+        return _hash_identity({**self.identity(), "objective": dict(objective or self._objective_identity())})
+
+    def owns(self, held: str | None) -> bool:
+        """Whether ``held``, the fingerprint a store or experiment is bound to, is this study's: its
+        :meth:`fingerprint`, or a :meth:`legacy_fingerprint` of a binding made before the analysis left the
+        identity: with this study's objective, or (a study without ``tune:``) with any objective whose metric
+        is a name of the glossary or ``reward/<c>`` (:func:`ablate.metrics.metric_names`), with any ``mode``,
+        ``summary`` and ``last_n`` up to :data:`LEGACY_LAST_N`, since such a binding may predate a change of the
+        objective alone. Its old
+        objective's metric is recorded nowhere the check can read: a metric outside the glossary (a typo, which
+        validation refuses now) is not found, and that binding is refused as another study's."""
+        if held is None:
+            return False
+        if held in (self.fingerprint(), self.legacy_fingerprint()):
+            return True
+        return self.tune is None and any(self.legacy_fingerprint(o) == held for o in self._legacy_objectives())
+
+    def _legacy_objectives(self) -> Iterator[dict[str, Any]]:
+        """Every objective :meth:`owns` tries in an old binding (some thousands; only when the binding is
+        neither this study's fingerprint nor its legacy one)."""
+        from ablate.metrics import metric_names
+        from ablate.registry import known_names
+
+        metrics = dict.fromkeys([self.objective.metric, *metric_names(known_names("reward component") or [])])
+        for metric in metrics:
+            for mode in OBJECTIVE_MODES:
+                for summary in OBJECTIVE_SUMMARIES:
+                    for last_n in range(1, LEGACY_LAST_N + 1):
+                        yield {"metric": metric, "mode": mode, "summary": summary, "last_n": last_n}
 
     @property
     def acknowledged_line(self) -> str | None:
@@ -327,3 +372,12 @@ def level_name(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "+".join(level_name(v) for v in value)
     return str(value)
+
+
+def _hash_identity(identity: Mapping[str, Any]) -> str:
+    """16 hex digits of the SHA-256 of ``identity``'s canonical JSON."""
+    import hashlib
+    import json
+
+    text = json.dumps(identity, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -165,20 +165,22 @@ class Tracker:
             self._held_by(study, exp.tags or {})
 
     def _held_by(self, study: Study, tags: Mapping[str, str]) -> bool:
-        """Whether the experiment with ``tags`` is bound to a study yet; raises StudyIdentityError when it
-        is bound to another one than ``study``."""
+        """Whether the experiment with ``tags`` is bound to ``study``'s fingerprint already (False: to none
+        yet, or to its :meth:`~ablate.study.Study.legacy_fingerprint`, which :meth:`bind` replaces); raises
+        StudyIdentityError when it is bound to another study."""
         from ablate.errors import StudyIdentityError, identity_message
 
         held = tags.get(TAG_FINGERPRINT)
-        if held is not None and held != study.fingerprint():
+        if held is not None and not study.owns(held):
             raise StudyIdentityError(identity_message(
                 study.name, f"the MLflow experiment {study.name!r} in {self.uri}",
                 tags.get(TAG_STUDY_FILE, "an unknown file"), str(study.path)))
-        return held is not None
+        return held == study.fingerprint()
 
     def bind(self, study: Study, experiment_id: str) -> None:
         """Refuse ``study`` when experiment ``experiment_id`` belongs to another study (as
-        :meth:`check_identity`), else tag it with the study's fingerprint and file when it has none yet."""
+        :meth:`check_identity`), else tag it with the study's fingerprint and file when it has not that
+        fingerprint yet (none, or the legacy one)."""
         if not self._held_by(study, self.client.get_experiment(experiment_id).tags or {}):
             self.client.set_experiment_tag(experiment_id, TAG_FINGERPRINT, study.fingerprint())
             self.client.set_experiment_tag(experiment_id, TAG_STUDY_FILE, str(Path(study.path).resolve()))
