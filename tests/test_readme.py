@@ -27,7 +27,7 @@ def local_links(markdown: str) -> list[str]:
     return [t for t in LINK.findall(markdown) if not re.match(r"[a-z]+:", t)]
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/findings.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/findings.md", "docs/contexts.md", "docs/statistics.md"])
 def test_every_link_and_image_resolves(page):
     path = ROOT / page
     text = path.read_text(encoding="utf-8")
