@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
+from tolerance import EXACT, assert_close, is_close
 
 from ablate import inference as inf
 
@@ -88,11 +89,11 @@ def test_seeds_improved_clopper_pearson_hand_values():
 
 def test_holm_hand_values_and_nan():
     # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, max(2 * 0.03, .) = 0.06, max(1 * 0.04, 0.06) = 0.06
-    np.testing.assert_allclose(inf.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    assert_close(inf.holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06], EXACT)
     out = inf.holm([0.01, NAN, 0.04])  # NaN is not a test: m = 2
-    np.testing.assert_allclose(out[[0, 2]], [0.02, 0.04])
+    assert_close(out[[0, 2]], [0.02, 0.04], EXACT)
     assert math.isnan(out[1])
-    np.testing.assert_allclose(inf.holm([0.5, 0.6]), [1.0, 1.0])  # capped at 1
+    assert_close(inf.holm([0.5, 0.6]), [1.0, 1.0], EXACT)  # capped at 1
     assert np.isnan(inf.holm([NAN, NAN])).all() and inf.holm([]).size == 0
 
 
@@ -307,10 +308,10 @@ def test_make_family_verdicts_size_and_order():
     assert terms[0].name == "interaction f × g"
     # Holm over the 4 testable p-values; TOST Holm over the 3 testable contrasts
     p = [big.p, tiny.p, wide.p, 1e-4]
-    np.testing.assert_allclose([by[n].p_holm for n in ("f: big vs base", "f: tiny vs base", "f: wide vs base")]
-                               + [terms[0].p_holm], inf.holm(p))
-    np.testing.assert_allclose([by["f: big vs base"].p_tost_holm, by["f: tiny vs base"].p_tost_holm],
-                               inf.holm([big.p_tost, tiny.p_tost, wide.p_tost])[:2])
+    assert_close([by[n].p_holm for n in ("f: big vs base", "f: tiny vs base", "f: wide vs base")]
+                 + [terms[0].p_holm], inf.holm(p), EXACT)
+    assert_close([by["f: big vs base"].p_tost_holm, by["f: tiny vs base"].p_tost_holm],
+                 inf.holm([big.p_tost, tiny.p_tost, wide.p_tost])[:2], EXACT)
     # seeds needed: at min_effect, from the contrast's per-seed SD, at the family's Bonferroni alpha
     assert by["f: wide vs base"].seeds_needed == inf.seeds_for_power(wide.sd_per_seed, me, alpha=0.05 / 4)
     assert (fam.n_seeds, fam.method, fam.alpha, fam.min_effect) == (2, inf.PAIRED, 0.05, me)
@@ -554,7 +555,7 @@ def test_a_3x2_interaction_is_hotellings_t2_by_hand_and_does_not_depend_on_the_b
     other = term({"a": "a2", "b": "b1", "c": "c1"})
     assert (other.F, other.p) == (pytest.approx(got.F, rel=1e-9), pytest.approx(got.p, rel=1e-9))
     contrasts = inf.interaction_contrasts(df, "a", "b", levels["a"], levels["b"], "a0", "b0", ["a", "b", "c"])
-    assert list(contrasts.columns) == ["a1 × b1", "a2 × b1"] and np.allclose(contrasts.to_numpy(), d)
+    assert list(contrasts.columns) == ["a1 × b1", "a2 × b1"] and is_close(contrasts.to_numpy(), d, EXACT)
 
 
 def test_a_paired_interaction_says_why_it_is_not_tested():
@@ -648,8 +649,8 @@ def test_family_wise_false_detections_under_the_global_null(n):
     with np.errstate(divide="ignore", invalid="ignore"):  # all-equal differences (P = 100): t = +-inf or NaN
         t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(n))
     p = 2 * stats.t.sf(np.abs(t), n - 1)
-    np.testing.assert_allclose(p[0], [inf.paired_contrast(d[0, :, k], np.zeros(n), range(n), factor="f", level="x",
-                                                          baseline="b").p for k in range(2)])
+    assert_close(p[0], [inf.paired_contrast(d[0, :, k], np.zeros(n), range(n), factor="f", level="x",
+                                            baseline="b").p for k in range(2)], EXACT)
     fwer = np.mean(2 * p.min(axis=1) < 0.05)
     assert fwer <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / DRAWS), fwer
 

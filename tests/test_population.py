@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import TINY_TRIAL
+from tolerance import MODEL, assert_close
 from torch import nn
 
 from ablate.config import TrialConfig
@@ -57,13 +58,13 @@ def test_stacked_trunk_and_gradients_equal_each_models_own(name):
     for k, twin in enumerate(twins):
         ref = twin.base_model(input_ids=ids[k], attention_mask=mask[k], position_ids=position_ids_from_mask(mask[k]),
                               use_cache=False).last_hidden_state
-        assert torch.allclose(hidden[k] * mask[k, ..., None], ref * mask[k, ..., None], atol=1e-5)
+        assert_close(hidden[k] * mask[k, ..., None], ref * mask[k, ..., None], MODEL)
         (ref * mask[k, ..., None] * weights).sum().backward()
         for (n, p), q in zip(models[k].named_parameters(), twin.parameters()):
             if q.grad is None:
                 assert p.grad is None or not p.grad.any(), n
                 continue
-            assert torch.allclose(p.grad, q.grad, atol=1e-5, rtol=1e-4), n
+            assert_close(p.grad, q.grad, MODEL, msg=n)
 
 
 def test_stacked_decoder_equals_the_lean_decoder_and_members_can_leave():
@@ -74,7 +75,7 @@ def test_stacked_decoder_equals_the_lean_decoder_and_members_can_leave():
     solo = [FastLlamaDecoder(m, ids[k], mask[k], 5) for k, m in enumerate(models)]
     logits = shared.prefill()
     for k in range(3):
-        assert torch.allclose(logits[k], solo[k].prefill(), atol=1e-5)
+        assert_close(logits[k], solo[k].prefill(), MODEL)
     g = torch.Generator().manual_seed(3)
     for t in range(3):
         tokens = torch.randint(3, 30, (3, 4), generator=g)
@@ -83,11 +84,11 @@ def test_stacked_decoder_equals_the_lean_decoder_and_members_can_leave():
             tokens = tokens[[0, 2]]
             logits = shared.step(tokens)
             for j, k in enumerate([0, 2]):
-                assert torch.allclose(logits[j], solo[k].step(tokens[j]), atol=1e-5)
+                assert_close(logits[j], solo[k].step(tokens[j]), MODEL)
         else:
             logits = shared.step(tokens)
             for k in range(3):
-                assert torch.allclose(logits[k], solo[k].step(tokens[k]), atol=1e-5)
+                assert_close(logits[k], solo[k].step(tokens[k]), MODEL)
 
 
 def test_which_models_stack():

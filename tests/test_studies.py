@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import servers
 import torch
+from tolerance import OPS, assert_close
 
 from ablate.commands.show import describe
 from ablate.plan import Plan
@@ -147,7 +148,7 @@ def test_the_example_plugin_reward_on_hand_values():
                     num_reference_steps=2, partial=0.0)] * 3
     ctx = RewardContext(mask=mask, grades=grades, offsets=[[]] * 3)
     expected = torch.tensor([[0, 0, -0.015, 0], [0, -0.010, 0, 0], [0, 0, 0, 0]])
-    assert torch.allclose(fn(ctx), expected)
+    assert_close(fn(ctx), expected, OPS)
     # loading the study again does not register the component twice
     load_study(ROOT / "studies" / "examples" / "new_factor.yaml")
 

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from tolerance import MODEL, assert_close
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ablate.errors import AblateError
@@ -53,7 +54,7 @@ def test_foreign_checkpoint_without_policy_file(tmp_path):
     assert loaded.name == str(tmp_path)
     assert loaded.use_chat_template is False  # the char tokenizer has no chat template
     assert loaded.model.dtype == torch.float64
-    torch.testing.assert_close(_logits(loaded.model).float(), _logits(policy.model), rtol=1e-5, atol=1e-5)
+    assert_close(_logits(loaded.model).float(), _logits(policy.model), MODEL)
 
 
 def test_checkpoint_with_chat_template_renders_through_it(tmp_path):

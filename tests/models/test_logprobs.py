@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from tolerance import MODEL, assert_close
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from ablate.errors import AblateError
@@ -66,13 +67,13 @@ def test_chunked_logprobs_and_gradients_equal_naive(name, temperature):
         model.zero_grad(set_to_none=True)
         ours = token_logprobs(model, ids, mask, num_prompt_tokens=P, temperature=temperature, chunk_size=chunk)
         assert ours.shape == (5, 7) and ours.dtype == torch.float32
-        assert torch.allclose(ours, naive, atol=1e-5, rtol=0), (ours - naive).abs().max()
+        assert_close(ours, naive, MODEL)
         assert (ours[mask[:, P:] == 0] == 0).all()
         (ours * weights).sum().backward()
         grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
         assert grads.keys() == ref_grads.keys()
         for n, g in grads.items():
-            assert torch.allclose(g, ref_grads[n], atol=1e-5, rtol=1e-4), (n, (g - ref_grads[n]).abs().max())
+            assert_close(g, ref_grads[n], MODEL, msg=n)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
@@ -91,11 +92,11 @@ def test_eager_attention_gives_the_sdpa_logprobs_and_gradients(name):
         (lp * weights + ent).sum().backward()
         out[impl] = (lp.detach(), ent.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None})
     (lp_s, ent_s, g_s), (lp_e, ent_e, g_e) = out["sdpa"], out["eager"]
-    assert torch.allclose(lp_e, lp_s, atol=1e-5, rtol=0), (lp_e - lp_s).abs().max()
-    assert torch.allclose(ent_e, ent_s, atol=1e-5, rtol=0)
+    assert_close(lp_e, lp_s, MODEL)
+    assert_close(ent_e, ent_s, MODEL)
     assert g_e.keys() == g_s.keys()
     for n, g in g_e.items():
-        assert torch.allclose(g, g_s[n], atol=1e-5, rtol=1e-4), (n, (g - g_s[n]).abs().max())
+        assert_close(g, g_s[n], MODEL, msg=n)
 
 
 def test_zero_model_gives_uniform_logprob_and_entropy_by_hand():
@@ -108,8 +109,8 @@ def test_zero_model_gives_uniform_logprob_and_entropy_by_hand():
     ids, mask, P = rollout_batch(104)
     logp, ent = token_logprobs_and_entropy(model, ids, mask, num_prompt_tokens=P, temperature=0.5)
     active = mask[:, P:] == 1
-    assert torch.allclose(logp[active], torch.full_like(logp[active], -math.log(104)), atol=1e-6)
-    assert torch.allclose(ent[active], torch.full_like(ent[active], math.log(104)), atol=1e-6)
+    assert_close(logp[active], torch.full_like(logp[active], -math.log(104)), MODEL)
+    assert_close(ent[active], torch.full_like(ent[active], math.log(104)), MODEL)
     assert (logp[~active] == 0).all() and (ent[~active] == 0).all()
 
 
@@ -127,13 +128,13 @@ def test_entropy_and_its_gradient_equal_naive(name):
     ref = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     logp, ent = token_logprobs_and_entropy(model, ids, mask, num_prompt_tokens=P, temperature=0.8, chunk_size=4)
-    assert torch.allclose(ent, naive_ent, atol=1e-5)
-    assert torch.allclose(logp, naive_logp, atol=1e-5)
-    assert torch.allclose(logp, token_logprobs(model, ids, mask, num_prompt_tokens=P, temperature=0.8))
+    assert_close(ent, naive_ent, MODEL)
+    assert_close(logp, naive_logp, MODEL)
+    assert_close(logp, token_logprobs(model, ids, mask, num_prompt_tokens=P, temperature=0.8), MODEL)
     (logp * w_logp + ent * w_ent).sum().backward()
     for n, p in model.named_parameters():
         if p.grad is not None:
-            assert torch.allclose(p.grad, ref[n], atol=1e-5, rtol=1e-4), (n, (p.grad - ref[n]).abs().max())
+            assert_close(p.grad, ref[n], MODEL, msg=n)
 
 
 def test_position_ids_ignore_left_padding():
@@ -150,13 +151,13 @@ def test_left_padded_prompt_gives_the_same_logprobs_as_unpadded(name):
     padded = torch.tensor([[0, 0, 0] + prompt + completion])
     pmask = torch.tensor([[0, 0, 0] + [1] * 8])
     lp_padded = token_logprobs(model, padded, pmask, num_prompt_tokens=7)
-    assert torch.allclose(lp_alone, lp_padded, atol=1e-5), (lp_alone - lp_padded).abs().max()
+    assert_close(lp_alone, lp_padded, MODEL)
     # and inside a batch next to a longer prompt, right-padded completion
     other = [1] + list(range(40, 46)) + [50, 51, 52, 53]
     batch = torch.tensor([padded[0].tolist(), other])
     bmask = torch.tensor([pmask[0].tolist(), [1] * 11])
     lp_batch = token_logprobs(model, batch, bmask, num_prompt_tokens=7)
-    assert torch.allclose(lp_batch[0], lp_alone[0], atol=1e-5)
+    assert_close(lp_batch[0], lp_alone[0], MODEL)
 
 
 def test_errors_name_the_argument():

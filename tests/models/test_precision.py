@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_logprobs import MODELS, rollout_batch
+from tolerance import MODEL, assert_close
 
 from ablate.errors import AblateError
 from ablate.models.logprobs import naive_token_logprobs, token_logprobs
@@ -49,7 +50,7 @@ def test_logprobs_under_bf16_autocast_use_the_float32_head_with_gradients(name):
         ours = token_logprobs(fp32, ids, mask, num_prompt_tokens=P)
         naive = naive_token_logprobs(fp32, ids, mask, num_prompt_tokens=P)  # the model's own forward
         plain = token_logprobs(model, ids, mask, num_prompt_tokens=P)
-    assert torch.allclose(ours, naive, atol=1e-5, rtol=0), (ours - naive).abs().max()
+    assert_close(ours, naive, MODEL)
     assert not torch.equal(ours, plain)  # the bf16 head rounds the logits
     ours.sum().backward()
     grad = fp32.get_output_embeddings().weight.grad

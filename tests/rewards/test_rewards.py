@@ -1,5 +1,6 @@
 import pytest
 import torch
+from tolerance import OPS, assert_close
 
 from ablate.errors import ConfigError
 from ablate.rewards import (
@@ -120,7 +121,7 @@ def test_prm_bad_options(ctx):
 def test_kl_reward_every_token(ctx):
     out = REWARDS.get("kl")(ctx, beta=0.1)
     expected = -0.1 * (ctx.logp - ctx.ref_logp) * ctx.mask
-    assert torch.allclose(out, expected)
+    assert_close(out, expected, OPS)
     assert out[0, 6] == 0 and out[1, 3:].abs().sum() == 0  # padding ignored even with garbage logp
     assert out[0, 0].item() == pytest.approx(-0.05)
 
@@ -168,7 +169,7 @@ def test_step_mask(ctx):
 def test_compute_token_rewards_weights_and_sum(ctx):
     total, parts = compute_token_rewards(ctx, {"final_answer": (2.0, {}), "prm": (0.5, {"normalize": False})})
     assert set(parts) == {"final_answer", "prm"}
-    assert torch.allclose(total, parts["final_answer"] + parts["prm"])
+    assert_close(total, parts["final_answer"] + parts["prm"], OPS)
     assert total[0, 5].item() == 2.0 and total[0, 1].item() == 0.5 and total[0, 4].item() == 0.0
 
 

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from tolerance import EXACT, assert_close, is_close
 
 from ablate.errors import ConfigError, UnknownNameError
 from ablate.registry import ALL_REGISTRIES
@@ -36,8 +37,9 @@ def token_case(ratios, advantages, **kwargs):
     return per_token.detach()[0], logp.grad[0], metrics
 
 
-def close(actual, expected, atol=1e-12):
-    torch.testing.assert_close(actual, t(expected), rtol=0, atol=atol)
+def close(actual, expected):
+    """float64 against a hand-computed value."""
+    assert_close(actual, t(expected), EXACT)
 
 
 def random_batch(seed: int, batch: int = 6, width: int = 7):
@@ -170,7 +172,7 @@ def test_cispo_keeps_gradient_of_clipped_tokens():
     per_token.sum().backward()
     paper = logp.detach().clone().requires_grad_(True)
     (-(t([w]) * t([[1.0, 1.0, -1.0]]) * paper).sum()).backward()
-    torch.testing.assert_close(logp.grad, paper.grad)
+    assert_close(logp.grad, paper.grad, EXACT)
 
 
 def test_cispo_lower_bound():
@@ -241,17 +243,17 @@ def test_sequence_and_sequence_token_values_and_gradients(surrogate):
             aggregate_loss(per_token, mask, "seq-mean-token-mean").backward()
             results[level, kind] = (per_token.detach(), x.grad, metrics)
     for kind in ("seq", "tok"):  # equal values always
-        torch.testing.assert_close(results["sequence", kind][0], results["sequence_token", kind][0])
+        assert_close(results["sequence", kind][0], results["sequence_token", kind][0], EXACT)
         assert results["sequence", kind][2] == pytest.approx(results["sequence_token", kind][2])
     # equal gradients with per-sequence advantages (GSPO's claim), different with per-token ones
-    torch.testing.assert_close(results["sequence", "seq"][1], results["sequence_token", "seq"][1])
-    assert not torch.allclose(results["sequence", "tok"][1], results["sequence_token", "tok"][1])
+    assert_close(results["sequence", "seq"][1], results["sequence_token", "seq"][1], EXACT)
+    assert not is_close(results["sequence", "tok"][1], results["sequence_token", "tok"][1], EXACT)
     # the sequence-level gradient is the same on every token of a sequence; GSPO-token's is not
     g_seq, g_tok = results["sequence", "tok"][1], results["sequence_token", "tok"][1]
     row = 0 if mask[0].sum() > 1 else int(mask.sum(-1).argmax())
     n = int(mask[row].sum())
-    assert torch.allclose(g_seq[row, :n], g_seq[row, :1].expand(n))
-    assert not torch.allclose(g_tok[row, :n], g_tok[row, :1].expand(n))
+    assert_close(g_seq[row, :n], g_seq[row, :1].expand(n), EXACT)
+    assert not is_close(g_tok[row, :n], g_tok[row, :1].expand(n), EXACT)
 
 
 @pytest.mark.parametrize("surrogate", SURROGATES.names())
@@ -280,8 +282,8 @@ def test_padding_invariance(level, surrogate):
         rows, cols = mask.shape
         outputs.append((per_token.detach()[:rows, :cols], x.grad[:rows, :cols], metrics))
     for per_token, grad, metrics in outputs[1:]:
-        torch.testing.assert_close(per_token, outputs[0][0])
-        torch.testing.assert_close(grad, outputs[0][1])
+        assert_close(per_token, outputs[0][0], EXACT)
+        assert_close(grad, outputs[0][1], EXACT)
         assert metrics == pytest.approx(outputs[0][2])
 
 
@@ -294,7 +296,7 @@ def test_on_policy_every_level_and_surrogate_gives_the_policy_gradient(level, su
     x = old.clone().requires_grad_(True)
     per_token, metrics = policy_loss(x, old, adv, mask, ratio_level=level, surrogate=surrogate)
     per_token.sum().backward()
-    torch.testing.assert_close(x.grad, -adv)
+    assert_close(x.grad, -adv, EXACT)
     assert set(metrics) == METRIC_KEYS
     assert metrics["ratio_mean"] == metrics["ratio_max"] == 1.0
     assert metrics["approx_kl"] == 0.0 and metrics["clip_frac_high"] == metrics["clip_frac_low"] == 0.0
@@ -408,7 +410,7 @@ def test_micro_batch_accumulation_equals_full_batch(mode, level):
         loss.backward()
         accumulated += loss.item()
     assert accumulated == pytest.approx(full.item(), abs=1e-9)
-    torch.testing.assert_close(x.grad, full_x.grad, rtol=0, atol=1e-9)
+    assert_close(x.grad, full_x.grad, EXACT)
     assert full_x.grad.abs().sum() > 0.1
 
 
@@ -595,7 +597,7 @@ def test_every_token_gets_its_declared_weight_however_the_step_is_split(mode):
         for rows in torch.tensor_split(perm, cuts):
             aggregate_loss(x[rows], mask[rows], mode, group_ids=group_ids[rows], max_len=12,
                            **totals.for_rows(rows)).backward()
-        torch.testing.assert_close(x.grad, declared, rtol=0, atol=1e-12)
+        assert_close(x.grad, declared, EXACT)
 
 
 def test_luspo_is_a_sequence_ratio_with_seq_mean_token_sum():
@@ -622,7 +624,7 @@ def test_luspo_is_a_sequence_ratio_with_seq_mean_token_sum():
     loss = aggregate_loss(per_token, mask, "seq-mean-token-sum")
     loss.backward()
     assert loss.item() == pytest.approx(expected.item(), abs=1e-12)
-    torch.testing.assert_close(y.grad, by_hand, rtol=0, atol=1e-12)
+    assert_close(y.grad, by_hand, EXACT)
     assert float((s.detach() - 1).abs().max()) > hi  # some sequence is clipped: the test covers both branches
 
 

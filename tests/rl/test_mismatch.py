@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from tolerance import EXACT, assert_close
 
 from ablate.errors import ConfigError
 from ablate.rl import (
@@ -31,7 +32,7 @@ MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0]], dtype=F64)
 ])
 def test_hand_computed_weights(mode, cap, floor, weights, frac):
     w, metrics = rollout_correction_weights(OLD, ROLLOUT, MASK, mode=mode, cap=cap, floor=floor)
-    torch.testing.assert_close(w, torch.tensor([weights], dtype=F64), rtol=0, atol=1e-12)
+    assert_close(w, torch.tensor([weights], dtype=F64), EXACT)
     assert metrics["corrected_frac"] == pytest.approx(frac)
     assert not w.requires_grad
 
@@ -61,7 +62,7 @@ def test_hand_computed_loss_and_gradient(mode, weights):
     a, ww = [1.0, -2.0, 0.5], weights
     assert float(loss.detach()) == pytest.approx(sum(-x * y for x, y in zip(a, ww)) / 3, abs=1e-12)
     expected = [[-a[0] * ww[0] / 3, -a[1] * ww[1] / 3, -a[2] * ww[2] / 3, 0.0]]
-    torch.testing.assert_close(logp.grad, torch.tensor(expected, dtype=F64), rtol=0, atol=1e-12)
+    assert_close(logp.grad, torch.tensor(expected, dtype=F64), EXACT)
 
 
 def _per_token_and_grad(logp0, old, adv, mask, w):
@@ -95,7 +96,7 @@ def test_tis_changes_only_the_tokens_whose_weight_exceeds_the_cap():
     moved = over & (adv != 0) & (loss_is != 0)
     assert bool(moved.any())
     assert bool((loss_tis[moved] != loss_is[moved]).all())
-    torch.testing.assert_close(loss_tis[over], loss_is[over] * 2.0 / w_is[over])  # truncated to the cap
+    assert_close(loss_tis[over], loss_is[over] * 2.0 / w_is[over], EXACT)  # truncated to the cap
     reference = _per_token_and_grad(logp, old, adv, mask, mask)  # no correction: weight 1
     for mode in ROLLOUT_CORRECTIONS:
         w, metrics = rollout_correction_weights(old, old, mask, mode=mode, cap=2.0)
@@ -110,7 +111,7 @@ def test_padding_is_ignored(mode):
     bad_rollout = torch.where(MASK.bool(), ROLLOUT, torch.tensor(-1e4, dtype=F64))
     a = rollout_correction_weights(OLD, ROLLOUT, MASK, mode=mode, cap=2.0)
     b = rollout_correction_weights(bad_old, bad_rollout, MASK, mode=mode, cap=2.0)
-    torch.testing.assert_close(a[0], b[0], rtol=0, atol=0)
+    assert torch.equal(a[0], b[0])  # padding is masked, not rounded: bit-equal
     assert a[1] == b[1]
     assert mismatch_metrics(OLD, ROLLOUT, MASK) == mismatch_metrics(bad_old, bad_rollout, MASK)
 
