@@ -299,7 +299,9 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
         parent = parent_run_id(plan, store, tracker)  # running again
         record_stale(tracker, prepared.stale)
         tag_plan(tracker, parent, plan, adaptive_rounds(store, plan.budget))
-    outbox = upload_unsent(tracker, study.name, settings.runs, wait=settings.end_wait(time.time() - t0), stream=stream)
+    ran_for = time.time() - t0
+    outbox = upload_unsent(tracker, study.name, settings.runs, wait=settings.end_wait(ran_for), ran_for=ran_for,
+                           finished=counts["done"] - first.complete, stream=stream)
     if not store.has_work(plan.budget):
         finish_parent(tracker, parent, failed=counts["failed"] > 0 or bool(outbox.left))
     return StudyRun(counts, first, parent, tracker.uri, store.description, time.time() - t0, plan,

@@ -100,10 +100,12 @@ class RunSettings:
     pack: int | str = "auto"
 
     def end_wait(self, elapsed: float) -> float:
-        """Seconds the end of a run that has taken ``elapsed`` seconds gives an MLflow outage in all, from the
-        first trial it kept on disk (:func:`ablate.tracking.outbox.upload_unsent`): ``--tracking-wait`` when given,
-        else a tenth of ``elapsed``, at most 60 s. An outage as old as the run (the server down for the
-        whole study) is then not waited for at all, and a short one near the end is waited out."""
+        """Seconds the end of a run that has taken ``elapsed`` seconds gives an MLflow outage
+        (:func:`ablate.tracking.outbox.upload_unsent`): ``--tracking-wait`` when given, else a tenth of
+        ``elapsed``, at most 60 s. An outage that began in the run's second half, after the server took some of
+        its trials, gets them from the run's end, so a short one whose end they cover is waited out; another
+        gets them in all from the first trial it kept on disk, so a server down for the whole study is not
+        waited for at all."""
         if self.tracking_wait is not None:
             return self.tracking_wait
         return min(DEFAULT_TRACKING_WAIT, TRACKING_WAIT_SHARE * max(0.0, elapsed))

@@ -129,7 +129,7 @@ def finish_alone(session: Session, elapsed: float) -> list[str]:
     parent run's state; the trials left in the outbox."""
     settings = session.settings
     unsent = upload_unsent(session.tracker, session.study.name, settings.runs, wait=settings.end_wait(elapsed),
-                           stream=sys.stderr).left
+                           ran_for=elapsed, stream=sys.stderr).left
     failed = session.store.counts(settings.budget)["failed"] > 0 or bool(unsent)
     finish_parent(session.tracker, session.parent, failed=failed)
     return unsent

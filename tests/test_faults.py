@@ -171,6 +171,91 @@ def test_the_end_of_a_run_waits_for_a_server_only_what_is_left_of_its_outage(tmp
     assert time.monotonic() - t0 >= 2 and "waiting up to 3 s more" in err.getvalue()
 
 
+@pytest.mark.slow
+def test_an_outage_that_began_near_the_run_s_end_gets_the_whole_end_wait_and_each_metric_is_sent_once(tmp_path):
+    """A short outage near the end of a long run, its end covered by the end wait: the run's end waits the
+    whole --tracking-wait from now, not what is left of it counted from the first kept trial (nothing once the
+    outage is older than the wait: a 20-25 s outage against a 20 s wait then ended in exit 1 and a rerun).
+    Here 300 s of run whose 4 finished trials but this one reached the server, a 30 s wait, the trial kept
+    35 s ago and the real server restarted meanwhile: the trial is uploaded, each (metric, step) once, its run
+    FINISHED."""
+    with servers.mlflow_server(tmp_path / "mlflow") as server:
+        tracker = Tracker(server.uri)
+        parent = tracker.client.create_run(tracker.client.create_experiment("s"), tags={"ablate.role": "study"})
+        start = {"study": "s", "key": "k1", "arm": "a", "seed": 0, "budget": "smoke", "levels": {"f": "x"},
+                 "flat_config": {"loss.clip": 0.2}, "worker": "w"}
+        history = [(s, {"eval/accuracy": s / 10, "loss": 1.0 - s / 10}) for s in range(5)]
+        logger = tracker.start_trial(parent.info.run_id, TrialIdentity(**start), flush_every=100)
+        for step, metrics in history[:3]:  # steps 0-2 reached the run before the outage
+            logger(metrics, step)
+        assert logger.close()
+        finish = {"config_yaml": "x: 1\n", "samples": [], "eval_problems": None, "result": {"objective": 0.4},
+                  "objective": 0.4}
+        path = write_unsent(tmp_path / "runs" / "s" / "trials" / "k1", parent=parent.info.run_id, start=start,
+                            history=history, finish=finish, why="ConnectionError: down")
+        kept = time.time() - 35
+        os.utime(path, (kept, kept))
+        server.stop()
+        restart = threading.Thread(target=server.start)  # back in ~10 s (MLflow's start-up)
+        restart.start()
+        err = io.StringIO()
+        try:
+            up = upload_unsent(tracker, "s", tmp_path / "runs", wait=30, ran_for=300, finished=4, stream=err)
+        finally:
+            restart.join()
+        assert up.sent == ["k1"] and up.left == [] and up.error is None, (up, err.getvalue())
+        assert "waiting up to 30 s more" in err.getvalue() and "from the run's end" in err.getvalue(), err.getvalue()
+        run = tracker.find_trial_run(parent.info.run_id, "k1")
+        rows = metric_rows(MlflowClient(server.uri), run.info.run_id)
+        assert set(rows) == {(k, s) for k in ("eval/accuracy", "loss") for s in range(5)} and set(rows.values()) == {1}
+        assert run.info.status == "FINISHED" and not unsent_files("s", tmp_path / "runs")
+
+
+def test_an_outage_of_most_or_all_of_the_run_gets_only_what_is_left_of_the_wait(tmp_path):
+    """Not a short outage, so not waited for from the run's end: one older than half the run, or one that kept
+    every trial the run finished (the server down for the whole study, however short the run). Both get what is
+    left of the wait counted from the first kept trial: nothing here."""
+    folder = tmp_path / "runs" / "s" / "trials" / "k1"
+    path = write_unsent(folder, parent="p", start={}, history=[], finish={}, why="ConnectionError: down")
+    old = time.time() - 120
+    os.utime(path, (old, old))  # kept 120 s into a 200 s run: the server was down for most of it
+    t0 = time.monotonic()
+    down = upload_unsent(Tracker(dead_uri()), "s", tmp_path / "runs", wait=20, ran_for=200, finished=5)
+    assert down.left == ["k1"] and time.monotonic() - t0 < 10  # not waited for: the default wait is shorter
+    young = time.time() - 30
+    os.utime(path, (young, young))  # kept 30 s before a 200 s run's end, but its one finished trial: none reached MLflow
+    t0 = time.monotonic()
+    down = upload_unsent(Tracker(dead_uri()), "s", tmp_path / "runs", wait=20, ran_for=200, finished=1)
+    assert down.left == ["k1"] and time.monotonic() - t0 < 10
+
+
+def test_a_health_question_that_fails_while_another_finds_the_server_back_leaves_the_link_up(monkeypatch):
+    """The link's prober and the end of a run ask /health at once: a stale failure (asked before the server
+    came back, answered after the other found it up) does not take the link down again."""
+    from ablate.tracking import client as client_module
+
+    link = client_module.Link("http://127.0.0.1:1", probe_seconds=3600)
+    asked, back = threading.Event(), threading.Event()
+
+    def health(uri, timeout):
+        if threading.current_thread().name == "stale":
+            asked.set()
+            back.wait(10)
+            return "[Errno 111] Connection refused"
+        return None
+
+    monkeypatch.setattr(client_module, "health_error", health)
+    link.down("Max retries exceeded")
+    answers: list[bool] = []
+    stale = threading.Thread(target=lambda: answers.append(link.answers()), name="stale")
+    stale.start()
+    asked.wait(10)
+    assert link.answers() and link.up  # the server is back
+    back.set()
+    stale.join()
+    assert answers == [False] and link.up and link.downs == 1
+
+
 def test_the_default_end_wait_is_a_tenth_of_the_run_at_most_a_minute():
     from ablate.session import RunSettings
 

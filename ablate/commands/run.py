@@ -69,9 +69,11 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
                              "is deleted once the trial's result is recorded in the store and in MLflow (or the outbox)")
     parser.add_argument("--tracking-wait", type=float, metavar="S",
                         help="seconds the end of a run waits for an MLflow server that stopped answering, to upload the "
-                             "trials kept on disk meanwhile, counted from the first it kept (default: a tenth of the run's time, at most "
-                             "60 s, so a server down for the whole study is not waited for; `ablate worker`, unattended on a "
-                             "cluster: 60 s; 0: do not wait, the next run uploads them)")
+                             "trials kept on disk meanwhile: from the run's end for an outage that began in the run's "
+                             "second half after the server took some of its trials, else counted from the first trial "
+                             "it kept (default: a tenth of the run's time, at most 60 s, so a server down for the whole "
+                             "study is not waited for; `ablate worker`, unattended on a cluster: 60 s; 0: do not wait, "
+                             "the next run uploads them)")
     parser.add_argument("--ignore-disk-space", action="store_true",
                         help="start even when a disk the study writes to has less free space than its estimated peak "
                              "use (`ablate show` prints the estimate); a full disk then stops the run with one message")

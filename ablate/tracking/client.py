@@ -127,6 +127,7 @@ class Link:
         self.probe_seconds = probe_seconds
         self.why: str | None = None  # None: up
         self.downs = 0  # times the link went down (for tests and the progress display)
+        self._ups = 0  # times a health check found the server answering
         self._remote = uri.startswith(("http://", "https://"))
         self._mutex = threading.Lock()
         self._prober: threading.Thread | None = None
@@ -141,12 +142,13 @@ class Link:
         if why is not None:
             raise TrackingOffline(f"MLflow {self.uri} did not answer ({why}); not asked again until it does")
 
-    def down(self, why: str) -> None:
-        """Take the link down (a request found the server unreachable) and start probing it."""
+    def down(self, why: str, ups: int | None = None) -> None:
+        """Take the link down (a request found the server unreachable) and start probing it; with ``ups``
+        (:attr:`_ups` when the failed question was asked), not when the server was found answering since."""
         if not self._remote:
             return
         with self._mutex:
-            if self.why is not None:
+            if self.why is not None or ups is not None and ups != self._ups:
                 return
             self.why = why
             self.downs += 1
@@ -155,14 +157,17 @@ class Link:
                 self._prober.start()
 
     def answers(self, timeout: float = 5.0) -> bool:
-        """Ask the server's ``/health`` once; bring the link up when it answers. True for a local store."""
+        """Ask the server's ``/health`` once; bring the link up when it answers. True for a local store.
+        A question that failed while another (the prober's, the end of a run's) found the server back
+        does not take the link down again."""
+        ups = self._ups
         why = health_error(self.uri, timeout)
         if why is not None:
-            if self.why is None:
-                self.down(why)
+            self.down(why, ups)
             return False
         with self._mutex:
             self.why = None
+            self._ups += 1
         return True
 
     def _probe_until_up(self) -> None:

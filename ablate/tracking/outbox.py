@@ -108,26 +108,35 @@ def _mtime(path: Path) -> float:
 
 
 def upload_unsent(tracker: Tracker, study_name: str, runs: str | os.PathLike[str] = RUNS_DIR, *,
-                  wait: float = 0.0, stream: TextIO | None = None) -> OutboxResult:
+                  wait: float = 0.0, ran_for: float | None = None, finished: int | None = None,
+                  stream: TextIO | None = None) -> OutboxResult:
     """Upload every kept trial of a study; stop at the first the tracking store does not take (it is
     down: the rest would fail the same way) and list what is left. A server whose ``/health`` does not
     answer is not asked anything else (:meth:`ablate.tracking.Link.answers`); with ``wait`` > 0 it is
     asked again every second first (the end of a run: a short outage then ends in an upload, not in a
-    second command), saying so once on ``stream``. An outage gets ``wait`` seconds in all, counted from
-    the oldest kept trial (when it was known to be down): a server down for longer than that already
-    (down for the whole study) is not waited for at all."""
+    second command), saying so once on ``stream``.
+
+    How long: an outage is as old as the oldest kept trial. A short one gets ``wait`` seconds from now, so
+    that one whose end the wait covers ends in an upload: younger than half the run (``ran_for`` seconds
+    so far), and begun after the server took some of the run's trials (fewer are kept than the
+    ``finished`` trials of this run; not asked when None). Any other (the server down for most of the
+    run, or for all of it), or any when ``ran_for`` is None, gets ``wait`` seconds in all from the oldest
+    kept trial: with the default wait (a tenth of the run, :meth:`ablate.session.RunSettings.end_wait`)
+    it is not waited for at all."""
     from ablate.tracking import TRACKING_ERRORS, first_line
 
     out = OutboxResult()
     files = unsent_files(study_name, runs)
     if files and not tracker.link.answers():  # one quick question, not a request that retries
         down_for = max(0.0, time.time() - min(_mtime(p) for p in files))
-        left = wait - down_for
+        fresh = ran_for is not None and down_for < ran_for / 2 and (finished is None or len(files) < finished)
+        left = wait if fresh else wait - down_for
         if left > 0:
             if stream is not None:
+                since = "from the run's end: a short outage" if fresh else "from the first"
                 print(f"ablate: MLflow {tracker.uri} does not answer ({tracker.link.why}); waiting up to {left:.0f} s "
-                      f"more to upload {len(files)} trial(s) kept meanwhile (--tracking-wait {wait:g} s from the "
-                      f"first, kept {down_for:.0f} s ago)", file=stream, flush=True)
+                      f"more to upload {len(files)} trial(s) kept meanwhile (--tracking-wait {wait:g} s {since}, "
+                      f"kept {down_for:.0f} s ago)", file=stream, flush=True)
             deadline = time.monotonic() + left
             while time.monotonic() < deadline and not tracker.link.answers(timeout=min(5.0, left)):
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
