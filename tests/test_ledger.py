@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from tolerance import EXACT, assert_close
 
 from ablate.metrics import content_fingerprint
 from ablate.report import ledger as L
+from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"
@@ -86,12 +88,13 @@ def test_the_project_wide_correction_is_holm_over_every_tested_claim(project):
     length-penalty control is no longer detected in its own report (Holm p 0.0796), and 8 of the 18
     detections survive project-wide (5 of 11 primaries). The two generalization studies add 6 tested claims
     (each contrast averaged over its contexts), none detected: 58 over 19 reports, the same 8 of 18 hold. The
-    engines study adds 6 more (3 equivalent, 3 interactions not resolved): 64 over 20, the same 8 of 18."""
+    engines study adds 6 more (3 equivalent, 3 interactions not resolved): 64 over 20, the same 8 of 18. The
+    quickstart, a demo (evidence: false) that tested no claim at 2 seeds, is no longer committed: 64 over 19."""
     from statsmodels.stats.multitest import multipletests
 
     claims = project.claims
     tested = claims[np.isfinite(claims["p"].astype(float))]
-    assert len(tested) == 64 and claims["report"].nunique() == 20
+    assert len(tested) == 64 and claims["report"].nunique() == 19
     expected = multipletests(tested["p"], method="holm")[1]
     assert_close(tested["p_project"], expected, EXACT)
     det = tested[tested["verdict"] == "detected"]
@@ -129,6 +132,32 @@ def test_ledger_check_fails_on_a_stale_copy_and_the_command_regenerates_it(tmp_p
     capsys.readouterr()
     assert main(["ledger", "--reports", str(reports), "--check", "--findings", str(tmp_path / "none.md")]) == 1
     assert f"stale: {readme}" in capsys.readouterr().out
+
+
+def test_a_demo_s_report_beside_the_committed_ones_changes_nothing_the_ledger_writes(tmp_path, capsys):
+    """README's main command writes reports/quickstart/ on the reader's processor (evidence: false): git ignores
+    it and the ledger never reads it, so the two README commands pass in either order (issue 53)."""
+    from ablate.cli import main
+    from ablate.report.findings import DEMO_LINE
+
+    reports = tmp_path / "reports"
+    for name in ("aa_control", "aa_objective"):
+        shutil.copytree(REPORTS / name, reports / name)
+    (tmp_path / "studies").symlink_to(ROOT / "studies")
+    none = str(tmp_path / "none.md")
+    assert main(["ledger", "--reports", str(reports), "--findings", none]) == 0
+    demo = reports / "quickstart"  # a demo's report whose trials equal aa_control's by content
+    shutil.copytree(REPORTS / "aa_control", demo)
+    text = (demo / "README.md").read_text(encoding="utf-8")
+    (demo / "README.md").write_text(text.replace("## Findings\n\n", f"## Findings\n\n- {DEMO_LINE}\n", 1),
+                                    encoding="utf-8")
+    assert DEMO_LINE in (demo / "README.md").read_text(encoding="utf-8")
+    assert [p.name for p in L.report_folders(reports)] == ["aa_control", "aa_objective"]
+    capsys.readouterr()
+    assert main(["ledger", "--reports", str(reports), "--check", "--findings", none]) == 0
+    ignored = subprocess.run(["git", "check-ignore", "-q", "reports/quickstart/index.html"], cwd=ROOT)
+    assert ignored.returncode == 0, "reports/quickstart/ must be git-ignored: README's main command writes it"
+    assert load_study(ROOT / "studies" / "quickstart.yaml").evidence is False
 
 
 def test_the_shared_baseline_docs_findings_names_is_one_set_of_trials(trials):

@@ -143,3 +143,17 @@ def test_every_number_of_a_findings_bullet_is_in_a_report_it_names(bullet):
     shown = [Decimal(x) for x in re.findall(r"\d+\.\d+", bullet.replace("−", "-"))]
     missing = [str(x) for x in shown if not any(_printed_as(h, x) for h in have)]
     assert not missing, f"docs/findings.md quotes numbers the reports it names do not hold: {missing} in {bullet[:80]}"
+
+
+def test_the_suite_figures_are_the_recorded_run_s():
+    """README's sentence about the suite is generated from benchmarks/suite.json, one measured run
+    (benchmarks/suite_record.py): typed numbers would drift."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from suite_record import BEGIN, END, readme_block
+
+    rec = json.loads((ROOT / "benchmarks" / "suite.json").read_text(encoding="utf-8"))
+    assert rec["passed"] > 1000 and rec["wall_s"] > 0
+    assert README.split(BEGIN, 1)[1].split(END, 1)[0] == readme_block(rec)

@@ -211,6 +211,23 @@ def test_two_seeds_give_no_interval_and_say_what_would(tmp_path):
     assert (index.parent / "claims.png").is_file()
 
 
+def test_a_demo_s_report_opens_with_the_demo_line_and_has_no_evidence_block(tmp_path):
+    """evidence: false (the quickstart): the report is the reader's own run, never a ledger input (issue 53)."""
+    from ablate.report.findings import DEMO_LINE
+    from ablate.report.ledger import BEGIN, report_folders
+
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "evidence: false\n")
+    study = load_study(path)
+    assert study.evidence is False
+    res = synthetic(study, np.random.default_rng(1), effect=0.1)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "reports" / "synth", **FAST)
+    readme = (index.parent / "README.md").read_text(encoding="utf-8")
+    assert readme.split("## Findings\n\n", 1)[1].startswith(f"- {DEMO_LINE}")
+    assert BEGIN not in readme and BEGIN not in index.read_text(encoding="utf-8")
+    assert report_folders(tmp_path / "reports") == []
+
+
 def test_a_partial_study_with_nothing_finished_still_reports(study, tmp_path):
     res = synthetic(study, np.random.default_rng(0))
     res.trials["state"] = "pending"

@@ -341,6 +341,7 @@ MALFORMED = {
     "exclude_unknown_factor.yaml": [(11, "exclude[1].loss_nrom", "unknown factor 'loss_nrom'; allowed: loss_norm, clip_high")],
     "excluded_baseline.yaml": [(11, "exclude[0]", "excludes the baseline arm loss_norm=sequence,clip_high=0.2")],
     "repeated_seeds.yaml": [(5, "seeds", "seeds repeat: [1]; allowed: a positive integer n")],
+    "bad_evidence.yaml": [(6, "evidence", "must be true or false (false: a demo whose report is never committed")],
     "bad_budget.yaml": [(7, "budgets.smoke.train.step", "unknown key (did you mean 'train.steps'?)")],
     "bad_objective.yaml": [(8, "objective.mode", "allowed: max, min; did you mean 'max'?"),
                            (9, "objective.summary", "allowed: last, mean, max, min, auc"),

@@ -348,9 +348,10 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     # claims' project-wide p; `ablate ledger` refreshes the other reports' blocks and reports/SHARED.md
     readme, index = out / "README.md", out / "index.html"
     readme.write_text(render_markdown(page), encoding="utf-8")  # first: the block reads this report as committed
-    if plan.budget == DEFAULT_BUDGET:
+    if plan.budget == DEFAULT_BUDGET and study.evidence:
         text_md, text_html = spliced_report(readme.read_text(encoding="utf-8"), render_html(page), report_block(out))
-    else:  # another budget's report (a smoke run) is no evidence: the ledger leaves it out, and so does its page
+    else:  # another budget's report (a smoke run) or a demo's is no evidence: the ledger leaves it out, and so does
+        # its page
         text_md, text_html = readme.read_text(encoding="utf-8"), render_html(page)
     readme.write_text(text_md, encoding="utf-8")
     index.write_text(text_html, encoding="utf-8")

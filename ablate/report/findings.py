@@ -407,6 +407,8 @@ def answer_sentences(stats: ReportStatistics) -> list[str]:
     scale, fam = stats.scale, stats.inference.family
     if stats.budget == SMOKE_BUDGET:
         return [SMOKE_LINE, *_answers(stats, scale, fam)]
+    if not stats.evidence:
+        return [DEMO_LINE, *_answers(stats, scale, fam)]
     return _answers(stats, scale, fam)
 
 
@@ -414,6 +416,9 @@ def answer_sentences(stats: ReportStatistics) -> list[str]:
 SMOKE_BUDGET = "smoke"
 SMOKE_LINE = ("Smoke run (budget smoke): it checks that every part of the study runs; its numbers are not "
               "evidence. Run the study at its default budget for the answer.")
+#: The line a demo's report opens with (a study with ``evidence: false``, such as the quickstart).
+DEMO_LINE = ("A demo (evidence: false): this report is your own run, on your processor; it is never committed, "
+             "and ablate ledger never reads it. Its numbers show the pipeline at work, not an answer.")
 
 
 def unlogged_objective_sentence(metric: str, done: int) -> str:

@@ -59,12 +59,15 @@ _OLD_TABLE_HTML = re.compile(r"<details><summary>Trials shared with other commit
 
 def report_folders(reports: Path) -> list[Path]:
     """The committed report folders under ``reports`` (README.md and results.csv), by name: reports of a
-    study's default budget only (a smoke run's report, ``reports/<study>-smoke/``, is no evidence)."""
+    study's default budget only (a smoke run's report, ``reports/<study>-smoke/``, is no evidence), and not a
+    demo's (``evidence: false``, the quickstart: the reader's own run, which opens with DEMO_LINE)."""
+    from ablate.report.findings import DEMO_LINE
     from ablate.report.folder import PRODUCED, command_budget
 
     def default_budget(folder: Path) -> bool:
-        m = PRODUCED.search((folder / "README.md").read_text(encoding="utf-8"))
-        return command_budget(shlex.split(m["command"]) if m else []) == "default"
+        text = (folder / "README.md").read_text(encoding="utf-8")
+        m = PRODUCED.search(text)
+        return command_budget(shlex.split(m["command"]) if m else []) == "default" and DEMO_LINE not in text
 
     return sorted(p for p in reports.iterdir()
                   if (p / "README.md").is_file() and (p / "results.csv").is_file() and default_budget(p))

@@ -136,6 +136,7 @@ class ReportStatistics:
             difference that sampling the evaluation problems alone gives (paired by problem on each
             trial's last evaluation, :func:`eval_noise`); empty without per-problem records.
         contexts: for a study with ``contexts:``, every compared contrast per context and pooled.
+        evidence: the study's ``evidence:``; false for a demo, whose report is never a ledger input.
     """
 
     study: str
@@ -168,6 +169,7 @@ class ReportStatistics:
     eval_sd: dict[str, float] = field(default_factory=dict)
     speed: tuple[SpeedRatio, ...] = ()
     contexts: tuple[AcrossContexts, ...] = ()
+    evidence: bool = True
 
     @property
     def legend_title(self) -> str:
@@ -382,4 +384,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
         speed=tuple(speed), contexts=across_contexts(study, per_trial, factors, context_sizes(study, table, factors)),
+        evidence=study.evidence,
     )

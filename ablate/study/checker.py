@@ -33,6 +33,7 @@ STUDY_KEYS: dict[str, str] = {
     "primary": "the contrasts the study exists for: factor or factor=level",
     "min_effect": "the smallest effect worth finding, in the objective's units",
     "acknowledge": "configuration warnings the study runs into on purpose, by name",
+    "evidence": "false for a demo: its report is the reader's own run, never committed nor read by ablate ledger",
 }
 REQUIRED_KEYS = ("name", "factors", "seeds", "objective")
 FACTOR_KEYS = ("description", "levels", "path", "values")

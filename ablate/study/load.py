@@ -172,6 +172,16 @@ def _split_acknowledged(ck: Checker, doc: LineDict, acknowledge: tuple[str, ...]
     return tuple(shown), tuple((rule, tuple(arms)) for rule, arms in arms_of.items() if arms)
 
 
+def _parse_evidence(ck: Checker, doc: LineDict) -> bool:
+    """``evidence:`` (true or false; default true)."""
+    v = doc.get("evidence", True)
+    if not isinstance(v, bool):
+        ck.add(line_of(doc, "evidence"), "evidence", f"must be true or false (false: a demo whose report is never "
+               f"committed nor read by ablate ledger); got {plain(v)!r}")
+        return True
+    return v
+
+
 def _parse_min_effect(ck: Checker, doc: LineDict, seed_range: SeedRange | None) -> float | None:
     """``min_effect:`` (> 0, finite), which adaptive seeds need."""
     min_effect = None
@@ -254,6 +264,7 @@ def load_study(path: str | Path) -> Study:
     min_effect = _parse_min_effect(ck, doc, seed_range)
     extended_after = _parse_extended_after(ck, doc, seeds, seed_range)
     acknowledge = _parse_acknowledge(ck, doc)
+    evidence = _parse_evidence(ck, doc)
 
     arms: list[Arm] = []
     excluded: list[Arm] = []
@@ -282,5 +293,5 @@ def load_study(path: str | Path) -> Study:
         baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
         tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
         budget_seeds=budget_seeds, warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
-        extended_after=extended_after, contexts=contexts, configs=configs,
+        extended_after=extended_after, contexts=contexts, configs=configs, evidence=evidence,
     )

@@ -182,6 +182,9 @@ class Study:
         contexts: ``contexts:``, the factors replicated over rather than compared (task, model, size ...):
             every compared arm runs in every combination of their levels, and each contrast is estimated
             within each context and pooled across them (:mod:`ablate.meta`).
+        evidence: ``evidence:``, false for a demo (the quickstart, README's main command): its report is the
+            reader's own run on the reader's processor, so it is never committed, opens with
+            :data:`ablate.report.findings.DEMO_LINE` and is never an input of ``ablate ledger``.
     """
 
     path: Path
@@ -212,6 +215,7 @@ class Study:
     seed_range: SeedRange | None = None
     extended_after: tuple[int, ...] = ()
     contexts: tuple[str, ...] = ()
+    evidence: bool = True
     configs: Mapping[tuple[str, str], TrialConfig] = field(default_factory=dict, repr=False, compare=False)
 
     @property
