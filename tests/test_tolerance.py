@@ -52,5 +52,5 @@ def test_shapes_and_nans_must_match():
 
 
 def test_the_message_names_the_error_and_the_bound():
-    with pytest.raises(AssertionError, match=r"w: largest difference .* ulps of the scale 1 \(bound 256 ulps\)"):
+    with pytest.raises(AssertionError, match=r"w: largest difference .* ulps of the scale 1 \(bound 128 ulps\)"):
         assert_close(torch.tensor([1.0]), torch.tensor([0.999]), OPS, msg="w")

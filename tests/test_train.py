@@ -144,8 +144,8 @@ def test_accumulation_matches_full_batch(ws_cache, options, monkeypatch):
     # near-zero entry's rounding into a move of up to lr (the aggregations' exact accumulation in float64 is
     # tests/rl/test_losses.py's); a model's backward over other bucket shapes sums in another order
     assert len(grads[0]) == len(grads[1]) > 0
+    assert max(float(a.abs().max()) for a in grads[0]) > 0  # (a minibatch may carry no signal)
     for a, b in zip(*grads):
-        assert float(a.abs().max()) > 0
         assert_close(b, a, MODEL)
     assert m1["loss/policy"] == pytest.approx(m4["loss/policy"], abs=1e-6)
     assert m1["optim/grad_norm"] == pytest.approx(m4["optim/grad_norm"], rel=1e-4)
