@@ -201,3 +201,15 @@ def test_aa_objective_reproduces_aa_control_on_the_same_processor_model_at_a_lat
     _, commit_control, _ = provenance(ROOT / "reports" / "aa_control")
     _, commit_objective, _ = provenance(ROOT / "reports" / "aa_objective")
     assert commit_control != commit_objective
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=lambda p: p.name)
+def test_every_file_a_committed_report_links_is_committed_with_it(report):
+    """A committed report names the files .gitignore leaves out (tidy.csv.gz, problems.csv.gz, samples.json,
+    SVG copies) without a link: every link of its Files section resolves in a clean clone (issue 53)."""
+    for page, pattern in (("README.md", r"### Files\n\n(.+)\n"), ("index.html", r"<h3>Files</h3><p>(.+?)</p>")):
+        m = re.search(pattern, (report / page).read_text(encoding="utf-8"))
+        assert m, f"{report.name}/{page} has no Files section"
+        links = re.findall(r"\]\(([^)]+)\)", m[1]) if page == "README.md" else re.findall(r'href="([^"]+)"', m[1])
+        assert links and all((report / link).is_file() for link in links), (page, links)
+        assert not {"tidy.csv.gz", "problems.csv.gz", "samples.json"} & set(links)
