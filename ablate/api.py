@@ -45,8 +45,8 @@ class StudyResults:
         name, budget: the study and the budget.
         trials: one row per trial (results.csv): ``key, arm, seed``, one column per factor (its level),
             ``state``, ``objective``, ``fingerprint`` and each trial's last logged value of every metric.
-        curves: the objective metric per trial and step (curves.csv): ``key, arm, seed, step, value``
-            and the factor columns.
+        curves: the objective metric per trial and step (curves.csv): ``key, arm, seed``, one column per factor
+            (its level, as in ``trials``), ``step, value``.
         claims: one row per claim of the report's family (:meth:`ablate.inference.Family.table`): ``claim,
             primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method, seeds_needed`` (estimate and
             interval in the objective's units, e.g. a fraction for eval/accuracy; ``method`` the interval's:
@@ -228,6 +228,19 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
     trials = pd.read_csv(folder / "results.csv", dtype={"key": str, "arm": str})
     curves_file = folder / "curves.csv"
     curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else pd.DataFrame()
+    curves = with_factor_columns(curves, trials, [f.name for f in study.factors])
     inference = read_report_pilot(study, folder).inference
     figures = {p.stem: p for p in sorted(folder.glob("*.png"))}
     return StudyResults(study.name, budget, trials, curves, inference.family.table(), figures, folder, study)
+
+
+def with_factor_columns(curves: pd.DataFrame, trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:
+    """``curves`` with each factor's level of its trial (from ``trials``, by key) after ``key, arm, seed``
+    (curves.csv keeps the objective's history only; the levels are results.csv's)."""
+    columns = [f for f in factors if f in trials.columns and f not in curves.columns]
+    if curves.empty or "key" not in curves.columns or not columns:
+        return curves
+    levels = trials.drop_duplicates("key").set_index("key")[columns]
+    out = curves.join(levels, on="key")
+    front = [c for c in ("key", "arm", "seed") if c in out.columns]
+    return out[front + columns + [c for c in curves.columns if c not in front]]

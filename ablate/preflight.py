@@ -29,6 +29,8 @@ def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
     from ablate.tracking import check_tracking_server
 
     check_engines_installed(study, settings.budget)
+    if workers > 1:
+        check_no_component_of_main(workers)
     check_tracking_server(settings.tracking_uri)
     check_runs_writable(study, settings)
     store = existing_store(study, settings)  # opened once (reading a journal replays it) for the checks
@@ -36,6 +38,26 @@ def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
     check_store_not_lost(study, settings, store)
     if settings.check_disk:
         check_disk_space(study, settings, store, workers)
+
+
+def check_no_component_of_main(workers: int) -> None:
+    """Refuse ``workers`` > 1 local workers when the calling script itself registered a component (a reward,
+    a task, ... whose module is ``__main__``): the worker processes import ablate and the study's plugins, never
+    the caller's ``__main__`` (:mod:`ablate.pool`), so they would not know its name.
+
+    Raises:
+        AblateError: one line naming the components and the two ways out.
+    """
+    from ablate.errors import AblateError
+    from ablate.registry import ALL_REGISTRIES
+
+    found = [f"{kind} {name!r}" for kind, reg in ALL_REGISTRIES.items() for name, obj in reg.items()
+             if getattr(obj, "__module__", None) == "__main__"]
+    if found:
+        raise AblateError(
+            f"{', '.join(found)} registered in the running script (__main__): the {workers} worker processes do "
+            "not run that script, so they would not know it; move the registration into a module listed under the "
+            "study's plugins: (docs/factors.md), or run with 1 worker (in this process)")
 
 
 def check_engines_installed(study: Study, budget: str) -> None:
@@ -232,6 +254,7 @@ def existing_store(study: Study, settings: RunSettings, *, read_only: bool = Fal
 __all__ = [
     "check_disk_space",
     "check_identity",
+    "check_no_component_of_main",
     "check_reports_writable",
     "check_runs_writable",
     "check_store_not_lost",

@@ -1,6 +1,6 @@
 """A study run as one object: the run's settings, the checks before it, and the opened session.
 
-:class:`RunSettings` is what every worker of a run needs (picklable: it goes to spawned processes);
+:class:`RunSettings` is what every worker of a run needs (plain values: it goes to worker processes as JSON);
 :func:`make_settings` builds it from the options a user gives (:class:`RunOptions`). A worker opens
 a :class:`Session` once (:meth:`Session.open`: the study, its plan, the study store, the MLflow tracking
 store, the parent run, the worker's identity, where progress events go), and every attempt it trains
@@ -58,7 +58,8 @@ POLL_SECONDS = 2.0
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What a worker needs to run a study (picklable: it is sent to spawned processes).
+    """What a worker needs to run a study (plain values: a local pool sends it to its worker processes as JSON,
+    :func:`ablate.pool.member_command`).
 
     Attributes:
         study_file: the study file (each worker loads and validates it, importing its plugins).

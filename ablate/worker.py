@@ -42,13 +42,11 @@ from typing import TYPE_CHECKING
 
 from ablate.attempt import claim_mates, run_attempt, run_population_attempts
 from ablate.disk import DISK_FULL_EXIT, disk_full_error, is_disk_full
-from ablate.session import Event, EventFn, RunSettings, Session, current_plan, finish_parent, record_stale
+from ablate.session import EventFn, RunSettings, Session, current_plan, finish_parent, record_stale
 from ablate.store import Attempt
 from ablate.tracking.outbox import upload_unsent
 
 if TYPE_CHECKING:
-    from multiprocessing.queues import Queue
-
     from ablate.study import Study
     from ablate.tracking import Tracker
 
@@ -149,8 +147,10 @@ def tag_packing(tracker: Tracker, parent: str, settings: RunSettings) -> None:
         print(f"warning: --pack could not be recorded in MLflow: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: str | None = None) -> None:
-    """Entry point of a spawned worker process of a local pool (:func:`ablate.runner.run_study`)."""
+def process_main(settings: RunSettings, index: int, events: EventFn, gpu: str | None = None) -> None:
+    """The work of a worker subprocess of a local pool (:func:`ablate.pool.member_main`): its threads and GPU,
+    then the worker loop, its progress events sent to ``events``; a full disk or an outage ends it with its
+    exit code (:data:`~ablate.disk.DISK_FULL_EXIT`, the error's), said in one line."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if settings.threads > 0:
@@ -163,12 +163,12 @@ def process_main(settings: RunSettings, index: int, events: Queue[Event], gpu: s
 
     say_warnings_in_one_line(f"ablate worker {index}")
     try:
-        run_worker(settings, index=index, events=events.put)
+        run_worker(settings, index=index, events=events)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     except Exception as exc:
         if is_disk_full(exc):  # the pool says it once, and stops the other workers
-            events.put({"kind": "disk_full", "message": str(disk_full_error(exc, settings.runs)), "worker": index})
+            events({"kind": "disk_full", "message": str(disk_full_error(exc, settings.runs)), "worker": index})
             raise SystemExit(DISK_FULL_EXIT) from None
         if not isinstance(exc, AblateError):
             raise

@@ -20,6 +20,7 @@ import yaml
 import ablate
 from ablate.planning import plan_seeds, read_report_pilot
 from ablate.report.ledger import report_claims
+from ablate.store import StudyStore
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +48,9 @@ def test_load_a_committed_report_gives_its_trials_curves_claims_and_figures():
     assert res.claims["estimate"].to_numpy() == pytest.approx(expected["estimate"].to_numpy(), nan_ok=True)
     assert list(res.claims["verdict"]) == list(expected["verdict"]) and set(res.claims["method"]) == {"paired t"}
     assert res.figures["claims"] == folder / "claims.png" and "loss_normalization" in repr(res)
+    assert list(res.curves.columns) == ["key", "arm", "seed", "loss_norm", "step", "value"]  # the factor, as trials'
+    level = dict(zip(res.trials["key"], res.trials["loss_norm"]))
+    assert len(level) > 1 and all(level[k] == v for k, v in zip(res.curves["key"], res.curves["loss_norm"]))
 
 
 def test_plan_seeds_is_ablate_plan_from_a_report():
@@ -109,6 +113,64 @@ def test_run_from_python_gives_the_cli_s_trials_and_report(tmp_path, monkeypatch
     assert dict(zip(res.trials["key"], res.trials["fingerprint"])) == dict(zip(cli["key"], cli["fingerprint"]))
     assert list(res.claims["claim"]) == list(ablate.load(cli_dir / "reports" / "quickstart-smoke").claims["claim"])
     assert not (api_dir / "reports" / "quickstart").exists()  # a smoke run never writes the study's own report
+
+
+def _script_env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, "ABLATE_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    for var in ("MLFLOW_TRACKING_URI", "ABLATE_STORAGE"):
+        env.pop(var, None)
+    return env
+
+
+@pytest.mark.slow
+def test_run_with_two_workers_from_a_script_with_no_main_guard(tmp_path):
+    """`ablate.run(study, workers=2)` at a script's top level, no `if __name__ == "__main__":` (docs/api.md):
+    the workers are fresh interpreters that never import the script, so it runs to the end, every trial done
+    once by the two pool workers (the spawned processes of before re-ran the script and failed every trial)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    servers.fresh_mlflow_db(work)
+    script = work / "two_workers.py"
+    script.write_text(f"""import ablate
+
+res = ablate.run({str(ROOT / "studies" / "quickstart.yaml")!r}, budget="smoke", workers=2, threads=1)
+print("states:", list(res.trials["state"]))
+""")
+    r = subprocess.run([sys.executable, str(script)], cwd=work, env=_script_env(tmp_path), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"states: {['done'] * 8}" in r.stdout and "bootstrapping" not in r.stderr, (r.stdout, r.stderr[-3000:])
+    store = StudyStore(str(work / "runs" / "quickstart" / "store.journal"), "quickstart", create=False)
+    attempts = [a for a in store.attempts("smoke")]
+    assert len(attempts) == 8 and {a.state for a in attempts} == {"done"}, attempts
+    assert {a.claim["name"].rsplit("/", 1)[-1] for a in attempts} <= {"0", "1"}  # pool workers /0 and /1
+
+
+def test_a_component_registered_by_the_script_itself_is_refused_with_two_workers(tmp_path):
+    """The workers never run the calling script, so a component it registers would be unknown to them:
+    ablate.run with workers=2 refuses at once (before MLflow or any folder is touched), naming it and the
+    two ways out (a plugins: module, or one worker)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "own_reward.py"
+    script.write_text(f"""import ablate
+from ablate.rewards import REWARDS
+
+@REWARDS.register("mine")
+def mine(ctx):
+    return ctx.mask * 0.0
+
+try:
+    ablate.run({str(ROOT / "studies" / "quickstart.yaml")!r}, budget="smoke", workers=2)
+except ablate.AblateError as exc:
+    print("refused:", exc)
+""")
+    r = subprocess.run([sys.executable, str(script)], cwd=work, env=_script_env(tmp_path), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith("refused: reward component 'mine' registered in the running script (__main__)"), r.stdout
+    assert "plugins:" in r.stdout and "1 worker" in r.stdout, r.stdout
+    assert sorted(p.name for p in work.iterdir()) == ["own_reward.py"]  # nothing created
 
 
 def python_blocks(text: str) -> list[str]:

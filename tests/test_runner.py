@@ -141,6 +141,69 @@ def test_threads_split_and_time_format():
     assert gpu_for_worker(0, 1, None) is None and gpu_for_worker(1, 0, None) is None
 
 
+class _Work:
+    """The little of a study store the pool asks: there is always work left."""
+
+    name = "pooltest"
+
+    def has_work(self, budget: str) -> bool:
+        return True
+
+
+#: A stand-in worker subprocess: the payload's sys.path, then it sends two events through its pipe (the way
+#: ablate.pool.member_main does) and exits with the code $POOL_TEST_EXIT.
+_FAKE_MEMBER = """import json, os, sys
+payload = json.loads(sys.argv[1]); sys.path[:] = payload["sys_path"]
+from multiprocessing.connection import Connection
+conn = Connection(payload["events_fd"], readable=False)
+conn.send({"kind": "start", "worker": payload["index"]})
+conn.send({"kind": "disk_full", "message": f"full in worker {payload['index']}"})
+raise SystemExit(int(os.environ["POOL_TEST_EXIT"]))
+"""
+
+
+def test_the_pool_s_workers_are_fresh_interpreters_whose_events_come_back(tmp_path, monkeypatch, capfd):
+    """ablate.pool without a real trial: each worker is `python -c CODE PAYLOAD` (never the caller's
+    __main__); its events come back through its pipe even when it exits at once; a worker that keeps dying
+    is restarted N * (max_retries + 1) times, then the pool says so in one line per worker on stderr; a full
+    disk stops the pool with the worker's own message."""
+    from ablate import pool
+    from ablate.disk import DISK_FULL_EXIT, DiskFullError
+    from ablate.session import RunSettings
+
+    command = pool.member_command(RunSettings("s.yaml", "smoke", "j", "sqlite:///x.db", max_retries=0), 1, 9, "3")
+    assert command[:2] == [sys.executable, "-c"] and "from ablate.pool import member_main" in command[2]
+    payload = json.loads(command[3])
+    assert (payload["index"], payload["events_fd"], payload["gpu"], payload["sys_path"]) == (1, 9, "3", sys.path)
+    assert RunSettings(**payload["settings"]) == RunSettings("s.yaml", "smoke", "j", "sqlite:///x.db", max_retries=0)
+
+    monkeypatch.setattr(pool, "MEMBER_CODE", _FAKE_MEMBER)
+    settings = RunSettings("s.yaml", "smoke", "j", "sqlite:///x.db", runs=str(tmp_path), max_retries=0)
+    seen: list[dict] = []
+
+    class Display:
+        def handle(self, event: dict) -> None:
+            seen.append(event)
+
+        def line(self, text: str) -> None:
+            seen.append({"line": text})
+
+        def set_counts(self, counts: dict) -> None:
+            pass
+
+        def refresh(self) -> None:
+            pass
+
+    monkeypatch.setenv("POOL_TEST_EXIT", "3")
+    pool.run_pool(settings, 2, _Work(), None)  # 2 workers, 2 restarts, then none left
+    err = capfd.readouterr().err
+    assert err.count("exited with code 3 and no restart is left (the 2 allowed were used)") == 2, err
+    monkeypatch.setenv("POOL_TEST_EXIT", str(DISK_FULL_EXIT))
+    with pytest.raises(DiskFullError, match=r"^full in worker [01]$"):
+        pool.run_pool(settings, 2, _Work(), Display())
+    assert {"kind": "start", "worker": 0} in seen or {"kind": "start", "worker": 1} in seen, seen
+
+
 def test_progress_says_when_trials_are_packed(capsys):
     progress = Progress(total=4, steps_per_trial=2, counts={"pending": 4}, live=False, stream=sys.stderr)
     progress.handle({"kind": "population", "size": 4, "worker": "host:123"})
