@@ -107,3 +107,23 @@ def test_the_estimate_is_within_2x_of_a_measured_peak(tmp_path, monkeypatch, cap
     specs = list(Plan.of(load_study(study), "default").specs)  # --keep-checkpoints: every trial's stays
     kept = estimate_disk(specs, keep_checkpoints=True)
     assert kept.total == estimate_disk(specs).total - shown["checkpoint_bytes"] + 5 * shown["checkpoint_bytes"]
+
+
+def test_show_names_the_worker_processes_and_the_population_size_not_their_product(tmp_path, monkeypatch, capsys):
+    """`ablate show --workers 2 --pack 4` (issue 53): the disk line is "with 2 workers, up to 4 packed trials per
+    population" (it said "with 8 workers"); the 8 trials running at once are in its checkpoint count."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    study = str(Path(__file__).resolve().parent.parent / "studies" / "packing.yaml")
+    assert main(["show", study, "--workers", "2", "--pack", "4"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("disk at budget"))
+    assert line.startswith("disk at budget default with 2 workers, up to 4 packed trials per population: "), line
+    assert "while 8 trials run" in line, line
+    assert main(["show", study, "--workers", "1"]) == 0
+    assert "disk at budget default with 1 worker: " in capsys.readouterr().out
+    assert main(["show", study, "--workers", "2", "--pack", "4", "--json"]) == 0
+    import json
+
+    disk = json.loads(capsys.readouterr().out)["disk"]
+    assert (disk["workers"], disk["population"], disk["running_trials"]) == (2, 4, 8)
+    assert list(tmp_path.iterdir()) == []  # show writes nothing

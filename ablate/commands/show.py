@@ -55,6 +55,13 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{hours}h{m:02d}m" if hours else f"{m}m{s:02d}s"
 
 
+def _workers_phrase(disk: dict[str, Any]) -> str:
+    """``2 workers``, and with ``--pack K`` > 1 ``, up to K packed trials per population`` (the worker processes, not
+    the trials that run at once, which the disk line counts)."""
+    w, k = disk["workers"], disk["population"]
+    return f"{w} worker{'s' if w != 1 else ''}" + (f", up to {k} packed trials per population" if k > 1 else "")
+
+
 def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
     from ablate.footprint import estimate_disk
@@ -102,7 +109,7 @@ def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "aut
         "n_arms": len(study.arms),
         "n_trials": len(specs),
         "estimated_seconds": seconds,
-        "disk": {"workers": disk.workers, "peak_bytes": disk.total, "runs_bytes": disk.runs,
+        "disk": {"workers": disk.writers, "population": members, "running_trials": disk.workers, "peak_bytes": disk.total, "runs_bytes": disk.runs,
                  "tracking_bytes": disk.tracking, "report_bytes": disk.report, "checkpoint_bytes": disk.checkpoint,
                  "text": disk.text()},
         "budgets": budgets,
@@ -177,8 +184,7 @@ def render(study: Study, budget: str, workers: int = 1, pack: int | str = "auto"
         when = UNKNOWN_TIME if t is None else f"{_fmt_seconds(t)} / {_fmt_seconds(parallel_seconds(t, 2))}"
         first = f"first {b['seeds']} seed{'s' if b['seeds'] != 1 else ''}; " if b["seeds"] else ""
         out.append(f" {mark}{name.ljust(width)}  {b['n_trials']} trials, {when}  [{first}{_fmt_overrides(b['overrides'])}]")
-    w = d["disk"]["workers"]
-    out.append(f"disk at budget {budget} with {w} worker{'s' if w != 1 else ''}: {d['disk']['text']} "
+    out.append(f"disk at budget {budget} with {_workers_phrase(d['disk'])}: {d['disk']['text']} "
                "; ablate run refuses to start with less free space")
     p = d["packing"]
     if p["packed_trials"]:
