@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ablate.config.trl_map import grpo_arguments, optimizer_steps_per_rl_step, reward_weights
@@ -248,7 +249,39 @@ def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, sav
         trl_log.setLevel(level)
     for quiet in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(quiet)
+    quiet_tied_missing_keys(trainer)
     return trainer
+
+
+def tied_missing_keys(model: Any, missing: list[str]) -> set[str]:
+    """The ``missing`` keys of a checkpoint that name a parameter tied to one that was loaded (tied
+    embeddings: ``lm_head.weight`` is ``embed_tokens.weight``, which the checkpoint holds once): restored."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    tied = set()
+    for group in names.values():
+        if any(n not in missing for n in group):
+            tied.update(n for n in group if n in missing)
+    return tied
+
+
+def quiet_tied_missing_keys(trainer: Any) -> None:
+    """Resuming from a checkpoint, transformers' Trainer warns "There were missing keys in the checkpoint
+    model loaded: ['lm_head.weight']" for a model with tied embeddings, whose checkpoint saves the tied
+    weight once: the key is restored through the weight it is tied to. Drop those keys from the warning;
+    any other missing or unexpected key is still said."""
+    issue = getattr(trainer, "_issue_warnings_after_load", None)
+    if issue is None:  # another transformers: its own warning, unchanged
+        return
+
+    def without_tied(load_result: Any) -> None:
+        missing = list(load_result.missing_keys)
+        tied = tied_missing_keys(trainer.model, missing)
+        issue(SimpleNamespace(missing_keys=[k for k in missing if k not in tied],
+                              unexpected_keys=list(load_result.unexpected_keys)))
+
+    trainer._issue_warnings_after_load = without_tied
 
 
 def make_scorer(state: TrialState) -> TrlScorer:
@@ -310,4 +343,4 @@ class TrlEngine:
 
 
 __all__ = ["HISTORY_FILE", "TRL_DIR", "TRL_PREFIX", "StepLogger", "TrlEngine", "build_trainer", "last_checkpoint",
-           "make_scorer", "require_trl", "train_here"]
+           "make_scorer", "quiet_tied_missing_keys", "require_trl", "tied_missing_keys", "train_here"]
