@@ -427,7 +427,8 @@ def test_report_metrics_are_compared_without_a_direction_and_the_command_is_show
     assert stats.inference.family.size == 3  # the diagnostics are not claims of the family
     index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
     readme = (index.parent / "README.md").read_text()
-    head = readme.split("### ")[0]  # the provenance follows the answer, before the details
+    # the provenance follows the answer (and the positive control under it), before the details
+    head = readme.split("<!-- ablate:control:end -->")[1].split("### ")[0]
     assert "produced by: `ablate run studies/synth.yaml --workers 2` · at commit: `abc123`" in head
     n0, n = int((done & (res.trials["seed"] == 0)).sum()), int(done.sum())
     assert (f"trials: `ran on AMD EPYC 7B13 ({n0} trials); Intel Xeon @ 2.80GHz ({n - n0} trials), at commit abc123 "
@@ -545,6 +546,30 @@ def test_the_page_opens_with_the_question_the_answer_and_the_claims_figure(tmp_p
     assert "<details><summary>Method: model, family and verdicts</summary>" in page
     assert "<details><summary>Claims (one family)</summary>" in page and page.count('id="fig-claims"') == 1
     assert readme.count("![Claims](claims.png)") == 1
+
+
+def test_a_report_says_under_its_answer_whether_its_baseline_learned(tmp_path):
+    """Issue 54: a new report carries the positive control right after its answer, in both pages: the block
+    ablate ledger computes from the curves.csv it wrote (the same function), so splicing it again changes
+    nothing."""
+    from ablate.report import control
+
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "primary: [loss_norm]\nmin_effect: 0.03\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1)
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
+    page, readme = index.read_text(), (index.parent / "README.md").read_text()
+    block = control.study_block(study, pd.read_csv(index.parent / "curves.csv", dtype={"key": str, "arm": str}))
+    (c,) = block.controls
+    assert c.arm == next(a.name for a in study.arms if a.baseline) and c.n == 6 and c.last_steps == (16, 16)
+    assert c.verdict == control.LEARNED and c.ci_low > 0.03
+    assert readme.count(control.BEGIN) == 1 and block.markdown() in readme and block.html() in page
+    assert "Positive control: the baseline (arm loss\\_norm=sequence,clip\\_high=0.2) gained +" in readme
+    for text, answer, claims in ((readme, "- loss\\_norm: ", "![Claims](claims.png)"),
+                                 (page, '<li class="answer">', 'id="fig-claims"')):
+        assert text.index(answer) < text.index(control.BEGIN) < text.index(claims)
+    assert control.spliced(readme, page, block) == (readme, page)
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed (README's test "
@@ -713,6 +738,13 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     assert "a new context" in findings and "I² =" in findings and md(a.pooled.method) in findings
     assert (index.parent / "contexts_1.png").is_file() and "### Across contexts" in text
     assert "across contexts" in text and "pooled (3 contexts)" in text
+    # the positive control per context, under the answer: each context's baseline arm, one row each
+    from ablate.report import control
+
+    block = text[text.index(control.BEGIN):text.index(control.END)]
+    assert text.index(findings) < text.index(control.BEGIN) < text.index("![Claims]")
+    assert "Positive control per context: the baseline (loss\\_norm=sequence) learned in 3" in block
+    assert all(f"| clip\\_high={v} | 6 |" in block for v in ("0.2", "0.28", "0.3"))
 
 
 def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp_path):

@@ -9,7 +9,9 @@
 writes into ``out_dir``:
 
     index.html                 one self-contained page (figures embedded as PNG data URIs)
-    README.md                  the same findings in Markdown (figures as the PNG files beside it)
+    README.md                  the same findings in Markdown (figures as the PNG files beside it); both open
+                               with the answer and the positive control under it: did the baseline learn
+                               (:mod:`ablate.report.control`)
     results.csv                one row per trial: arm, seed, levels, state, objective, final metrics
     curves.csv                 the objective metric's history per trial (key, arm, seed, step, value): small,
                                committed with the report, so that another summary of it can be re-analysed
@@ -40,7 +42,9 @@ from ablate import analysis
 from ablate.errors import UnloggedObjectiveError
 from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir_for
+from ablate.report import control
 from ablate.report import figures as figs
+from ablate.report.control import CURVES_FILE
 from ablate.report.findings import Findings, num, phrase
 from ablate.report.folder import TUNED_FILE
 from ablate.report.html import render_html
@@ -283,8 +287,6 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
     )
 
 
-#: The objective metric's history per trial, committed with a report.
-CURVES_FILE = "curves.csv"
 
 
 def objective_curves(table: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -324,7 +326,8 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     figures, figure_notes = draw_figures(stats, results, out, formats)
     summary = trial_summary(results, stats.per_trial)
     summary.to_csv(out / "results.csv", index=False)
-    objective_curves(results.table, study.objective.metric).to_csv(out / CURVES_FILE, index=False)
+    curves = objective_curves(results.table, study.objective.metric)
+    curves.to_csv(out / CURVES_FILE, index=False)
     results.table.to_csv(out / "tidy.csv.gz", index=False, compression={"method": "gzip", "mtime": 0})
     files = ["results.csv", CURVES_FILE, "tidy.csv.gz"]
     tuned_notes: list[str] = []
@@ -353,6 +356,9 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
     else:  # another budget's report (a smoke run) or a demo's is no evidence: the ledger leaves it out, and so does
         # its page
         text_md, text_html = readme.read_text(encoding="utf-8"), render_html(page)
+    # did the baseline learn: the positive control under the answer, from the curves.csv just written (the block
+    # `ablate ledger` refreshes in a committed report, from the same function)
+    text_md, text_html = control.spliced(text_md, text_html, control.study_block(study, curves))
     readme.write_text(text_md, encoding="utf-8")
     index.write_text(text_html, encoding="utf-8")
     return index

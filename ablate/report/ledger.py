@@ -11,7 +11,9 @@ committed report is corrected once more, together (Holm over all of them: :func:
 
 ``ablate ledger`` writes what is generated from these (:func:`write_all`): ``reports/SHARED.md``, the
 block of every committed report between :data:`BEGIN` and :data:`END` (its shared trials and its claims'
-project-wide p), and the claims table of ``docs/findings.md``. ``ablate ledger --check`` (and the test
+project-wide p), its positive control between :data:`ablate.report.control.BEGIN` and its end marker (did
+the baseline learn, from its curves.csv: :func:`ablate.report.control.committed_block`, the block a new
+report gets from the same function), and the claims table of ``docs/findings.md``. ``ablate ledger --check`` (and the test
 suite) fails when any of them is stale, so these notes cannot drift from the reports they describe.
 """
 
@@ -29,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.metrics import CONTENT_METRICS, content_fingerprint
-from ablate.report import scope
+from ablate.report import control, scope
 from ablate.report.shared import seed_ranges
 
 if TYPE_CHECKING:
@@ -496,7 +498,7 @@ def report_block(folder: Path) -> Block:
 def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
                     claims: ProjectClaims | None = None) -> dict[Path, str]:
     """Every file ``ablate ledger`` writes, with its text: SHARED.md, each committed report's README.md and
-    index.html with its block, and docs/findings.md with its claims table (when ``findings`` exists).
+    index.html with its block and its positive control (:mod:`ablate.report.control`), and docs/findings.md with its claims table (when ``findings`` exists).
     ``claims``: :func:`project_claims` of ``reports`` when the caller has it already."""
     trials = committed_trials(reports)
     pairs = shared_pairs(trials)
@@ -507,6 +509,7 @@ def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
         md_path, html_path = folder / "README.md", folder / "index.html"
         html_text = html_path.read_text(encoding="utf-8") if html_path.is_file() else ""
         md_new, html_new = spliced_report(md_path.read_text(encoding="utf-8"), html_text, block)
+        md_new, html_new = control.spliced(md_new, html_new, control.committed_block(folder, root))
         out[md_path] = md_new
         if html_path.is_file():
             out[html_path] = html_new
