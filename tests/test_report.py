@@ -877,3 +877,37 @@ def test_a_report_with_no_testable_claim_never_says_family_of_0(tmp_path):
         assert "family of 0" not in (index.parent / page).read_text(), page
     text = (index.parent / "README.md").read_text()
     assert "its Holm adjustment (none here: no claim could be tested, each has fewer than 3 seeds or no spread)" in text
+
+
+def test_the_provenance_line_names_the_logged_diff_and_reads_back(tmp_path):
+    """A study run from a dirty checkout logged its diff (issue 54): the report's provenance line says so with
+    the diff's hash, and PRODUCED / parent_tags read commit, dirty flag and hash back from README.md, so that
+    a report rendered again from its folder prints the same line; a clean run and one from before diffs were
+    logged print what they printed before."""
+    from ablate.report.build import commit_text
+    from ablate.report.folder import PRODUCED, parent_tags
+
+    path = tmp_path / "synth2.yaml"
+    path.write_text(STUDY.replace("seeds: 6", "seeds: 2"))
+    study = load_study(path)
+    sha, diff = "0123456789abcdef0123456789abcdef01234567", "abc123def456"
+    cases = {"clean": ({"ablate.git_dirty": "false"}, ""),
+             "dirty, no diff logged": ({"ablate.git_dirty": "true"}, " (with uncommitted changes)"),
+             "dirty": ({"ablate.git_dirty": "true", "ablate.git_diff_sha256": diff},
+                       f" (with uncommitted changes, diff sha256 {diff} logged as diff.patch)")}
+    for name, (tags, suffix) in cases.items():
+        tags = {"ablate.git_commit": sha, "ablate.command": "ablate run synth2.yaml --budget default", **tags}
+        assert commit_text(tags) == sha + suffix, name
+        if name == "dirty":  # a whole report (2 s) for the new line; the line alone for the others
+            res = synthetic(study, np.random.default_rng(1))
+            res.parent.update(tags)
+            index = write_report(Plan.of(study), res, tmp_path / "out", **FAST)
+            readme = (index.parent / "README.md").read_text(encoding="utf-8")
+            assert f"git commit: {sha}{suffix}" in readme.replace("\\", "")  # the Versions block says it too
+        else:
+            readme = f"produced by: `{tags['ablate.command']}` · at commit: `{commit_text(tags)}`\n"
+        m = PRODUCED.search(readme)
+        assert m and (m["commit"], m["dirty"]) == (sha, suffix), name
+        back = parent_tags(readme)
+        assert {k: back.get(k) for k in tags} == tags, name
+        assert commit_text(back) == sha + suffix, name

@@ -256,8 +256,11 @@ def test_run_logs_every_trial_once_and_a_rerun_runs_nothing(workdir, capsys):
     _, children = mlflow_runs(uri, "quad")
     c = MlflowClient(uri)
     run_id = children[0].info.run_id
-    assert {a.path for a in c.list_artifacts(run_id)} == {"config.yaml", "history.csv", "samples.json", "result.json",
-                                                          "eval_problems.csv"}
+    files = {a.path for a in c.list_artifacts(run_id)}
+    assert files - {"diff.patch"} == {"config.yaml", "history.csv", "samples.json", "result.json", "eval_problems.csv"}
+    from ablate.tracking import code_diff
+
+    assert ("diff.patch" in files) == (code_diff() is not None)  # the tests' checkout: dirty while edited, clean in CI
     history = Path(c.download_artifacts(run_id, "history.csv")).read_text().splitlines()
     assert history[0].startswith("step,") and [row.split(",")[0] for row in history[1:]] == ["0", "1", "2"]
     samples = json.loads(Path(c.download_artifacts(run_id, "samples.json")).read_text())

@@ -49,7 +49,8 @@ objective: {metric: eval/accuracy, mode: max}
 
 @pytest.fixture
 def tracker(tmp_path):
-    return Tracker(servers.fresh_mlflow_db(tmp_path))
+    # code_root: no checkout, so no diff.patch, however dirty the tree the tests run from (tests/test_code_diff.py)
+    return Tracker(servers.fresh_mlflow_db(tmp_path), code_root=tmp_path)
 
 
 @pytest.fixture

@@ -98,11 +98,18 @@ def _samples(results: Results, labels: Mapping[str, str]) -> list[tuple[str, pd.
 
 def commit_text(tags: Mapping[str, str]) -> str:
     """The git commit that code-version ``tags`` record, as reports print it: ``<sha>`` plus
-    `` (with uncommitted changes)`` when the checkout was dirty; ``""`` without a commit."""
+    `` (with uncommitted changes)`` when the checkout was dirty, which names the diff's hash when the run
+    logged the diff (tag ``ablate.git_diff_sha256``): `` (with uncommitted changes, diff sha256
+    <12 hex digits> logged as diff.patch)``; ``""`` without a commit. ``ablate.report.folder.parent_tags``
+    reads it back."""
     commit = tags.get("ablate.git_commit", "")
     if not commit:
         return ""
-    return commit + (" (with uncommitted changes)" if tags.get("ablate.git_dirty") == "true" else "")
+    if tags.get("ablate.git_dirty") != "true":
+        return commit
+    diff = tags.get("ablate.git_diff_sha256", "")
+    return commit + (f" (with uncommitted changes, diff sha256 {diff} logged as diff.patch)" if diff
+                     else " (with uncommitted changes)")
 
 
 def _versions(results: Results) -> dict[str, str]:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 PRODUCED = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{7,40})(?P<dirty>[^`]*)`",
                       re.M)
+#: The hash of the logged diff in a dirty commit's suffix (``ablate.report.build.commit_text``).
+DIFF_SHA = re.compile(r"diff sha256 (?P<sha>[0-9a-f]+)")
 VERSION_LINE = re.compile(r"^- (?P<name>[^:]+): (?P<value>.+)$")
 
 
@@ -54,6 +56,9 @@ def parent_tags(readme: str) -> dict[str, str]:
         tags["ablate.command"] = m["command"]
         tags["ablate.git_commit"] = m["commit"]
         tags["ablate.git_dirty"] = "true" if m["dirty"].strip() else "false"
+        diff = DIFF_SHA.search(m["dirty"])
+        if diff:
+            tags["ablate.git_diff_sha256"] = diff["sha"]
     if "### Versions" in readme:
         block = readme.split("### Versions", 1)[1].split("###", 1)[0]
         for line in block.splitlines():

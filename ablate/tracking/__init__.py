@@ -9,20 +9,26 @@ This is the only package that imports mlflow. Layout in MLflow::
       run "<study> (<budget>)"                      the parent: one per study and budget, found
                                                     again by its tags on every run of the study
         tags    ablate.role=study, ablate.study, ablate.budget, ablate.storage, git commit, versions,
-                ablate.command (the command line of the last `ablate run` of the study)
+                ablate.command (the command line of the last `ablate run` of the study),
+                ablate.git_diff_sha256 (from a dirty checkout: the first 12 hex digits of the
+                sha256 of diff.patch)
         params  design, budget, seeds, arms, trials, objective.*
-        files   study.yaml (the study file), design.json (arms, levels, trial keys)
+        files   study.yaml (the study file), design.json (arms, levels, trial keys), diff.patch
+                (from a dirty checkout: `git diff HEAD` of its tracked files, which `git apply`
+                puts back onto the commit)
         run "<arm> seed=<s>"                        a child (tag mlflow.parentRunId): one per trial,
                                                     reused when the trial is retried or resumed
           tags    ablate.role=trial, ablate.trial_key, ablate.arm, ablate.seed, ablate.budget,
                   ablate.study, ablate.worker, ablate.objective, ablate.error (failed), git commit,
-                  versions (ablate, torch, transformers, python)
+                  ablate.git_diff_sha256 (dirty checkout), versions (ablate, torch, transformers,
+                  python)
           params  the flattened resolved TrialConfig (``loss.clip_high`` ...) and ``level.<factor>``
           metrics every metric the trainer logs (docs/metrics.md), by step
           files   config.yaml, history.csv (every logged step x metric: one file, so that reports
                   need not fetch metric by metric), eval_problems.csv (every evaluation x eval
                   problem, see below), samples.json (sample completions with their per-component
-                  rewards), result.json (final metrics, objective, warm start), and
+                  rewards), result.json (final metrics, objective, warm start), diff.patch (as
+                  the parent's, from the checkout the trial's run was created in), and
                   errors/attempt-<n>.txt: the error of each failed attempt (n = 1, 2, ...), kept
                   when a retry succeeds, so the run's status (and the ablate.error tag, which a
                   retry removes) says how the trial ended and errors/ how its attempts failed
@@ -78,6 +84,7 @@ from ablate.tracking.logger import (
 )
 from ablate.tracking.names import (
     DEFAULT_TRACKING_URI,
+    DIFF_FILE,
     ENV_TRACKING_URI,
     ERRORS_DIR,
     EVAL_PROBLEM_COLUMNS,
@@ -95,6 +102,7 @@ from ablate.tracking.names import (
     TAG_COMMAND,
     TAG_ERROR,
     TAG_FINGERPRINT,
+    TAG_GIT_DIFF,
     TAG_KEY,
     TAG_LOGGED_STEP,
     TAG_OBJECTIVE,
@@ -106,10 +114,16 @@ from ablate.tracking.names import (
     TAG_WORKER,
     TRUNCATED,
     TrackingError,
+    code_diff,
     code_version,
+    diff_sha256,
+    diff_tags,
+    dirty_diff,
     eval_problems_csv,
     experiment_url,
     finite_json,
+    git_diff,
+    git_tags,
     gpu_tags,
     history_csv,
     machine_tags,
@@ -134,6 +148,7 @@ from ablate.tracking.runs import (
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
+    "DIFF_FILE",
     "ENV_TRACKING_URI",
     "ERRORS_DIR",
     "EVAL_PROBLEMS_FILE",
@@ -157,6 +172,7 @@ __all__ = [
     "TAG_COMMAND",
     "TAG_ERROR",
     "TAG_FINGERPRINT",
+    "TAG_GIT_DIFF",
     "TAG_KEY",
     "TAG_LOGGED_STEP",
     "TAG_OBJECTIVE",
@@ -174,11 +190,17 @@ __all__ = [
     "TrialIdentity",
     "TrialLogger",
     "check_tracking_server",
+    "code_diff",
     "code_version",
+    "diff_sha256",
+    "diff_tags",
+    "dirty_diff",
     "eval_problems_csv",
     "experiment_url",
     "finite_json",
     "first_line",
+    "git_diff",
+    "git_tags",
     "gpu_tags",
     "health_error",
     "history_csv",

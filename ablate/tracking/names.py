@@ -4,6 +4,7 @@ trial run (history.csv, eval_problems.csv), the code and machine a run ran on. P
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import json
 import math
@@ -197,24 +198,95 @@ def eval_problems_csv(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(",".join(cells))
     return "\n".join(lines) + "\n"
 
+#: The artifact of a parent or trial run that ran from a dirty checkout: the tree's diff (see :func:`git_diff`).
+DIFF_FILE = "diff.patch"
+
+#: The tag beside :data:`DIFF_FILE`: :func:`diff_sha256` of its bytes.
+TAG_GIT_DIFF = "ablate.git_diff_sha256"
+
+#: The paths whose changes make a checkout dirty, as git pathspecs relative to the folder checked (ablate's
+#: :func:`code_root`): its tracked files, less what ablate itself writes (reports/ is output, not a change of
+#: the code that runs). Untracked files are not part of it.
+CODE_PATHSPEC: tuple[str, ...] = (".", ":(exclude)reports")
+
+#: Hex digits of a diff's sha256 that :func:`diff_sha256` keeps (48 bits: a collision among one checkout's
+#: diffs is not a concern).
+DIFF_SHA_CHARS = 12
+
+
+def code_root() -> Path:
+    """ablate's package folder, whose tracked files :func:`code_version` and :func:`code_diff` check
+    (git paths in a diff stay relative to the checkout's root)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def _git(root: Path, *args: str, text: bool = True) -> subprocess.CompletedProcess | None:
+    """``git -C root ARGS`` (10 s at most); None where git is missing or does not answer in time."""
+    try:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=text, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def git_tags(root: Path) -> dict[str, str]:
+    """The commit of the git checkout at ``root`` (``mlflow.source.git.commit``, ``ablate.git_commit``) and
+    whether its tracked files (:data:`CODE_PATHSPEC`) differ from it (``ablate.git_dirty``: true/false);
+    ``{}`` where git is missing or ``root`` is no checkout."""
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None or commit.returncode != 0 or not commit.stdout.strip():
+        return {}
+    tags = {MLFLOW_GIT_COMMIT: commit.stdout.strip(), "ablate.git_commit": commit.stdout.strip()}
+    dirty = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHSPEC)
+    if dirty is not None:
+        tags["ablate.git_dirty"] = "true" if dirty.stdout.strip() else "false"
+    return tags
+
+
+def git_diff(root: Path) -> bytes | None:
+    """``git diff HEAD`` of the tracked files of the checkout at ``root`` (:data:`CODE_PATHSPEC`, the files
+    whose changes :func:`git_tags` calls dirty; staged and unstaged changes alike), the bytes ``git apply``
+    takes back onto the commit: ``b""`` when they are unchanged, None where git is missing, ``root`` is no
+    checkout or git fails. Deterministic whatever the user's git configuration: no colour, no external diff
+    or textconv driver, no rename detection, ``a/`` ``b/`` prefixes, binary files in full (``--binary``)."""
+    diff = _git(root, "diff", "HEAD", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--binary",
+                "--src-prefix=a/", "--dst-prefix=b/", "--", *CODE_PATHSPEC, text=False)
+    if diff is None or diff.returncode != 0:
+        return None
+    return diff.stdout
+
+
+def diff_sha256(patch: bytes) -> str:
+    """The first :data:`DIFF_SHA_CHARS` hex digits of the sha256 of ``patch`` (a :data:`DIFF_FILE`'s bytes):
+    ``sha256sum diff.patch | cut -c1-12`` checks a downloaded patch against its tag."""
+    return hashlib.sha256(patch).hexdigest()[:DIFF_SHA_CHARS]
+
+
+def dirty_diff(root: Path) -> bytes | None:
+    """The diff (:func:`git_diff`) of the checkout at ``root`` when :func:`git_tags` calls it dirty; None
+    when it is clean, no checkout, or git is missing or fails (a run then logs no diff and no tag)."""
+    if git_tags(root).get("ablate.git_dirty") != "true":
+        return None
+    return git_diff(root)
+
+
+@functools.lru_cache(maxsize=1)
+def code_diff() -> bytes | None:
+    """:func:`dirty_diff` of ablate's own checkout (:func:`code_root`), computed once per process: the diff
+    that a run's parent and trial runs log as :data:`DIFF_FILE` (None: nothing to log)."""
+    return dirty_diff(code_root())
+
+
+def diff_tags(patch: bytes | None) -> dict[str, str]:
+    """The tag that goes with a logged ``patch`` (:data:`TAG_GIT_DIFF`: its :func:`diff_sha256`); ``{}`` for
+    None (a clean checkout, or no git)."""
+    return {} if patch is None else {TAG_GIT_DIFF: diff_sha256(patch)}
+
+
 @functools.lru_cache(maxsize=1)
 def code_version() -> dict[str, str]:
-    """Tags describing the code that runs: git commit (if ablate runs from a git checkout) and the
-    versions of ablate, torch, transformers, optuna, mlflow and Python."""
-    tags: dict[str, str] = {}
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=10)
-        if commit.returncode == 0 and commit.stdout.strip():
-            tags[MLFLOW_GIT_COMMIT] = commit.stdout.strip()
-            tags["ablate.git_commit"] = commit.stdout.strip()
-            # what ablate itself writes (reports/) is output, not a change of the code that runs
-            dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                    ".", ":(exclude)reports"], capture_output=True, text=True, timeout=10)
-            tags["ablate.git_dirty"] = "true" if dirty.stdout.strip() else "false"
-    except (OSError, subprocess.SubprocessError):
-        pass
+    """Tags describing the code that runs: git commit and dirty flag (:func:`git_tags`, if ablate runs from
+    a git checkout) and the versions of ablate, torch, transformers, optuna, mlflow and Python."""
+    tags: dict[str, str] = dict(git_tags(code_root()))
     for package in ("ablate", "torch", "transformers", "optuna", "mlflow"):
         try:
             tags[f"ablate.version.{package}"] = importlib.metadata.version(package)

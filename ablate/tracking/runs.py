@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 from ablate.tracking.client import HTTP_REQUEST_DEFAULTS, LinkedClient, link_for
 from ablate.tracking.logger import TrialLogger
 from ablate.tracking.names import (
+    DIFF_FILE,
     ERRORS_DIR,
     EVAL_PROBLEMS_FILE,
     EXPERIMENT_KIND_MODEL_TRAINING,
@@ -39,6 +40,7 @@ from ablate.tracking.names import (
     TAG_COMMAND,
     TAG_ERROR,
     TAG_FINGERPRINT,
+    TAG_GIT_DIFF,
     TAG_KEY,
     TAG_LOGGED_STEP,
     TAG_OBJECTIVE,
@@ -49,7 +51,10 @@ from ablate.tracking.names import (
     TAG_STUDY_FILE,
     TAG_WORKER,
     TrackingError,
+    code_diff,
     code_version,
+    diff_tags,
+    dirty_diff,
     eval_problems_csv,
     finite_json,
     gpu_tags,
@@ -99,14 +104,19 @@ class TrialIdentity:
 class Tracker:
     """MLflow runs of a study: the experiment, the parent run, the trials' child runs."""
 
-    def __init__(self, uri: str | None = None) -> None:
+    def __init__(self, uri: str | None = None, *, code_root: str | Path | None = None) -> None:
         """Connect to the tracking store ``uri`` (see :func:`resolve_tracking_uri`).
+
+        ``code_root``: the git checkout whose uncommitted changes the runs this tracker creates log
+        (:meth:`code_diff`); None, ablate's own (:func:`~ablate.tracking.names.code_diff`, read once per
+        process).
 
         Opening a SQLite store creates its schema when it is new, and MLflow's schema creation fails in
         one of two processes that do it at once; so a SQLite store is opened under a lock file beside it
         (``mlflow.db.lock``), and its first query is made there.
         """
         self.uri = resolve_tracking_uri(uri)
+        self._code_root, self._diff, self._diff_read = code_root, None, False
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # no tqdm bars in ablate's output
         if self.uri.startswith(("http://", "https://")):
             for name, value in HTTP_REQUEST_DEFAULTS.items():
@@ -116,6 +126,16 @@ class Tracker:
             self.client: Any = LinkedClient(MlflowClient(tracking_uri=self.uri), self.link)
             if self.uri.startswith("sqlite:"):
                 self.client.search_experiments(max_results=1)
+
+    def code_diff(self) -> bytes | None:
+        """The diff of the code that runs when its checkout is dirty (logged as ``diff.patch`` by each run
+        this tracker creates, with tag ``ablate.git_diff_sha256``), None when it is clean or git is missing;
+        read once per tracker (ablate's own checkout: once per process)."""
+        if self._code_root is None:
+            return code_diff()
+        if not self._diff_read:
+            self._diff, self._diff_read = dirty_diff(Path(self._code_root)), True
+        return self._diff
 
     @property
     def location(self) -> str:
@@ -216,10 +236,11 @@ class Tracker:
         if found is not None:
             self.client.update_run(found, status="RUNNING")
             return found
+        diff = self.code_diff()
         tags = {
             TAG_ROLE: "study", TAG_STUDY: study.name, TAG_BUDGET: budget, TAG_STORAGE: storage,
             MLFLOW_RUN_NAME: f"{study.name} ({budget})", "ablate.study_file": str(Path(study.path).resolve()),
-            **code_version(),
+            **code_version(), **diff_tags(diff),
         }
         if study.description:
             tags["mlflow.note.content"] = study.description
@@ -233,17 +254,29 @@ class Tracker:
             "objective.last_n": str(obj.last_n),
         }
         self._log_params(run_id, {k: truncate(v, MAX_PARAM_VALUE) for k, v in params.items()})
-        files = {"design.json": json.dumps(design or {}, indent=1, sort_keys=True)}
+        files: dict[str, str | bytes] = {"design.json": json.dumps(design or {}, indent=1, sort_keys=True)}
         with contextlib.suppress(OSError):
             files["study.yaml"] = Path(study.path).read_text(encoding="utf-8")
+        if diff is not None:
+            files[DIFF_FILE] = diff
         self._log_files(run_id, files)
         return run_id
 
     def record_command(self, run_id: str, command: str) -> None:
         """Tag a parent run with the command that last ran the study (``ablate.command``) and the code
-        it ran with (git commit, dirty flag, versions): the provenance a report prints at its top."""
-        tags = {TAG_COMMAND: truncate(command, MAX_TAG_VALUE), **code_version()}
+        it ran with (git commit, dirty flag, versions): the provenance a report prints at its top.
+
+        From a dirty checkout the run's ``diff.patch`` becomes this run's diff (uploaded when its tag
+        ``ablate.git_diff_sha256`` names another); from a clean one the tag is removed (a ``diff.patch``
+        an earlier, dirty run left stays, named by no tag)."""
+        diff = self.code_diff()
+        tags = {TAG_COMMAND: truncate(command, MAX_TAG_VALUE), **code_version(), **diff_tags(diff)}
+        held = self.client.get_run(run_id).data.tags.get(TAG_GIT_DIFF)
+        if diff is not None and held != tags[TAG_GIT_DIFF]:
+            self._log_files(run_id, {DIFF_FILE: diff})
         self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+        if diff is None and held is not None:
+            self.client.delete_tag(run_id, TAG_GIT_DIFF)
 
     def finish_parent(self, run_id: str, *, failed: bool) -> None:
         """Mark the parent run FINISHED (every trial done) or FAILED (some trial failed)."""
@@ -275,14 +308,17 @@ class Tracker:
         if existing is None:
             exp = self.client.get_run(parent_id).info.experiment_id
             name = f"{arm} seed={seed}"
+            diff = self.code_diff()
             tags.update({
                 TAG_ROLE: "trial", MLFLOW_PARENT_RUN_ID: parent_id, MLFLOW_RUN_NAME: name, TAG_STUDY: study,
                 TAG_KEY: key, TAG_ARM: arm, TAG_SEED: str(seed), TAG_BUDGET: budget, **code_version(),
-                **gpu_tags(str(flat_config.get("device", "") or "")),
+                **diff_tags(diff), **gpu_tags(str(flat_config.get("device", "") or "")),
             })
             run = self.client.create_run(exp, tags={k: truncate(v, MAX_TAG_VALUE) for k, v in tags.items()},
                                          run_name=name)
             run_id, skip, has_params = run.info.run_id, -1, False
+            if diff is not None:
+                self._log_files(run_id, {DIFF_FILE: diff})
         else:
             run_id = existing.info.run_id
             skip = int(existing.data.tags.get(TAG_LOGGED_STEP, -1))
@@ -355,9 +391,13 @@ class Tracker:
         for i in range(0, len(items), MAX_PARAMS_TAGS_PER_BATCH):
             self.client.log_batch(run_id, params=items[i : i + MAX_PARAMS_TAGS_PER_BATCH])
 
-    def _log_files(self, run_id: str, files: Mapping[str, str]) -> None:
+    def _log_files(self, run_id: str, files: Mapping[str, str | bytes]) -> None:
+        """Upload ``files`` (name -> text, written as UTF-8, or bytes, written as they are) as artifacts."""
         with tempfile.TemporaryDirectory(prefix="ablate-artifacts-") as tmp:
-            for name, text in files.items():
+            for name, content in files.items():
                 Path(tmp, name).parent.mkdir(parents=True, exist_ok=True)
-                Path(tmp, name).write_text(text, encoding="utf-8")
+                if isinstance(content, bytes):
+                    Path(tmp, name).write_bytes(content)
+                else:
+                    Path(tmp, name).write_text(content, encoding="utf-8")
             self.client.log_artifacts(run_id, tmp)
