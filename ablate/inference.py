@@ -74,8 +74,11 @@ if TYPE_CHECKING:
 POWER = 0.8
 #: The largest seed count the planner looks at.
 MAX_SEEDS = 1000
-#: Verdicts a claim can carry (no other verdict words are used).
+#: Verdicts a claim can carry (no other verdict words are used). *Uninformative* is an equivalence measured
+#: where the study's positive control says the baseline did not learn (:func:`ablate.report.learning.judged`):
+#: no choice had anything to change there, so it is not evidence that the choice does not matter.
 DETECTED, EQUIVALENT, NOT_RESOLVED = "detected", "equivalent", "not resolved"
+UNINFORMATIVE = "uninformative"
 #: Inference methods.
 PAIRED, MODEL = "paired t", "linear model"
 
@@ -770,8 +773,10 @@ class Claim:
         name: ``factor: level vs baseline`` or ``interaction a × b``.
         contrast: the contrast (None for a term); term: the ANOVA row (None for a contrast).
         p_holm, p_tost_holm: Holm-adjusted over the family (NaN when not testable).
-        verdict: :data:`DETECTED`, :data:`EQUIVALENT` or :data:`NOT_RESOLVED`.
-        reason: for "not resolved": why (too few seeds, interval too wide ...).
+        verdict: :data:`DETECTED`, :data:`EQUIVALENT`, :data:`NOT_RESOLVED`, or :data:`UNINFORMATIVE`
+            (an equivalence where the baseline did not learn: :func:`ablate.report.learning.judged`).
+        reason: for "not resolved": why (too few seeds, interval too wide ...); for "uninformative": where
+            the baseline did not learn.
         seeds_needed: seeds a paired test at the family's Bonferroni level would need for 80% power
             at ``min_effect`` (or, without one, at the observed difference); NaN for terms.
         primary: the study's ``primary:`` names it.

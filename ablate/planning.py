@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -430,7 +430,13 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     done = report_trials(study, folder)
     names = [f.name for f in study.factors]
     per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
-    return Pilot(None, infer_study(study, per_trial, {n: n for n in names}), len(done))
+    # the report's positive control from its curves.csv: an equivalence where the baseline did not learn is
+    # uninformative here as in the report (issue 54)
+    from ablate.report import learning as control
+
+    inference = infer_study(study, per_trial, {n: n for n in names})
+    inference = replace(inference, family=control.judged(inference.family, control.folder_controls(study, folder)))
+    return Pilot(None, inference, len(done))
 
 
 def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:

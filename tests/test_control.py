@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -237,3 +238,79 @@ def test_the_audit_generalization_s_baseline_learned_in_2_of_12_contexts():
     assert round(100 * by["task=addition,model=tiny-gpt2"].gain, 1) == 6.0
     assert by["task=addition,model=tiny-qwen2"].verdict == C.COLLAPSED
     assert round(100 * by["task=addition,model=tiny-qwen2"].gain, 1) == -13.9
+
+
+# ------------------------------------------------------------------------- uninformative equivalences
+
+
+def _family():
+    """A family of two contrasts at 6 seeds, min_effect 0.05: one equivalent (differences within ±0.01),
+    one detected (+0.2 on every seed, with spread)."""
+    from ablate.inference import make_family, paired_contrast
+
+    y = np.full(6, 0.5)
+    flat = paired_contrast(y + [0.01, -0.01, 0.0, 0.005, -0.005, 0.0], y, range(6), factor="a", level="x",
+                           baseline="b", min_effect=0.05)
+    big = paired_contrast(y + [0.2, 0.21, 0.19, 0.2, 0.22, 0.18], y, range(6), factor="c", level="z", baseline="d",
+                          min_effect=0.05)
+    return make_family([flat, big], min_effect=0.05)
+
+
+def test_an_equivalence_where_the_baseline_did_not_learn_is_uninformative_and_nothing_else_changes():
+    from ablate.inference import DETECTED, EQUIVALENT, UNINFORMATIVE
+
+    family = _family()
+    assert [c.verdict for c in family.claims] == [EQUIVALENT, DETECTED]
+    (learned,) = C.learning_gain(curves({"base": BASE}), "base", min_effect=0.05)
+    (flat,) = C.learning_gain(curves({"base": _gains([0.05, -0.03, 0.02, 0.0])}), "base", min_effect=0.05)
+    assert C.judged(family, [learned]) is family  # learned: every verdict stands
+    out = C.judged(family, [flat])
+    assert [c.verdict for c in out.claims] == [UNINFORMATIVE, DETECTED]
+    assert out.claims[0].reason.startswith("the baseline did not learn (positive control: gain +0.01 [")
+    assert [c.p_holm for c in out.claims] == [c.p_holm for c in family.claims] and out.size == family.size
+    none = C.judged(family, None)  # no curves.csv: cannot be told, so no evidence either
+    assert none.claims[0].verdict == UNINFORMATIVE and "cannot be told" in none.claims[0].reason
+    # a context study: evidence only when the baseline learned in every context
+    both = [replace(learned, context="task=x"), replace(flat, context="task=y")]
+    mixed = C.judged(family, both)
+    assert mixed.claims[0].verdict == UNINFORMATIVE
+    assert mixed.claims[0].reason == "the baseline learned in 1 of the 2 contexts (did not learn in 1 (task=y))"
+    assert C.judged(family, [replace(learned, context="task=x"), replace(learned, context="task=y")]) is family
+
+
+def test_an_equivalence_across_contexts_needs_the_baseline_to_learn_in_every_pooled_context():
+    from ablate import meta
+    from ablate.inference import UNINFORMATIVE
+    from ablate.report.statistics import AcrossContexts
+
+    frame = pd.DataFrame({"context": ["task=x", "task=y"]})
+    eq = AcrossContexts("a: x vs b", True, frame, None, meta.EQUIVALENT, "pooled +0.1 points")
+    dep = AcrossContexts("c: z vs d", True, frame, None, meta.CONTEXT_DEPENDENT, "opposite")
+    (learned,) = C.learning_gain(curves({"base": BASE}), "base", min_effect=0.05)
+    (flat,) = C.learning_gain(curves({"base": _gains([0.05, -0.03, 0.02, 0.0])}), "base", min_effect=0.05)
+    good = [replace(learned, context="task=x"), replace(learned, context="task=y")]
+    assert C.judged_across([eq, dep], good) == (eq, dep)
+    out = C.judged_across([eq, dep], [good[0], replace(flat, context="task=y")])
+    assert out[0].verdict == UNINFORMATIVE and out[1] == dep
+    assert out[0].reason.startswith("pooled +0.1 points; but the baseline learned in 1 of the 2 contexts")
+    # a pooled context without a control (not in curves) cannot count as learned
+    assert C.judged_across([eq], good[:1])[0].verdict == UNINFORMATIVE
+    assert C.judged_across([eq], None)[0].verdict == UNINFORMATIVE
+
+
+def test_the_committed_generalization_says_uninformative_everywhere_its_claims_appear():
+    """One word per claim: the report's evidence block, docs/findings.md's claims and scope tables, README's
+    'does a verdict travel' line and ablate.load(...).claims all call generalization's equivalences
+    uninformative (its baseline learned in 2 of 12 contexts)."""
+    import ablate
+
+    claims = ablate.load(REPORTS / "generalization").claims
+    assert set(claims.loc[claims["primary"], "verdict"]) == {"uninformative"}
+    block = (REPORTS / "generalization" / "README.md").read_text(encoding="utf-8")
+    assert "| loss\\_norm: token vs sequence ★ | 6 |" in block and "| 1 | uninformative | 3 |" in block
+    findings = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+    assert "| generalization | loss\\_norm: token vs sequence ★ | 6 | −0.478" in findings
+    assert "| loss normalization | loss_norm: token vs sequence ★ | generalization | 12:" in findings
+    assert "**uninformative**" in findings and "**equivalent across contexts** |" not in findings
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "**loss normalization** (token vs sequence): uninformative (12 contexts, generalization)" in readme

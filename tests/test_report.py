@@ -572,6 +572,36 @@ def test_a_report_says_under_its_answer_whether_its_baseline_learned(tmp_path):
     assert control.spliced(readme, page, block) == (readme, page)
 
 
+def test_an_equivalence_where_the_baseline_did_not_learn_is_reported_as_uninformative(tmp_path):
+    """Issue 54: every evaluation flat at ~0.3 (nothing learned): the contrasts are inside ±min_effect, but the
+    report's claims, answer and claims figure say *uninformative*, with the positive control's reason, and
+    the same word comes back from the saved folder (ablate.load / the ledger's reader)."""
+    from ablate.inference import UNINFORMATIVE
+    from ablate.planning import read_report_pilot
+    from ablate.report import control
+
+    path = tmp_path / "synth.yaml"
+    path.write_text(STUDY + "primary: [loss_norm]\nmin_effect: 0.05\n")
+    study = load_study(path)
+    rng = np.random.default_rng(11)
+    res = synthetic(study, rng, effect=0.0)
+    flat = res.table["metric"] == "eval/accuracy"
+    res.table.loc[flat, "value"] = 0.3 + rng.normal(0, 0.004, int(flat.sum()))
+    stats = compute_statistics(study, res, **FAST)
+    (c,) = stats.controls
+    assert c.verdict == control.DID_NOT_LEARN
+    verdicts = {cl.name: cl.verdict for cl in stats.inference.family.claims if cl.contrast is not None}
+    assert set(verdicts.values()) == {UNINFORMATIVE}, verdicts
+    index = write_report(Plan.of(study, res.budget), res, tmp_path / "out", **FAST)
+    readme = (index.parent / "README.md").read_text()
+    answer = readme.split("## Findings")[1].split(control.BEGIN)[0]
+    assert f"- loss\\_norm: {md(TOKEN)} vs sequence: uninformative, " in answer
+    assert "but the baseline did not learn (positive control: gain " in answer
+    assert "an 'equivalent' verdict of this report is uninformative" in readme
+    back = read_report_pilot(study, index.parent).inference.family
+    assert {cl.name: cl.verdict for cl in back.claims if cl.contrast is not None} == verdicts
+
+
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="headless Chromium is not installed (README's test "
                     "command installs it)")
 def test_the_answer_and_the_claims_figure_sit_above_the_fold_in_chromium(tmp_path):

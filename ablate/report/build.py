@@ -44,7 +44,7 @@ from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir_for
 from ablate.report import control
 from ablate.report import figures as figs
-from ablate.report.control import CURVES_FILE
+from ablate.report.control import CURVES_FILE, objective_curves
 from ablate.report.findings import Findings, num, phrase
 from ablate.report.folder import TUNED_FILE
 from ablate.report.html import render_html
@@ -178,6 +178,17 @@ def trial_summary(results: Results, per_trial: pd.DataFrame) -> pd.DataFrame:
 # -------------------------------------------------------------------------------------------- figures
 
 
+def _kl_and_reward(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
+    """Each trial's final KL to the reference and final total reward (:func:`ablate.analysis.final_values`),
+    and the two merged by trial (None when either is missing)."""
+    kl = analysis.final_values(table, figs.KL_METRIC)
+    rw = analysis.final_values(table, figs.REWARD_METRIC)
+    if kl.empty or rw.empty:
+        return kl, rw, None
+    return kl, rw, kl.rename(columns={"value": "kl"}).merge(rw[["key", "value"]].rename(columns={"value": "reward"}),
+                                                            on="key")
+
+
 def draw_figures(stats: ReportStatistics, results: Results, out: Path,
                  formats: Sequence[str] = ("png", "svg")) -> tuple[list[FigureRef], list[str]]:
     """Step 3a: draw every figure of ``stats`` into ``out``; returns the figures and notes (a figure
@@ -205,17 +216,20 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
     add("claims", "Claims", "Every contrast of the report's family: the estimate (diamond), the 95% interval the claim "
         f"used ({'from the linear model' if fam.method == 'linear model' else 'paired t'}; none below 3 seeds), the "
         "per-seed differences (grey dots), the ±min_effect band (grey, when the study declares one); colour: red "
-        "detected, green equivalent, grey not resolved; ★ primary.",
+        "detected, green equivalent, grey not resolved, orange uninformative (an equivalence where the baseline did "
+        "not learn); ★ primary.",
         lambda: figs.forest_plot(fam, scale=stats.scale.factor, unit=stats.scale.unit, metric=metric,
                                  min_effect=stats.min_effect))
     for i, a in enumerate(c for c in stats.contexts if c.pooled is not None):  # one forest per pooled contrast
         pooled = {k: getattr(a.pooled, k) for k in ("estimate", "ci_low", "ci_high", "pi_low", "pi_high", "tau", "i2")}
         add(f"contexts_{i + 1}", f"{a.claim} across contexts", "One row per context: its estimate (square) and 95% "
             "paired-t interval over its seeds; the pooled random-effects estimate (diamond: its 95% interval), the "
-            "95% prediction interval for a new context (thin line) and the ±min_effect band (grey).",
+            "95% prediction interval for a new context (thin line) and the ±min_effect band (grey); on the right, the "
+            "baseline's learning gain in each context (the positive control: a hollow square where it did not learn).",
             lambda a=a, pooled=pooled: figs.context_forest(a.claim, a.contexts, pooled, verdict=a.verdict,
                                                            scale=stats.scale.factor, unit=stats.scale.unit,
-                                                           min_effect=stats.min_effect, method=a.pooled.method))
+                                                           min_effect=stats.min_effect, method=a.pooled.method,
+                                                           gains={c.context: c for c in stats.controls}))
     avg = " Each seed's value at a level is its mean over the arms with that level (averaged over the other " \
           "factors)." if several else ""
     add("paired_seeds", "Objective per level, seed by seed", "The trial objective per level: grey lines join each "
@@ -236,12 +250,7 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
         "normalization (Liu et al. 2025, Dr. GRPO)." + avg,
         lambda: figs.response_length(table, factors, levels=levels),
         needs="the trials logged no response/length_correct or response/length_incorrect")
-    kl = analysis.final_values(table, figs.KL_METRIC)
-    rw = analysis.final_values(table, figs.REWARD_METRIC)
-    finals = None
-    if not kl.empty and not rw.empty:
-        finals = kl.rename(columns={"value": "kl"}).merge(rw[["key", "value"]].rename(columns={"value": "reward"}),
-                                                         on="key")
+    kl, rw, finals = _kl_and_reward(table)
     add("reward_vs_kl", "Reward against KL", "Final total reward against final KL to the reference policy "
         "(means of the last 10% of steps; 95% t-intervals over seeds from 3 seeds on); dashed: the Pareto front.",
         lambda: figs.reward_vs_kl(finals, stats.labels, legend_title=stats.legend_title) if finals is not None
@@ -294,13 +303,6 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
     )
 
 
-
-
-def objective_curves(table: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """``key, arm, seed, step, value`` of ``metric`` in the tidy results ``table``, by trial then step."""
-    cols = ["key", "arm", "seed", "step", "value"]
-    rows = table[table["metric"] == metric] if not table.empty else pd.DataFrame(columns=cols)
-    return rows[cols].sort_values(["arm", "seed", "step"], kind="stable").reset_index(drop=True)
 
 
 def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot: int = 200,

@@ -183,7 +183,8 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
             ax.axvspan(-min_effect * scale, min_effect * scale, color="0.85", alpha=0.6, lw=0,
                        label=f"±min_effect ({min_effect * scale:g} {unit})")
         ax.axvline(0, color="0.3", lw=0.8)
-        colours = {inference.DETECTED: "C3", inference.EQUIVALENT: "C2", inference.NOT_RESOLVED: "C7"}
+        colours = {inference.DETECTED: "C3", inference.EQUIVALENT: "C2", inference.NOT_RESOLVED: "C7",
+                   inference.UNINFORMATIVE: "C1"}
         names = []
         for i, cl in enumerate(claims):
             c = cl.contrast
@@ -213,16 +214,20 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
 
 def context_forest(claim: str, contexts: pd.DataFrame, pooled: Mapping[str, float], *, verdict: str,
                    scale: float = 1.0, unit: str = "", min_effect: float | None = None,
-                   method: str = "") -> Figure:
+                   method: str = "", gains: Mapping[str, Any] | None = None) -> Figure:
     """One contrast across contexts: a row per context (its estimate and 95% paired-t interval over its
     seeds), the pooled random-effects diamond (its interval's width), the prediction interval for a new
-    context (a thin bar under the diamond) and the ±min_effect band shaded.
+    context (a thin bar under the diamond) and the ±min_effect band shaded; beside each row, the
+    baseline's learning gain there (the positive control), a context where it did not learn drawn hollow.
 
     Args:
         contexts: one row per context: ``context, estimate, ci_low, ci_high, n`` (objective units).
         pooled: ``estimate, ci_low, ci_high, pi_low, pi_high, tau, i2`` (objective units; NaN for none).
         verdict: the verdict across contexts, printed in the title; method: the estimator and interval.
+        gains: context -> its :class:`ablate.report.control.Control` (``gain, ci_low, ci_high, verdict,
+            learned``; objective units); a context without one gets no gain.
     """
+    gains = gains or {}
     k = len(contexts)
     with theme():
         fig = Figure(figsize=(WIDTH, 1.6 + 0.38 * (k + 2)), dpi=DPI, layout="constrained")
@@ -235,7 +240,14 @@ def context_forest(claim: str, contexts: pd.DataFrame, pooled: Mapping[str, floa
             y = k + 1 - i
             if np.isfinite(r.ci_low):
                 ax.plot([r.ci_low * scale, r.ci_high * scale], [y, y], color="C0", lw=2)
-            ax.plot(r.estimate * scale, y, "s", color="C0", markersize=6)
+            g = gains.get(r.context)
+            hollow = g is not None and not g.learned
+            ax.plot(r.estimate * scale, y, "s", color="C0", markersize=6, markerfacecolor="white" if hollow else "C0")
+            if g is not None:
+                ci = (f" [{g.ci_low * scale:+.3g}, {g.ci_high * scale:+.3g}]" if np.isfinite(g.ci_low) else "")
+                ax.annotate(f"{g.gain * scale:+.3g}{ci}: {g.verdict}".replace("-", "−"), xy=(1.01, y),
+                            xycoords=("axes fraction", "data"), va="center", fontsize="x-small",
+                            color="C2" if g.learned else "C1")
         est, lo, hi = (pooled.get(x, math.nan) for x in ("estimate", "ci_low", "ci_high"))
         if np.isfinite(est):
             ax.fill([lo * scale, est * scale, hi * scale, est * scale], [0.5, 0.8, 0.5, 0.2], color="C3",
@@ -251,6 +263,10 @@ def context_forest(claim: str, contexts: pd.DataFrame, pooled: Mapping[str, floa
         tau, i2 = pooled.get("tau", math.nan), pooled.get("i2", math.nan)
         ax.set_title(f"{claim}: {verdict}\n" + (f"τ = {tau * scale:.3g} {unit}, I² = {100 * i2:.0f}%" if np.isfinite(tau)
                                                 else "") + (f"\n{method}" if method else ""), fontsize="medium")
+        if gains:
+            ax.annotate(f"baseline's gain, step 0 → last ({unit}), 95% paired t", xy=(1.01, k + 1.45),
+                        xycoords=("axes fraction", "data"), va="center", fontsize="x-small", color="0.3")
+            ax.plot([], [], "s", color="C0", markerfacecolor="white", label="a context where the baseline did not learn")
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, frameon=False)
     return fig
 

@@ -2,7 +2,8 @@
 findings and formatted tables, with nothing computed here that step 1 did not.
 
 Every number carries its n and the kind of interval it is; a claim's verdict is one of *detected*,
-*equivalent* or *not resolved at n seeds* (:mod:`ablate.inference`), and no other verdict word is
+*equivalent*, *uninformative* (an equivalence where the baseline did not learn: :mod:`ablate.report.learning`)
+or *not resolved at n seeds* (:mod:`ablate.inference`), and no other verdict word is
 used. When the study cannot answer its primary question, the findings say so and say what would
 (the seeds a paired test would need).
 """
@@ -132,6 +133,10 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
     if claim.verdict == inference.EQUIVALENT:
         return (f"{claim.name}: equivalent: no effect as large as ±{num(family.min_effect * scale.factor)}{unit} "
                 f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}){lone}.")
+    if claim.verdict == inference.UNINFORMATIVE:
+        return (f"{claim.name}: uninformative: no effect as large as ±{num(family.min_effect * scale.factor)}{unit} "
+                f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}), but {claim.reason}: no "
+                f"choice had anything to change, so this is no evidence that the choice does not matter{lone}.")
     return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: {est} {ci} ({stats_text}); {claim.reason}"
             + (f"; {plan}" if plan else "") + f"{lone}.")
 
@@ -169,6 +174,9 @@ def answer_sentence(claim: inference.Claim, family: inference.Family, scale: Sca
     if claim.verdict == inference.EQUIVALENT:
         return (f"{claim.name}: equivalent, {where}: no difference as large as "
                 f"±{num(family.min_effect * scale.factor)}{unit}; at this scale the choice does not matter at that size.")
+    if claim.verdict == inference.UNINFORMATIVE:
+        return (f"{claim.name}: uninformative, {where}: inside ±{num(family.min_effect * scale.factor)}{unit}, but "
+                f"{claim.reason}, so this is no evidence that the choice does not matter.")
     apart = " tell them apart" if math.isfinite(need) else " to tell them apart"
     return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}, {where}: the interval holds both no "
             f"difference and {target}" + (f"; {would}{apart}." if would else "."))

@@ -82,7 +82,11 @@ def context_verdicts(folder: Path, root: Path) -> pd.DataFrame:
         sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
     scale = Scale.of(study.objective.metric)
     rows = []
-    for a in across_contexts(study, per_trial, {n: n for n in names}, sizes):
+    from ablate.report.learning import folder_controls, judged_across
+
+    across = judged_across(across_contexts(study, per_trial, {n: n for n in names}, sizes),
+                           folder_controls(study, folder))
+    for a in across:
         pooled = {k: float(getattr(a.pooled, k)) if a.pooled is not None else np.nan
                   for k in ("estimate", "ci_low", "ci_high", "pi_low", "pi_high", "tau", "i2")}
         rows.append({

@@ -14,7 +14,7 @@ import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -137,6 +137,9 @@ class ReportStatistics:
             trial's last evaluation, :func:`eval_noise`); empty without per-problem records.
         contexts: for a study with ``contexts:``, every compared contrast per context and pooled.
         evidence: the study's ``evidence:``; false for a demo, whose report is never a ledger input.
+        controls: the positive control, did the baseline learn (:func:`ablate.report.learning.study_controls`,
+            one per context); an *equivalent* verdict where it did not is *uninformative* in ``inference``'s
+            family and in ``contexts`` (:func:`ablate.report.learning.judged`).
     """
 
     study: str
@@ -170,6 +173,7 @@ class ReportStatistics:
     speed: tuple[SpeedRatio, ...] = ()
     contexts: tuple[AcrossContexts, ...] = ()
     evidence: bool = True
+    controls: tuple[Any, ...] = ()
 
     @property
     def legend_title(self) -> str:
@@ -350,6 +354,11 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
     labels = {a.name: arm_label(a.levels, results.factors) for a in study.arms}
     table = results.table
     per_trial, run = inference.study_inference(study, results)
+    # the positive control: an equivalence where the baseline did not learn is no evidence (issue 54)
+    from ablate.report import learning as control
+
+    controls = control.study_controls(study, control.objective_curves(table, obj.metric))
+    run = replace(run, family=control.judged(run.family, controls))
     order = {a.name: i for i, a in enumerate(study.arms)}
     arms = _in_order(inference.arm_table(per_trial, list(factors.values())), order)
     diagnostics = []
@@ -383,6 +392,7 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
-        speed=tuple(speed), contexts=across_contexts(study, per_trial, factors, context_sizes(study, table, factors)),
-        evidence=study.evidence,
+        speed=tuple(speed), contexts=control.judged_across(
+            across_contexts(study, per_trial, factors, context_sizes(study, table, factors)), controls),
+        evidence=study.evidence, controls=controls,
     )
