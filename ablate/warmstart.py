@@ -13,6 +13,16 @@ checkpoint in about a second. Several processes asking for the same warm start a
 the builder holds an exclusive file lock (:mod:`ablate.cache`), writes into a temporary folder and renames it into place,
 so a reader never sees a half-written checkpoint.
 
+The policy returned is the cache entry loaded back, also right after building it: a trial computes
+the same whether its warm start was built in its own process or long before (before issue 54 the builder
+got the in-memory policy and every later trial the loaded one, whose tokenizer differed for tiny-qwen2).
+Its report's ``eval_accuracy`` is the accuracy of that policy on ``task.sample("eval", eval_problems,
+seed=seed)`` of the task built with seed ``seed``: a trial with ``task.data_seed`` equal to the warm start's
+seed and ``rollout.max_new_tokens`` equal to ``max_new_tokens`` evaluates the same problems first
+(smaller samples are prefixes of larger ones), so its step-0 records on them reproduce that number
+(tests/test_warmstart_eval.py). The number is the one the stopping rule selected on (the first of many
+evaluations of the same problems to reach ``target_min``), so it runs high against other problems.
+
 Run it alone with ``ablate warmstart --task addition --model tiny-llama``.
 """
 
@@ -212,6 +222,7 @@ def warm_start(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     progress: bool = False,
+    tokenizer: str = "saved",
 ):
     """Build or reuse the warm start described by ``spec``.
 
@@ -225,10 +236,15 @@ def warm_start(
             torch's default dtype was float64 holds float64 weights, which would otherwise load as
             float64 and silently drop a study's bfloat16-rollout mismatch. The entry is written as trained.
         progress: show a progress bar while training.
+        tokenizer: how the entry's tokenizer loads (``model.tokenizer``): ``saved`` (the character
+            tokenizer the warm start was trained and evaluated with) or ``auto`` (transformers'
+            ``AutoTokenizer``; see :mod:`ablate.models.checkpoint`). Not part of the cache key: the entry
+            is the same.
 
     Returns:
-        ``(policy, report)``: the warm-started :class:`~ablate.models.Policy` and its
-        :class:`WarmStartReport` (``report.cached`` says whether it came from the cache).
+        ``(policy, report)``: the warm-started :class:`~ablate.models.Policy`, loaded from the cache entry
+        (also when this call built it), and its :class:`WarmStartReport` (``report.cached`` says whether
+        the entry was there before this call).
     """
     import torch
 
@@ -239,11 +255,11 @@ def warm_start(
     device = torch.device(device)
     dtype = dtype if dtype is not None else torch.float32
 
-    def load_cached():
+    def load_cached(cached: bool = True):
         report = WarmStartReport(**json.loads((final / "report.json").read_text()))
-        report.cached = True
+        report.cached = cached
         report.path = str(final)
-        return load_policy(str(final / "policy"), device=device, dtype=dtype), report
+        return load_policy(str(final / "policy"), device=device, dtype=dtype, tokenizer=tokenizer), report
 
     if (final / "report.json").exists():
         return load_cached()
@@ -260,6 +276,5 @@ def warm_start(
         (tmp / "spec.json").write_text(json.dumps(spec.to_dict(), indent=2, sort_keys=True, default=str))
         (tmp / "report.json").write_text(json.dumps(report.to_dict(), indent=2))
         os.replace(tmp, final)
-        report.path = str(final)
-        policy.model.to(dtype=dtype)  # as a later load gives it
-        return policy, report
+        del policy
+        return load_cached(cached=False)  # the policy every later trial gets, not the one in memory

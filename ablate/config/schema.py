@@ -87,7 +87,31 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "rollout.cuda_graph": False,
     "engine.name": "ablate",
     "engine.processes": 1,
+    "model.tokenizer": "auto",
 }
+
+#: Zoo models whose checkpoints load the same tokenizer under either model.tokenizer: AutoTokenizer keeps
+#: the class saved for the Llama and GPT-2 model types, and a pretrained entry loads no warm start. Not
+#: tiny-qwen2: AutoTokenizer gives model type qwen2 Qwen2Tokenizer whatever the class saved (issue 54).
+TOKENIZER_ALIKE_MODELS: frozenset[str] = frozenset(
+    {"micro-llama", "tiny-llama", "small-llama", "base-llama", "tiny-gpt2", "smollm2-135m"}
+)
+#: Tasks whose prompts are digits, operators, commas, colons and '=' only, which both tokenizers encode
+#: alike (and both decode every single token alike): model.tokenizer changes nothing on them.
+DIGIT_PROMPT_TASKS: frozenset[str] = frozenset({"addition", "chain", "countdown"})
+
+
+def tokenizer_load_inert(c: Any) -> bool:
+    """Whether ``model.tokenizer`` cannot change what the trial of ``c`` computes: no checkpoint is loaded
+    (a zoo model without a warm start), the zoo model loads its tokenizer alike either way
+    (:data:`TOKENIZER_ALIKE_MODELS`), or the task's prompts are encoded alike (:data:`DIGIT_PROMPT_TASKS`). A
+    checkpoint directory as ``model.name`` always counts."""
+    from ablate.registry import known_names
+
+    if c.model.name not in (known_names("model") or ()):
+        return False
+    return (not c.warmstart.enabled or c.model.name in TOKENIZER_ALIKE_MODELS
+            or c.task.name in DIGIT_PROMPT_TASKS)
 
 
 #: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
@@ -100,6 +124,7 @@ KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
     "algo.constant_groups": lambda c: (c.algo.advantage != "grpo" or c.algo.adv_std != "group"
                                        or (tuple(c.reward.components) == ("final_answer",)
                                            and float(c.reward.final_answer.weight).is_integer())),
+    "model.tokenizer": tokenizer_load_inert,
 }
 
 

@@ -137,6 +137,18 @@ class ModelConfig(Section):
         arithmetic; studies/cpu_bf16.yaml found bfloat16 with eager equivalent to float32 within 5 points
         (16 seeds, tiny-llama)."""),
     )
+    tokenizer: Literal["saved", "auto"] = Field(
+        "saved",
+        description=one_line("""How the tokenizer of a loaded checkpoint (a cached warm start, or a checkpoint directory
+        as model.name) is loaded. saved: as it was saved (the zoo's character tokenizer from its tokenizer.json,
+        checked against the ids recorded for a probe text), so a trial sees the prompts its warm start was
+        trained and evaluated on; auto: transformers' AutoTokenizer, which (transformers 5) gives a qwen2
+        checkpoint Qwen2Tokenizer, whose byte-level pre-tokenizer silently drops every space and newline of
+        a prompt: what every trial from tiny-qwen2's cached warm start computed before issue 54 (basic_arithmetic
+        in generalization: 0.006 at step 0 from a warm start that scored 0.203), kept to reproduce those
+        trials. Left out of the trial key where it cannot matter (no checkpoint loaded, a Llama or GPT-2 zoo
+        model, or the digit-and-operator prompts of addition, chain and countdown)."""),
+    )
 
 
 class WarmstartConfig(Section):

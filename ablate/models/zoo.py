@@ -301,6 +301,7 @@ def load_policy(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    tokenizer: str = "saved",
 ) -> Policy:
     """The policy named ``name_or_path``: a zoo model, or a local Hugging Face checkpoint directory.
 
@@ -312,6 +313,8 @@ def load_policy(
         dtype: parameter dtype; None: float32 for zoo models, the stored dtype for checkpoints.
         cache_dir: root of the on-disk cache for pretrained entries (default ``$ABLATE_CACHE`` or
             ``~/.cache/ablate``).
+        tokenizer: how a checkpoint directory's tokenizer loads (``model.tokenizer``): ``saved`` or
+            ``auto``, see :func:`~ablate.models.checkpoint.load_tokenizer`. Zoo names ignore it.
 
     Raises:
         UnknownNameError: not a zoo name and not an existing directory (lists the zoo names).
@@ -323,7 +326,7 @@ def load_policy(
         return MODELS.get(key).build(seed=seed, device=device, dtype=dtype, cache_dir=cache_dir)
     path = Path(key).expanduser()
     if path.is_dir():
-        return load_checkpoint(path, device=resolve_device(device), dtype=dtype)
+        return load_checkpoint(path, device=resolve_device(device), dtype=dtype, tokenizer=tokenizer)
     msg = MODELS.unknown_message(key)
     raise UnknownNameError(f"{msg}; or give an existing local checkpoint directory (no directory {key!r})")
 

@@ -145,9 +145,9 @@ def build_policy(config: TrialConfig, device: torch.device, *, progress: bool = 
             max_new_tokens=config.rollout.max_new_tokens,
         )
         policy, report = warm_start(spec, cache_dir=ws.cache_dir, device=device, dtype=parameter_dtype(config),
-                                    progress=progress)
+                                    progress=progress, tokenizer=config.model.tokenizer)
         return policy, report.to_dict()
-    return load_policy(config.model.name, seed=config.seed, device=device), {}
+    return load_policy(config.model.name, seed=config.seed, device=device, tokenizer=config.model.tokenizer), {}
 
 
 def _reference_model(config: TrialConfig, model: nn.Module) -> nn.Module | None:

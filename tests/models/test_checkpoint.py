@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ablate.errors import AblateError
 from ablate.models import MODELS, load_checkpoint, load_policy, save_policy
-from ablate.models.checkpoint import POLICY_FILE, default_cache_root, is_checkpoint_dir
+from ablate.models.checkpoint import POLICY_FILE, TOKENIZER_PROBE, default_cache_root, is_checkpoint_dir
 
 BUILT = [name for name, entry in MODELS.items() if not entry.pretrained]
 IDS = torch.tensor([[1, 21, 15, 22, 33, 100, 23, 101], [1, 30, 31, 32, 33, 102, 24, 103]])
@@ -42,7 +42,9 @@ def test_checkpoint_loads_with_plain_transformers(tmp_path):
     tok = AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
     assert torch.equal(_logits(model.eval()), _logits(policy.model))
     assert tok.decode(tok.encode("<answer>12+3</answer>", add_special_tokens=False)) == "<answer>12+3</answer>"
-    assert json.loads((tmp_path / POLICY_FILE).read_text()) == {"name": "tiny-llama", "use_chat_template": False}
+    meta = json.loads((tmp_path / POLICY_FILE).read_text())
+    probe = {"text": TOKENIZER_PROBE, "ids": policy.tokenizer.encode(TOKENIZER_PROBE, add_special_tokens=False)}
+    assert meta == {"name": "tiny-llama", "use_chat_template": False, "tokenizer_probe": probe}
 
 
 def test_foreign_checkpoint_without_policy_file(tmp_path):
