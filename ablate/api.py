@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,7 +50,13 @@ class StudyResults:
         claims: one row per claim of the report's family (:meth:`ablate.inference.Family.table`): ``claim,
             primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method, seeds_needed`` (estimate and
             interval in the objective's units, e.g. a fraction for eval/accuracy; ``method`` the interval's:
-            paired t or the linear model; ``seeds_needed`` for 80% power at ``min_effect``).
+            paired t or the linear model; ``seeds_needed`` for 80% power at ``min_effect``). In a study with
+            ``contexts:`` each contrast's claim is its verdict across contexts: the pooled estimate, interval
+            and p, ``contexts`` the number pooled (NaN otherwise), ``method`` the random-effects pooling.
+        contexts: a study with ``contexts:``: one row per contrast and context, then the contrast's
+            ``pooled`` row and its ``new context`` row (the prediction interval): ``claim, row, seeds,
+            estimate, ci_low, ci_high, verdict`` (objective units; the verdict on the pooled row). Empty
+            otherwise.
         figures: figure name -> its PNG in the report folder.
         folder: the report folder (None when nothing was written).
         study: the loaded study.
@@ -64,6 +70,7 @@ class StudyResults:
     figures: dict[str, Path] = field(default_factory=dict)
     folder: Path | None = None
     study: Study | None = None
+    contexts: pd.DataFrame = field(default_factory=lambda: _empty_frame())
 
     def __repr__(self) -> str:
         done = int((self.trials["state"] == "done").sum()) if "state" in self.trials else len(self.trials)
@@ -231,7 +238,35 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
     curves = with_factor_columns(curves, trials, [f.name for f in study.factors])
     inference = read_report_pilot(study, folder).inference
     figures = {p.stem: p for p in sorted(folder.glob("*.png"))}
-    return StudyResults(study.name, budget, trials, curves, inference.family.table(), figures, folder, study)
+    return StudyResults(study.name, budget, trials, curves, inference.family.table(), figures, folder, study,
+                        context_table(inference.across))
+
+
+def _empty_frame() -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
+def context_table(across: Sequence[Any]) -> pd.DataFrame:
+    """:attr:`StudyResults.contexts` from a study's verdicts across contexts
+    (:class:`ablate.report.statistics.AcrossContexts`)."""
+    import pandas as pd
+
+    cols = ["claim", "row", "seeds", "estimate", "ci_low", "ci_high", "verdict"]
+    rows = []
+    for a in across:
+        for r in a.contexts.itertuples():
+            rows.append({"claim": a.claim, "row": r.context, "seeds": int(r.n), "estimate": r.estimate,
+                         "ci_low": r.ci_low, "ci_high": r.ci_high, "verdict": ""})
+        p = a.pooled
+        nan = float("nan")
+        rows.append({"claim": a.claim, "row": "pooled", "seeds": int(a.contexts["n"].sum()),
+                     "estimate": p.estimate if p else nan, "ci_low": p.ci_low if p else nan,
+                     "ci_high": p.ci_high if p else nan, "verdict": a.verdict})
+        rows.append({"claim": a.claim, "row": "new context", "seeds": 0, "estimate": nan,
+                     "ci_low": p.pi_low if p else nan, "ci_high": p.pi_high if p else nan, "verdict": ""})
+    return pd.DataFrame(rows, columns=cols)
 
 
 def with_factor_columns(curves: pd.DataFrame, trials: pd.DataFrame, factors: list[str]) -> pd.DataFrame:

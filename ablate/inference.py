@@ -780,6 +780,11 @@ class Claim:
         seeds_needed: seeds a paired test at the family's Bonferroni level would need for 80% power
             at ``min_effect`` (or, without one, at the observed difference); NaN for terms.
         primary: the study's ``primary:`` names it.
+        pooled: in a study with ``contexts:``, the contrast pooled across its contexts
+            (:class:`ablate.meta.Pooled`): the claim is then its verdict across contexts (one of
+            :data:`ablate.meta.VERDICTS`, or uninformative), with ``p_holm`` and ``p_tost_holm`` the pooled
+            tests' Holm adjustments over the family; ``contrast`` stays the equal-weight average over the
+            contexts, a description (:func:`ablate.report.statistics.judge`). None otherwise.
     """
 
     name: str
@@ -791,6 +796,7 @@ class Claim:
     reason: str
     seeds_needed: float
     primary: bool
+    pooled: Any = None
 
 
 @dataclass(frozen=True)
@@ -821,22 +827,27 @@ class Family:
         return tuple(c for c in self.claims if not c.primary)
 
     def table(self) -> pd.DataFrame:
-        """One row per claim: ``claim, primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method,
-        seeds_needed`` (estimate and interval in the objective's units; ``p`` the contrast's test or the
-        term's; a term's estimate and interval NaN, its ``n`` the family's seeds)."""
+        """One row per claim: ``claim, primary, n, contexts, estimate, ci_low, ci_high, p, p_holm, verdict,
+        method, seeds_needed`` (estimate and interval in the objective's units; ``p`` the contrast's test or
+        the term's; a term's estimate and interval NaN, its ``n`` the family's seeds). A claim pooled across
+        contexts (:attr:`Claim.pooled`) gives the pooled estimate, interval and p, ``contexts`` its k
+        (NaN otherwise) and ``n`` the seeds per context."""
         rows = []
         for c in self.claims:
-            k = c.contrast
+            k, pooled = c.contrast, c.pooled
+            est = pooled if pooled is not None else k
             rows.append({"claim": c.name, "primary": c.primary,
                          "n": k.n_seeds if k is not None else int(self.n_seeds),
-                         "estimate": k.estimate if k is not None else math.nan,
-                         "ci_low": k.ci_low if k is not None else math.nan,
-                         "ci_high": k.ci_high if k is not None else math.nan,
-                         "p": k.p if k is not None else (c.term.p if c.term is not None else math.nan),
-                         "p_holm": c.p_holm, "verdict": c.verdict, "method": self.method,
+                         "contexts": pooled.k if pooled is not None else math.nan,
+                         "estimate": est.estimate if est is not None else math.nan,
+                         "ci_low": est.ci_low if est is not None else math.nan,
+                         "ci_high": est.ci_high if est is not None else math.nan,
+                         "p": est.p if est is not None else (c.term.p if c.term is not None else math.nan),
+                         "p_holm": c.p_holm, "verdict": c.verdict,
+                         "method": pooled.method if pooled is not None else self.method,
                          "seeds_needed": c.seeds_needed})
-        return pd.DataFrame(rows, columns=["claim", "primary", "n", "estimate", "ci_low", "ci_high", "p", "p_holm",
-                                           "verdict", "method", "seeds_needed"])
+        return pd.DataFrame(rows, columns=["claim", "primary", "n", "contexts", "estimate", "ci_low", "ci_high", "p",
+                                           "p_holm", "verdict", "method", "seeds_needed"])
 
 
 def make_family(contrasts: Sequence[Contrast], terms: Sequence[TermTest] = (), *, min_effect: float | None = None,
@@ -920,6 +931,7 @@ class StudyInference:
     model: LinearModel | None
     family: Family
     staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.sequential.TwoStage
+    across: tuple[Any, ...] = ()  # a study with contexts: ablate.report.statistics.AcrossContexts per contrast
 
 
 def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -425,17 +425,25 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     Raises:
         AblateError: no results.csv there, or it holds trials of another study or no finished trial.
     """
+    import pandas as pd
+
     from ablate.inference import infer_study
 
     done = report_trials(study, folder)
     names = [f.name for f in study.factors]
     per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
-    # the report's positive control from its curves.csv: an equivalence where the baseline did not learn is
-    # uninformative here as in the report (issue 54)
-    from ablate.report import learning as control
+    # the report's own verdicts (issue 54): its positive control from its curves.csv, and a context study's
+    # verdicts across contexts, as the report computed them
+    from ablate.report.learning import CURVES_FILE
+    from ablate.report.statistics import PARAMS_METRIC, judge, ladder_sizes
 
-    inference = infer_study(study, per_trial, {n: n for n in names})
-    inference = replace(inference, family=control.judged(inference.family, control.folder_controls(study, folder)))
+    factors = {n: n for n in names}
+    curves_file = Path(folder) / CURVES_FILE
+    curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else None
+    sizes = {}
+    if len(study.contexts) == 1 and PARAMS_METRIC in done.columns:
+        sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
+    inference = judge(study, per_trial, factors, infer_study(study, per_trial, factors), curves, sizes)
     return Pilot(None, inference, len(done))
 
 

@@ -298,19 +298,45 @@ def test_an_equivalence_across_contexts_needs_the_baseline_to_learn_in_every_poo
     assert C.judged_across([eq], None)[0].verdict == UNINFORMATIVE
 
 
-def test_the_committed_generalization_says_uninformative_everywhere_its_claims_appear():
-    """One word per claim: the report's evidence block, docs/findings.md's claims and scope tables, README's
-    'does a verdict travel' line and ablate.load(...).claims all call generalization's equivalences
-    uninformative (its baseline learned in 2 of 12 contexts)."""
+@pytest.mark.parametrize("report", ["generalization", "generalization_scale"])
+def test_a_context_study_has_one_verdict_per_contrast_wherever_it_is_printed(report):
+    """Issue 54: a context study's claim is its verdict across contexts, the same word in ablate.load(...).claims,
+    the report's evidence block, docs/findings.md's claims table and its scope table, and README's 'does a verdict
+    travel' line; generalization's token-mean equivalence is uninformative (its baseline learned in 2 of 12)."""
+    import ablate
+    from ablate.report.markdown import md
+
+    claims = ablate.load(REPORTS / report).claims
+    assert claims["contexts"].notna().all() and (claims["method"].str.contains("Hartung-Knapp")).all()
+    block = (REPORTS / report / "README.md").read_text(encoding="utf-8")
+    findings = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    travels = readme[readme.index("Does a verdict travel?"):]
+    k = int(claims["contexts"].max())
+    for r in claims.itertuples():
+        seeds = f"{int(r.n)} × {int(r.contexts)} contexts"
+        assert f"| {md(r.claim)} ★ | {seeds} |" in block and f"| {r.verdict} |" in block
+        row = next(line for line in findings.splitlines() if line.startswith(f"| {md(report)} | {md(r.claim)} ★ |"))
+        assert f"| {r.verdict} |" in row
+        scope = next(line for line in findings.splitlines()
+                     if f"| {r.claim} ★ | {report} | {int(r.contexts)}:" in line)
+        assert f"| **{r.verdict}** |" in scope
+        assert f"{r.verdict} ({k} contexts, {report})" in travels
+    if report == "generalization":
+        verdicts = dict(zip(claims["claim"], claims["verdict"]))
+        assert verdicts["loss_norm: token vs sequence"] == "uninformative"
+
+
+def test_ablate_load_gives_a_context_study_s_table_per_context_with_its_pooled_and_new_context_rows():
     import ablate
 
-    claims = ablate.load(REPORTS / "generalization").claims
-    assert set(claims.loc[claims["primary"], "verdict"]) == {"uninformative"}
-    block = (REPORTS / "generalization" / "README.md").read_text(encoding="utf-8")
-    assert "| loss\\_norm: token vs sequence ★ | 6 |" in block and "| 1 | uninformative | 3 |" in block
-    findings = (ROOT / "docs" / "findings.md").read_text(encoding="utf-8")
-    assert "| generalization | loss\\_norm: token vs sequence ★ | 6 | −0.478" in findings
-    assert "| loss normalization | loss_norm: token vs sequence ★ | generalization | 12:" in findings
-    assert "**uninformative**" in findings and "**equivalent across contexts** |" not in findings
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "**loss normalization** (token vs sequence): uninformative (12 contexts, generalization)" in readme
+    res = ablate.load(REPORTS / "generalization")
+    t = res.contexts
+    assert list(t.columns) == ["claim", "row", "seeds", "estimate", "ci_low", "ci_high", "verdict"]
+    assert len(t) == 3 * (12 + 2) and set(t["claim"]) == set(res.claims["claim"])
+    pooled = t[t["row"] == "pooled"].set_index("claim")
+    claims = res.claims.set_index("claim")
+    assert (pooled["verdict"] == claims.loc[pooled.index, "verdict"]).all()
+    assert_close(pooled["estimate"].to_numpy(float), claims.loc[pooled.index, "estimate"].to_numpy(float), EXACT)
+    assert (pooled["seeds"] == 72).all()  # 6 seeds x 12 contexts
+    assert ablate.load(REPORTS / "ratio_level").contexts.empty

@@ -775,6 +775,16 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     assert text.index(findings) < text.index(control.BEGIN) < text.index("![Claims]")
     assert "Positive control per context: the baseline (loss\\_norm=sequence) learned in 3" in block
     assert all(f"| clip\\_high={v} | 6 |" in block for v in ("0.2", "0.28", "0.3"))
+    # one verdict per contrast (issue 54): the family's claim is the verdict across contexts, its p the pooled
+    # test's Holm adjustment; the equal-weight average is described, never judged
+    (claim,) = [c for c in stats.inference.family.claims if c.contrast is not None]
+    assert claim.verdict == a.verdict and claim.pooled is a.pooled and claim.p_holm == a.p_holm
+    assert claim.p_holm == pytest.approx(a.pooled.p)  # a family of one test: Holm leaves it
+    row = stats.inference.family.table().iloc[0]
+    assert (row["verdict"], row["contexts"], row["n"]) == (a.verdict, 3, 6) and row["estimate"] == a.pooled.estimate
+    assert "Described, not judged: averaged over the 3 contexts with equal weight" in text
+    assert f"| {md(a.claim)} | primary | {md(a.verdict)} | 6 × 3 contexts |" in text
+    assert text.count(f"{md(a.claim)}: detected") == 0 and text.count(f"{md(a.claim)}: equivalent") == 0
 
 
 def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp_path):

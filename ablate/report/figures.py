@@ -28,7 +28,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ablate import inference
+from ablate import inference, meta
 from ablate.analysis import seed_level_means
 
 #: Width of a figure in inches (at :data:`DPI`: 1100 pixels, the width of the report's column).
@@ -184,19 +184,23 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
                        label=f"±min_effect ({min_effect * scale:g} {unit})")
         ax.axvline(0, color="0.3", lw=0.8)
         colours = {inference.DETECTED: "C3", inference.EQUIVALENT: "C2", inference.NOT_RESOLVED: "C7",
-                   inference.UNINFORMATIVE: "C1"}
+                   inference.UNINFORMATIVE: "C1", meta.HOLDS: "C3", meta.EQUIVALENT: "C2",
+                   meta.CONTEXT_DEPENDENT: "C4"}
         names = []
         for i, cl in enumerate(claims):
-            c = cl.contrast
+            # a context study's claim: the pooled estimate and interval, one dot per context's own estimate
+            c = cl.pooled if cl.pooled is not None else cl.contrast
             assert c is not None
+            dots = [x.estimate for x in c.contexts] if cl.pooled is not None else c.per_seed
             y = len(claims) - 1 - i
-            ax.scatter(np.asarray(c.per_seed) * scale, np.full(len(c.per_seed), y) + 0.18, s=12, color="0.45",
-                       zorder=2, label="seeds" if i == 0 else None)
+            ax.scatter(np.asarray(dots) * scale, np.full(len(dots), y) + 0.18, s=12, color="0.45",
+                       zorder=2, label=("contexts" if cl.pooled is not None else "seeds") if i == 0 else None)
             if np.isfinite(c.ci_low):
                 ax.plot([c.ci_low * scale, c.ci_high * scale], [y, y], color=colours[cl.verdict], lw=2.5, zorder=3)
             ax.plot(c.estimate * scale, y, "D", color=colours[cl.verdict], markersize=7, zorder=4)
             names.append(("★ " if cl.primary else "") + cl.name)
-            verdict = cl.verdict if cl.verdict != inference.NOT_RESOLVED else f"not resolved at {c.n_seeds} seeds"
+            verdict = (cl.verdict if cl.verdict != inference.NOT_RESOLVED or cl.pooled is not None
+                       else f"not resolved at {c.n_seeds} seeds")
             ax.annotate(verdict, xy=(1.01, y), xycoords=("axes fraction", "data"), va="center", fontsize="small",
                         color=colours[cl.verdict])
         ax.set_yticks(range(len(claims)), names[::-1])
@@ -205,8 +209,10 @@ def forest_plot(family: inference.Family, *, scale: float = 1.0, unit: str = "",
         tested = (f"{len(claims)} claims, none testable (fewer than 3 seeds, or no spread)" if not family.size else
                   f"family of {family.size}, Holm" + (f"; its {len(claims)} contrasts drawn" if family.size != len(claims)
                                                       else ""))
+        pooled = any(cl.pooled is not None for cl in claims)
         ax.set_title(f"Claims ({tested}): diamond = estimate, bar = 95% interval "
-                     f"({'model t' if family.method == inference.MODEL else 'paired t'}), dots = seeds; ★ primary")
+                     + ("(random effects across contexts), dots = contexts; ★ primary" if pooled else
+                        f"({'model t' if family.method == inference.MODEL else 'paired t'}), dots = seeds; ★ primary"))
         ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.3 / len(claims)), ncol=2,
                   frameon=False)
     return fig

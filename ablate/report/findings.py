@@ -103,6 +103,8 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
         return f"{claim.name}: not resolved: {fstat}, {p_text(claim.p_holm)} ({fam}){why}."
     c = claim.contrast
     assert c is not None
+    if claim.pooled is not None:  # a context study: the claim is its verdict across contexts
+        return average_sentence(claim, scale)
     est = f"{signed(c.estimate * scale.factor)}{unit}"
     imp = c.improved
     improved = (f"{'lower' if mode == 'min' else 'higher'} on {imp.k} of {imp.n} untied seeds"
@@ -139,6 +141,19 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
                 f"choice had anything to change, so this is no evidence that the choice does not matter{lone}.")
     return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: {est} {ci} ({stats_text}); {claim.reason}"
             + (f"; {plan}" if plan else "") + f"{lone}.")
+
+
+def average_sentence(claim: inference.Claim, scale: Scale) -> str:
+    """A contrast of a study with contexts, in the claims' sections: its verdict across contexts (the claim),
+    then the equal-weight average over the contexts, said as a description that carries no verdict of its own."""
+    c, p = claim.contrast, claim.pooled
+    assert c is not None and p is not None
+    unit = f" {scale.unit}" if scale.unit else ""
+    return (f"{claim.name}: {claim.verdict} across its {p.k} contexts (pooled {signed(p.estimate * scale.factor)}{unit} "
+            f"{ci_text(p.ci_low, p.ci_high, scale.factor)}, {p_text(claim.p_holm)} Holm; the claim, in 'Across "
+            f"contexts' above). Described, not judged: averaged over the {c.cells} contexts with equal weight, "
+            f"{signed(c.estimate * scale.factor)}{unit} {ci_text(c.ci_low, c.ci_high, scale.factor)} (95% paired t "
+            f"over {seeds_text(c.n_seeds)}).")
 
 
 def answer_sentence(claim: inference.Claim, family: inference.Family, scale: Scale, mode: str) -> str:
@@ -352,6 +367,15 @@ def claims_frame(family: inference.Family) -> pd.DataFrame:
     for cl in family.claims:
         c = cl.contrast
         t = cl.term
+        if cl.pooled is not None:  # a context study's claim: the pooled estimate and its test
+            p = cl.pooled
+            rows.append({
+                "claim": cl.name, "role": "primary" if cl.primary else "exploratory", "verdict": cl.verdict,
+                "seeds": f"{c.n_seeds if c else '–'} × {p.k} contexts", "estimate": p.estimate, "ci_low": p.ci_low,
+                "ci_high": p.ci_high, "interval": "random effects (Hartung-Knapp)", "df": p.df, "p": p.p,
+                "p_holm": cl.p_holm, "p_tost_holm": cl.p_tost_holm, "d_z": math.nan, "improved": "–",
+                "seeds_needed": math.nan})
+            continue
         rows.append({
             "claim": cl.name, "role": "primary" if cl.primary else "exploratory", "verdict": cl.verdict,
             "seeds": c.n_seeds if c else math.nan, "estimate": c.estimate if c else math.nan,
@@ -481,8 +505,9 @@ def _sections(stats: ReportStatistics) -> list[Section]:
             "contexts by a random-effects model (ablate.meta): the pooled estimate is the mean effect over contexts "
             "like these, τ the spread of the true effect between them, and the prediction interval where a new "
             "context's effect would fall. Verdicts: holds across contexts, equivalent across contexts, "
-            "context-dependent, not resolved (docs/statistics.md). The claims below average each contrast over "
-            "the contexts with equal weight, as one family.")))
+            "context-dependent, not resolved (docs/statistics.md), each at its pooled tests' Holm adjustment over the "
+            "family; an equivalence where the baseline did not learn in every pooled context is uninformative. This "
+            "verdict is each contrast's claim; the equal-weight averages below describe, they do not judge.")))
     if not stats.fits.empty:
         sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
                                 "Descriptive fits per arm, not claims of the family."))

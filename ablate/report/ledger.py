@@ -48,6 +48,9 @@ CLAIMS_BEGIN, CLAIMS_END = "<!-- ablate:claims:begin -->", "<!-- ablate:claims:e
 README_BEGIN, README_END = "<!-- ablate:leads:begin -->", "<!-- ablate:leads:end -->"
 #: The family-wise error rate of the project-wide correction.
 ALPHA = 0.05
+#: The verdicts that claim an effect: a report's detection, and a context study's "holds across contexts"
+#: (its pooled test, the study's claim: :func:`ablate.report.statistics.context_family`).
+DETECTIONS = ("detected", "holds across contexts")
 #: Where the generated block goes in a report written before it had one: before the first of these.
 _MD_ANCHORS = ("\n## Figures\n", "\n## Tables\n", "\n## Sample completions\n", "\n## Configuration\n")
 _HTML_ANCHORS = ("<h2>Figures</h2>", "<h2>Tables</h2>", "<h2>Sample completions</h2>", "<h2>Configuration</h2>")
@@ -245,7 +248,7 @@ def project_claims(reports: Path, root: Path) -> ProjectClaims:
         return ProjectClaims(pd.DataFrame(), staged)
     claims = pd.concat(frames, ignore_index=True)
     claims["p_project"] = holm(claims["p"].to_numpy(dtype=float))
-    claims["holds"] = (claims["verdict"] == "detected") & (claims["p_project"] < ALPHA)
+    claims["holds"] = claims["verdict"].isin(DETECTIONS) & (claims["p_project"] < ALPHA)
     return ProjectClaims(claims, staged)
 
 
@@ -263,7 +266,7 @@ def _interval(row: pd.Series) -> str:
 
 
 def _verdict_here(row: pd.Series) -> str:
-    if row["verdict"] != "detected":
+    if row["verdict"] not in DETECTIONS:
         return str(row["verdict"])
     return "detected; holds project-wide" if row["holds"] else "detected here; a lead project-wide"
 
@@ -272,7 +275,8 @@ def claims_frame(claims: pd.DataFrame, shared: dict[str, str]) -> pd.DataFrame:
     """The claims as printed: one row per claim."""
     return pd.DataFrame({
         "report": claims["report"], "claim": claims["claim"] + np.where(claims["primary"], " ★", ""),
-        "seeds": claims["n"].astype(int).astype(str),
+        "seeds": [f"{int(r['n'])} × {int(r['contexts'])} contexts" if np.isfinite(r["contexts"]) else str(int(r["n"]))
+                  for _, r in claims.iterrows()],
         "estimate [95% CI]": [_interval(r) for _, r in claims.iterrows()],
         "p": claims["p"].map(_p), "p (Holm, report)": claims["p_report"].map(_p),
         "p (Holm, project)": claims["p_project"].map(_p),
@@ -297,7 +301,7 @@ def _md_table(frame: pd.DataFrame) -> str:
 
 def _tested_summary(claims: pd.DataFrame) -> str:
     tested = claims[np.isfinite(claims["p"].astype(float))]
-    det = tested[tested["verdict"] == "detected"]
+    det = tested[tested["verdict"].isin(DETECTIONS)]
     prim = det[det["primary"]]
     return (f"{len(tested)} tested claims in {claims['report'].nunique()} committed reports; of the "
             f"{len(det)} detected in their own report, {int(det['holds'].sum())} hold under Holm over all "
@@ -438,7 +442,7 @@ def readme_block(project: ProjectClaims) -> str:
     leads (between :data:`README_BEGIN` and :data:`README_END`)."""
     claims = project.claims
     tested = claims[np.isfinite(claims["p"].astype(float))]
-    det = tested[tested["verdict"] == "detected"]
+    det = tested[tested["verdict"].isin(DETECTIONS)]
     held = ", ".join(f"{rep} {n}" for rep, n in det[det["holds"]].groupby("report").size().items())
     return (f"{README_BEGIN}\nVerdicts are each report's own (Holm within it; a study extended after reading its "
             f"report: its two-stage test). Under Holm over all {len(tested)} tested claims of the "

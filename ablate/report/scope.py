@@ -5,7 +5,7 @@ tested in.
 ``ablate ledger`` writes :func:`findings_scope` into docs/findings.md (between :data:`SCOPE_BEGIN` and
 :data:`SCOPE_END`) and :func:`readme_scope` into README.md (between :data:`README_SCOPE_BEGIN` and
 :data:`README_SCOPE_END`). Everything here is recomputed from the committed reports' results.csv and their
-study files by the report's own statistics (:func:`ablate.report.statistics.across_contexts`), so the
+study files by the report's own statistics (:func:`ablate.report.statistics.judge`), so the
 text cannot drift from the reports.
 """
 
@@ -62,10 +62,10 @@ def context_verdicts(folder: Path, root: Path) -> pd.DataFrame:
     ci_high, pi_low, pi_high, tau, i2, up, down, trend, factor`` (estimates in objective units; ``factor``
     converts them to printed units; ``up``/``down``: contexts whose own 95% interval excludes 0)."""
     from ablate.errors import AblateError
-    from ablate.planning import report_trials
+    from ablate.planning import read_report_pilot, report_trials
     from ablate.report.findings import trend_sentence
     from ablate.report.shared import committed_report
-    from ablate.report.statistics import PARAMS_METRIC, Scale, across_contexts, ladder_sizes
+    from ablate.report.statistics import Scale
 
     rep = committed_report(folder, root)
     if rep is None or not rep.plan.study.contexts:
@@ -73,19 +73,14 @@ def context_verdicts(folder: Path, root: Path) -> pd.DataFrame:
     study = rep.plan.study
     try:
         done = report_trials(study, folder)
+        # the report's own verdicts across contexts: the ones its claims carry (one computation)
+        across = read_report_pilot(study, folder).inference.across
     except AblateError:
         return pd.DataFrame()
     names = [f.name for f in study.factors]
     per_trial = done[["key", "arm", "seed", *names, "objective"]]
-    sizes = {}
-    if len(study.contexts) == 1 and PARAMS_METRIC in done.columns:
-        sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
     scale = Scale.of(study.objective.metric)
     rows = []
-    from ablate.report.learning import folder_controls, judged_across
-
-    across = judged_across(across_contexts(study, per_trial, {n: n for n in names}, sizes),
-                           folder_controls(study, folder))
     for a in across:
         pooled = {k: float(getattr(a.pooled, k)) if a.pooled is not None else np.nan
                   for k in ("estimate", "ci_low", "ci_high", "pi_low", "pi_high", "tau", "i2")}

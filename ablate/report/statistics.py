@@ -254,7 +254,11 @@ class AcrossContexts:
             the report's paired t within the context).
         pooled: the random-effects pooling (:class:`ablate.meta.Pooled`); None when fewer than 2 contexts
             have a spread (:func:`unpooled_reason`: verdict "not resolved").
-        verdict, reason: :func:`ablate.meta.verdict`'s answer and why (what would resolve it).
+        verdict, reason: :func:`ablate.meta.verdict`'s answer and why (what would resolve it), its tests at
+            the family's Holm-adjusted p values: the report's claim for this contrast.
+        trend: its trend in log10(parameters) over a size ladder (:func:`ablate.meta.scale_trend`), or None.
+        p_holm, p_tost_holm: the pooled test's and the pooled TOST's p, Holm-adjusted over the family (the
+            pooled tests of every contrast and the family's interaction tests); NaN when not pooled.
     """
 
     claim: str
@@ -264,6 +268,8 @@ class AcrossContexts:
     verdict: str
     reason: str
     trend: Any = None
+    p_holm: float = math.nan
+    p_tost_holm: float = math.nan
 
 
 #: The metric a trial logs its policy's parameter count in (at step 0): a scale trend's x.
@@ -301,10 +307,12 @@ def unpooled_reason(usable: int, k: int) -> str:
 
 
 def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str],
-                    sizes: Mapping[str, float] | None = None) -> tuple[AcrossContexts, ...]:
+                    sizes: Mapping[str, float] | None = None, *,
+                    terms: Sequence[float] = ()) -> tuple[AcrossContexts, ...]:
     """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.meta`),
     with its trend in log10(parameters) when ``sizes`` (context -> parameters, :func:`context_sizes`)
-    is given; empty without contexts."""
+    is given; empty without contexts. Each verdict reads the pooled tests Holm-adjusted over the family:
+    every contrast's pooled test, and ``terms`` (the family's interaction tests' p values)."""
     if not study.contexts or per_trial.empty:
         return ()
     from ablate import meta
@@ -314,25 +322,81 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
     levels = {f.name: f.level_names() for f in study.factors}
     by_claim = inference.context_contrasts(per_trial, factors, levels, study.baseline_levels, study.contexts,
                                            mode=study.objective.mode, min_effect=study.min_effect)
-    out = []
+    rows_of, pooled_of = {}, {}
     for claim, rows in by_claim.items():
         frame = pd.DataFrame([{"context": ctx, "estimate": c.estimate, "se": c.se, "df": c.df, "ci_low": c.ci_low,
                                "ci_high": c.ci_high, "n": c.n_seeds} for ctx, c in rows])
         usable = frame[np.isfinite(frame["se"]) & (frame["se"] > 0)]
-        first = rows[0][1]
-        primary = inference.is_primary(first.factor, first.level, study.primary)
-        if len(usable) < 2:  # nothing to pool: said, not skipped
+        rows_of[claim] = (frame, usable, inference.is_primary(rows[0][1].factor, rows[0][1].level, study.primary))
+        if len(usable) >= 2:
+            pooled_of[claim] = meta.pool(usable["estimate"].to_numpy(float), usable["se"].to_numpy(float),
+                                         usable["df"].to_numpy(float), min_effect=study.min_effect,
+                                         labels=list(usable["context"]))
+    names = list(rows_of)
+    nan = math.nan
+    p_holm = inference.holm([pooled_of[c].p if c in pooled_of else nan for c in names] + list(terms))
+    tost_holm = inference.holm([pooled_of[c].p_tost if c in pooled_of else nan for c in names])
+    out = []
+    for i, claim in enumerate(names):
+        frame, usable, primary = rows_of[claim]
+        if claim not in pooled_of:  # nothing to pool: said, not skipped
             out.append(AcrossContexts(claim, primary, frame, None, "not resolved", unpooled_reason(len(usable), len(frame))))
             continue
-        pooled = meta.pool(usable["estimate"].to_numpy(float), usable["se"].to_numpy(float),
-                           usable["df"].to_numpy(float), min_effect=study.min_effect, labels=list(usable["context"]))
-        verdict, reason = meta.verdict(pooled, min_effect=study.min_effect, factor=scale.factor, unit=unit)
+        pooled = pooled_of[claim]
+        # the verdict's tests at the family's adjusted p (the report's family is these pooled tests)
+        tested = replace(pooled, p=float(p_holm[i]), p_tost=float(tost_holm[i]))
+        verdict, reason = meta.verdict(tested, min_effect=study.min_effect, factor=scale.factor, unit=unit)
         trend = None
         if sizes and set(usable["context"]) <= set(sizes) and len(usable) >= 3:
             trend = meta.scale_trend([math.log10(sizes[c]) for c in usable["context"]],
                                      usable["estimate"].to_numpy(float), usable["se"].to_numpy(float))
-        out.append(AcrossContexts(claim, primary, frame, pooled, verdict, reason, trend))
+        out.append(AcrossContexts(claim, primary, frame, pooled, verdict, reason, trend, float(p_holm[i]),
+                                  float(tost_holm[i])))
     return tuple(out)
+
+
+def context_family(family: inference.Family, across: Sequence[AcrossContexts]) -> inference.Family:
+    """The family of a study with contexts: each contrast's claim is its verdict across contexts (``across``:
+    the pooled estimate, its Holm-adjusted tests and verdict), not the equal-weight average over contexts,
+    which stays on the claim as a description (:attr:`ablate.inference.Claim.contrast`); interaction terms
+    are adjusted together with the pooled tests. One verdict per contrast, wherever the family is read."""
+    by = {a.claim: a for a in across}
+    terms = [c for c in family.claims if c.term is not None]
+    adjusted = inference.holm([by[c.name].pooled.p if c.name in by and by[c.name].pooled is not None else math.nan
+                               for c in family.claims if c.term is None] + [t.term.p for t in terms])
+    k = len(family.claims) - len(terms)
+    out, j = [], 0
+    for c in family.claims:
+        if c.term is not None:
+            out.append(replace(c, p_holm=float(adjusted[k + j]),
+                               verdict=inference.DETECTED if adjusted[k + j] < family.alpha else inference.NOT_RESOLVED))
+            j += 1
+        elif c.name in by:
+            a = by[c.name]
+            out.append(replace(c, verdict=a.verdict, reason=a.reason, p_holm=a.p_holm, p_tost_holm=a.p_tost_holm,
+                               pooled=a.pooled, seeds_needed=math.nan))
+        else:
+            out.append(c)
+    return replace(family, claims=tuple(out), size=int(np.isfinite(np.asarray(adjusted, dtype=float)).sum()))
+
+
+def judge(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str], run: inference.StudyInference,
+          curves: pd.DataFrame | None, sizes: Mapping[str, float] | None = None) -> inference.StudyInference:
+    """The study's verdicts, as every reader prints them: the positive control (did the baseline learn, from
+    ``curves``: ``key, arm, seed, step, value``; None: not known) makes an equivalence where it did not
+    *uninformative* (:mod:`ablate.report.learning`), and in a study with ``contexts:`` each contrast's claim
+    is its verdict across contexts (:func:`across_contexts`, :func:`context_family`; ``run.across``).
+    :func:`compute_statistics` and :func:`ablate.planning.read_report_pilot` (``ablate.load``, the ledger,
+    ``ablate plan --from``) both call it, so a claim has one verdict wherever it appears."""
+    from ablate.report import learning
+
+    controls = learning.study_controls(study, curves) if curves is not None else None
+    family = learning.judged(run.family, controls)
+    if not study.contexts:
+        return replace(run, family=family)
+    terms = [c.term.p for c in run.family.claims if c.term is not None]
+    across = learning.judged_across(across_contexts(study, per_trial, factors, sizes, terms=terms), controls)
+    return replace(run, family=context_family(family, across), across=across)
 
 
 def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, seed: int = 0) -> ReportStatistics:
@@ -354,11 +418,11 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
     labels = {a.name: arm_label(a.levels, results.factors) for a in study.arms}
     table = results.table
     per_trial, run = inference.study_inference(study, results)
-    # the positive control: an equivalence where the baseline did not learn is no evidence (issue 54)
-    from ablate.report import learning as control
+    # one verdict per claim: the positive control, and a context study's verdicts across contexts (issue 54)
+    from ablate.report import learning
 
-    controls = control.study_controls(study, control.objective_curves(table, obj.metric))
-    run = replace(run, family=control.judged(run.family, controls))
+    curves = learning.objective_curves(table, obj.metric)
+    run = judge(study, per_trial, factors, run, curves, context_sizes(study, table, factors))
     order = {a.name: i for i, a in enumerate(study.arms)}
     arms = _in_order(inference.arm_table(per_trial, list(factors.values())), order)
     diagnostics = []
@@ -392,7 +456,6 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         min_effect=study.min_effect, primary=study.primary, per_trial=per_trial, arms=arms, inference=run,
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
-        speed=tuple(speed), contexts=control.judged_across(
-            across_contexts(study, per_trial, factors, context_sizes(study, table, factors)), controls),
-        evidence=study.evidence, controls=controls,
+        speed=tuple(speed), contexts=run.across, evidence=study.evidence,
+        controls=learning.study_controls(study, curves),
     )
