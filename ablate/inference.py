@@ -932,6 +932,7 @@ class StudyInference:
     family: Family
     staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.sequential.TwoStage
     across: tuple[Any, ...] = ()  # a study with contexts: ablate.report.statistics.AcrossContexts per contrast
+    dropped: tuple[str, ...] = ()  # contexts its entry rule dropped (step-0 objective outside the band), in words
 
 
 def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[str, Sequence[str]],

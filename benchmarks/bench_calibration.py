@@ -10,6 +10,7 @@ family-wise alpha 0.05). Run from the repository root::
     .venv/bin/python benchmarks/bench_calibration.py --jobs 4 --out /tmp/calibration.md
     .venv/bin/python benchmarks/bench_calibration.py --two-stage --write  # only (vi), its own subsection (~4 min)
     .venv/bin/python benchmarks/bench_calibration.py --contexts --write   # only (vii), its own subsection (~7 min)
+    .venv/bin/python benchmarks/bench_calibration.py --equivalence --draws 1000 --write  # only (viii) (~7 min)
 
 The generator (one draw = one study, every arm run on the same seeds):
 
@@ -47,6 +48,12 @@ points); each context's paired estimate pooled by :func:`ablate.meta.pool` and j
 :func:`ablate.meta.verdict`. Reported: coverage of the pooled effect (target 93-97%), *holds across contexts*
 under a pooled effect of 0 (target <= 5%), *context-dependent* at tau = 0 (target <= 5%), the power to declare
 *holds* at min_effect, and the methods the pooling was chosen over, on the same draws.
+
+What "equivalent on average across contexts" controls (section viii, :func:`run_equivalence`; issue 54): the
+same generator at k = 6 and 12 contexts of 6 seeds (the generalization study's shape): declared at most 5%
+when the contexts' mean effect lies on +-min_effect (its target), and, for information, how often it is declared
+when the mean is 0 but tau = 2.55 points puts 5% of the contexts' true effects beyond +-min_effect (what it
+does not control, hence its name), and its power with every context at 0.
 
 Monte-Carlo standard error of a rate r over D draws: sqrt(r (1 - r) / D); for coverage pooled over
 a draw's contrasts this is an upper bound (the contrasts of one draw are positively correlated).
@@ -559,6 +566,75 @@ def run_contexts(rng: np.random.Generator, draws: int, min_effect: float, log=pr
     return rows
 
 
+#: Section (viii)'s markers, and its scenarios: contexts, seeds per context, tau (accuracy units) and the mean.
+EQUIVALENCE_BEGIN = "<!-- BEGIN calibration-equivalence (bench_calibration.py --equivalence) -->"
+EQUIVALENCE_END = "<!-- END calibration-equivalence -->"
+EQUIVALENCE_COUNTS, EQUIVALENCE_SEEDS = (6, 12), 6
+#: The tau at which 5% of the contexts' true effects lie beyond +-5 points around a mean of 0 (5 / 1.96).
+TAU_5PCT_OUT = 0.05 / 1.959964
+
+
+def run_equivalence(rng: np.random.Generator, draws: int, min_effect: float, log=print) -> list[dict]:
+    """How often :func:`ablate.meta.verdict` declares *equivalent on average across contexts*: k contexts of
+    :data:`EQUIVALENCE_SEEDS` seeds (the A/A noise), the contexts' mean effect on the bound (tau 0 and
+    :data:`TAU_5PCT_OUT` scaled to ``min_effect``: the target, at most 5%), or 0 with that tau (5% of contexts
+    beyond the bound: information) or 0 with tau 0 (power). One row per scenario."""
+    from ablate import meta
+
+    tau5 = TAU_5PCT_OUT * min_effect / 0.05
+    scenarios = [(k, tau, mu, role) for k in EQUIVALENCE_COUNTS for tau, mu, role in (
+        (0.0, min_effect, "target"), (tau5, min_effect, "target"), (tau5, 0.0, "5% of contexts outside"),
+        (0.0, 0.0, "power"))]
+    rows = []
+    for k, tau, mu, role in scenarios:
+        t0 = time.perf_counter()
+        d, _ = context_draws(rng, draws, k, tau, mu, np.full(k, AA_SD), EQUIVALENCE_SEEDS)
+        est, se = d.mean(axis=2), d.std(axis=2, ddof=1) / math.sqrt(EQUIVALENCE_SEEDS)
+        declared = 0
+        for i in range(draws):
+            pooled = meta.pool(est[i], se[i], np.full(k, EQUIVALENCE_SEEDS - 1.0), min_effect=min_effect)
+            declared += meta.verdict(pooled)[0] == meta.EQUIVALENT
+        rows.append({"k": k, "tau": tau, "mu": mu, "role": role, "draws": draws, "rate": declared / draws,
+                     "outside": (float(stats.norm.sf((min_effect - mu) / tau) + stats.norm.cdf((-min_effect - mu) / tau))
+                                 if tau else float(abs(mu) >= min_effect)),
+                     "seconds": time.perf_counter() - t0})
+        log(f"equivalence: {k} contexts, tau {100 * tau:.3g}, mean {100 * mu:g}: declared {_pct(rows[-1]['rate'])} "
+            f"({rows[-1]['seconds']:.0f} s)")
+    return rows
+
+
+def markdown_equivalence(result: dict) -> str:
+    """Section (viii): what "equivalent on average across contexts" controls."""
+    rows, draws, me = result["equivalence"], result["draws"], result["min_effect"]
+    lines = ["| contexts | seeds each | tau (points) | contexts' mean effect | true effects beyond ±min_effect | "
+             "declared *equivalent on average* | role | <= 5% |", "|---:|---:|---:|---:|---:|---:|---|:---:|"]
+    bad = []
+    for r in rows:
+        ok = _fwer_mark(r["rate"], draws) if r["role"] == "target" else "—"
+        if r["role"] == "target" and not fwer_ok(r["rate"], draws):
+            bad.append(f"{r['k']} contexts, tau {100 * r['tau']:.3g}: {_pct(r['rate'], 2)}")
+        lines.append(f"| {r['k']} | {EQUIVALENCE_SEEDS} | {100 * r['tau']:.3g} | {100 * r['mu']:g} | "
+                     f"{_pct(r['outside'])} | {_pct(r['rate'], 2)} | {r['role']} | {ok} |")
+    return "\n".join([
+        "### (viii) What \"equivalent on average across contexts\" controls (ablate/meta.py)",
+        "",
+        f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
+        f"{draws} simulated studies per row (seed {result['seed']}); {result['equivalence_seconds']:.0f} s.",
+        "",
+        "The generator of (vii) at the generalization study's shape: k contexts of "
+        f"{EQUIVALENCE_SEEDS} seeds, each seed's paired difference its context's true effect plus N(0, "
+        f"{100 * AA_SD:g} points); `ablate.meta.pool` and `ablate.meta.verdict` at alpha 0.05, min_effect "
+        f"{100 * me:g} points. Target: declared at most 5% when the contexts' mean effect lies on +min_effect "
+        "(within 2 MC SE). The rows with a mean of 0 and tau = 5 / 1.96 points (5% of the contexts' true effects "
+        "beyond ±min_effect) show what the verdict does not control: it speaks of the mean, not of every context "
+        "(issue 54 renamed it from \"equivalent across contexts\"); the last rows are its power.",
+        "",
+        *lines,
+        "",
+        ("Every target is met." if not bad else "Targets NOT met: " + "; ".join(bad) + "."),
+    ])
+
+
 # ------------------------------------------------------------------------------------------- report
 
 
@@ -1003,6 +1079,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the 'extend when not resolved' scenarios; with --write, replace their subsection alone")
     ap.add_argument("--contexts", action="store_true",
                     help="only the 'verdicts across contexts' scenarios; with --write, replace their subsection alone")
+    ap.add_argument("--equivalence", action="store_true",
+                    help="only what 'equivalent on average across contexts' controls; with --write, its subsection alone")
     ap.add_argument("--write", action="store_true", help="replace (or append) the section of --out")
     ap.add_argument("--out", type=Path, default=None,
                     help="the markdown file whose section is written (implies --write; default benchmarks/RESULTS.md)")
@@ -1025,17 +1103,25 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_contexts(np.random.default_rng([args.seed, 3]), args.draws, args.min_effect, log=log)
         result = {"draws": args.draws, "seed": args.seed, "min_effect": args.min_effect, "contexts": rows,
                   "contexts_seconds": time.perf_counter() - t0}
+    elif args.equivalence:
+        t0 = time.perf_counter()
+        rows = run_equivalence(np.random.default_rng([args.seed, 4]), args.draws, args.min_effect, log=log)
+        result = {"draws": args.draws, "seed": args.seed, "min_effect": args.min_effect, "equivalence": rows,
+                  "equivalence_seconds": time.perf_counter() - t0}
     else:
         result = run(args.draws, args.seed, noise, args.min_effect, jobs=args.jobs, resamples=args.resamples, log=log)
     argv_shown = " ".join(sys.argv[1:] if argv is None else argv)
     result.update(date=datetime.date.today().isoformat(), machine=machine(), versions=versions(),
                   command=f"python benchmarks/bench_calibration.py {argv_shown}".rstrip())
-    part = "two-stage" if args.two_stage else "contexts" if args.contexts else ""
-    text = {"two-stage": markdown_two_stage, "contexts": markdown_contexts}.get(part, markdown)(result)
+    part = "two-stage" if args.two_stage else "contexts" if args.contexts else "equivalence" if args.equivalence else ""
+    text = {"two-stage": markdown_two_stage, "contexts": markdown_contexts,
+            "equivalence": markdown_equivalence}.get(part, markdown)(result)
     print(text)
     out = args.out or (ROOT / "benchmarks" / "RESULTS.md" if args.write else None)
     if out is not None:
-        {"two-stage": write_two_stage_section, "contexts": write_contexts_section}.get(part, write_section)(out, text)
+        {"two-stage": write_two_stage_section, "contexts": write_contexts_section,
+         "equivalence": lambda path, body: write_subsection(path, body, EQUIVALENCE_BEGIN, EQUIVALENCE_END),
+         }.get(part, write_section)(out, text)
         print(f"wrote the {part + ' sub' if part else ''}section to {out}", file=sys.stderr)
     return 0 if "NOT met" not in text else 1
 

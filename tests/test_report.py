@@ -751,7 +751,8 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
 
     path = tmp_path / "ctx.yaml"
     path.write_text(STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
-        "seeds: 6", "seeds: 6\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05"))
+        "seeds: 6", "seeds: 6\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05\n"
+        "entry: {learns: 0.05, band: [0.0, 1.0]}"))
     study = load_study(path)
     res = synthetic(study, np.random.default_rng(5), effect=0.1, interaction=0.05)
     stats = compute_statistics(study, res, **FAST)
@@ -785,6 +786,40 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     assert "Described, not judged: averaged over the 3 contexts with equal weight" in text
     assert f"| {md(a.claim)} | primary | {md(a.verdict)} | 6 × 3 contexts |" in text
     assert text.count(f"{md(a.claim)}: detected") == 0 and text.count(f"{md(a.claim)}: equivalent") == 0
+
+
+def test_a_context_outside_the_entry_band_is_dropped_never_pooled_and_a_study_without_a_rule_says_so(tmp_path):
+    """Issue 54: the entry rule's band on the baseline's step-0 objective drops a context when the report is made
+    (it is not pooled, and the answer names it with its step-0 value); a context study without 'entry:' opens
+    its answer with a sentence saying it commits no learning threshold."""
+    from ablate.report.findings import NO_ENTRY_RULE
+
+    text = STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
+        "seeds: 6", "seeds: 6\ncontexts: [clip_high]\nprimary: [loss_norm]\nmin_effect: 0.05")
+    path = tmp_path / "ctx.yaml"
+    path.write_text(text + "entry: {learns: 0.05, band: [0.05, 0.9]}\n")
+    study = load_study(path)
+    res = synthetic(study, np.random.default_rng(5), effect=0.1)
+    low = (res.table["metric"] == "eval/accuracy") & (res.table["step"] == 0) & (
+        res.table[level_column("clip_high")].astype(str) == "0.3")
+    res.table.loc[low, "value"] = 0.02  # every arm of context clip_high=0.3 starts below the band
+    stats = compute_statistics(study, res, **FAST)
+    (a,) = stats.contexts
+    assert list(a.contexts["context"]) == ["clip_high=0.2", "clip_high=0.28"] and a.pooled.k == 2
+    (dropped,) = stats.inference.dropped
+    assert dropped.startswith("clip_high=0.3 (the baseline's step-0 eval/accuracy 0.02 over 6 seeds, outside the "
+                              "entry band [0.05, 0.9])")
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx", **FAST)
+    answer = (index.parent / "README.md").read_text().split("## Findings", 1)[1]
+    assert f"- Dropped by the study's entry rule, never pooled: {md(dropped)}." in answer
+    assert md(NO_ENTRY_RULE) not in answer
+    path.write_text(text)  # no rule: the same trials, pooled over all 3, and the sentence at the top
+    study = load_study(path)
+    stats = compute_statistics(study, res, **FAST)
+    assert stats.contexts[0].pooled.k == 3 and not stats.inference.dropped
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx2", **FAST)
+    answer = (index.parent / "README.md").read_text().split("## Findings", 1)[1]
+    assert answer.lstrip().startswith(f"- {md(NO_ENTRY_RULE)}")
 
 
 def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp_path):

@@ -739,11 +739,54 @@ def test_a_bad_acknowledgment_is_one_clear_problem(tmp_path, cli, value, fragmen
     assert f"{path}:{GSPO_CROSS.count(chr(10)) + 1}: {fragment}" in err, err
 
 
+#: Context studies run before the entry rule existed (issue 54): their files commit no learning threshold, and
+#: adding one now would be a rule chosen after their results were read; they warn until they are rerun.
+NO_ENTRY_RULE_YET = ("generalization.yaml", "generalization_scale.yaml")
+
+
 def test_the_predefined_studies_print_no_warning(cli):
     files = sorted(str(p) for p in (Path(__file__).resolve().parent.parent / "studies").glob("*.yaml"))
     rc, out, err = cli("validate", *files)
-    assert rc == 0 and "warning" not in err.lower() and "gspo-token-sum" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    entry = [line for line in lines if "contexts: but no entry: rule" in line]
+    assert sorted(Path(line.split(":")[0]).name for line in entry) == sorted(NO_ENTRY_RULE_YET), err
+    assert rc == 0 and not [line for line in lines if line not in entry and "warning" in line.lower()], err
+    assert "gspo-token-sum" not in err
     assert "note: run on purpose" in out and "gspo-token-sum" in out  # quickstart's deliberate cross, as a note
+
+
+ENTRY_STUDY = """\
+name: ctx
+factors:
+  loss_norm:
+    levels:
+      sequence: {loss.aggregation: seq-mean-token-mean}
+      token: {loss.aggregation: token-mean}
+  task: {path: task.name, values: [addition, chain]}
+contexts: [task]
+objective: {metric: eval/accuracy, mode: max}
+seeds: 3
+"""
+
+
+def test_a_context_study_without_an_entry_rule_gets_one_warning_line_and_a_bad_rule_one_message(tmp_path, cli):
+    """Issue 54: contexts without 'entry:' validate with one warning line naming the fix; a malformed rule is an
+    error naming the file, the key and the fix (exit 2); a rule without contexts is refused."""
+    path = tmp_path / "ctx.yaml"
+    path.write_text(ENTRY_STUDY)
+    rc, out, err = cli("validate", str(path))
+    assert rc == 0 and err.count("warning:") == 1 and "contexts: but no entry: rule" in err and "entry: {learns:" in err
+    path.write_text(ENTRY_STUDY + "entry: {learns: 0.05, band: [0.1, 0.9], pilot: benchmarks/pilot_learning.md}\n")
+    rc, out, err = cli("validate", str(path))
+    assert rc == 0 and "warning" not in err, err
+    assert load_study(path).entry.band == (0.1, 0.9)
+    path.write_text(ENTRY_STUDY + "entry: {learns: -1, band: [0.9, 0.1], typo: 1}\n")
+    rc, out, err = cli("validate", str(path))
+    assert rc == 2 and "entry.learns: must be a number > 0" in err and "entry.band: must be [low, high]" in err
+    assert "entry.typo" in err and str(path) in err
+    path.write_text(ENTRY_STUDY.replace("contexts: [task]\n", "") + "entry: {learns: 0.05, band: [0.1, 0.9]}\n")
+    rc, out, err = cli("validate", str(path))
+    assert rc == 2 and "entry: is the rule by which a context enters: it needs 'contexts:'" in err
 
 
 # ------------------------------------------------------------------------------- budget seeds

@@ -31,6 +31,8 @@ def print_warnings(study, *, notes_to_stderr: bool = False) -> None:
     study made, not a warning (on stderr with ``notes_to_stderr``: when stdout carries JSON)."""
     for w in study.warnings:
         print(f"{study.path}: warning: {w}", file=sys.stderr)
+    if study.entry_warning:
+        print(f"{study.path}: warning: {study.entry_warning}", file=sys.stderr)
     if study.acknowledged_line:
         print(f"{study.path}: note: {study.acknowledged_line}", file=sys.stderr if notes_to_stderr else sys.stdout)
 

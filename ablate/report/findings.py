@@ -418,6 +418,20 @@ def context_sentence(a: AcrossContexts, scale: Scale) -> str:
         f" {trend_sentence(a.trend, scale)}" if a.trend is not None else "")
 
 
+#: What a context study whose file commits no learning threshold (``entry:``) opens with.
+NO_ENTRY_RULE = ("This study commits no learning threshold for its contexts (no 'entry:' rule in its file): its "
+                 "verdicts across contexts may rest on contexts where the baseline did not learn; the positive "
+                 "control below says where it did.")
+
+
+def entry_sentences(stats: ReportStatistics) -> list[str]:
+    """A context study's entry rule at the top of its report: that it has none, and the contexts it dropped."""
+    out = [NO_ENTRY_RULE] if stats.entry_warning else []
+    if stats.inference.dropped:
+        out.append("Dropped by the study's entry rule, never pooled: " + "; ".join(stats.inference.dropped) + ".")
+    return out
+
+
 def trend_sentence(trend: Any, scale: Scale) -> str:
     """A contrast's trend with model size (:func:`ablate.meta.scale_trend` in log10 parameters) and where it
     would be at SmolLM2-135M's size, said as an extrapolation, never as a result."""
@@ -469,7 +483,7 @@ def _answers(stats: ReportStatistics, scale: Scale, fam: Any) -> list[str]:
                 "No trial has finished yet: there is nothing to compare."]
     if stats.contexts:
         chosen = [a for a in stats.contexts if a.primary] or list(stats.contexts)
-        return [context_sentence(a, scale) for a in chosen]
+        return [*entry_sentences(stats), *(context_sentence(a, scale) for a in chosen)]
     if fam.primary:
         return [answer_sentence(c, fam, scale, stats.mode) for c in fam.primary]
     claims = [c for c in fam.claims if c.contrast is not None]
@@ -504,7 +518,7 @@ def _sections(stats: ReportStatistics) -> list[Section]:
             "Each contrast estimated within each context (the paired t over that context's seeds) and pooled across "
             "contexts by a random-effects model (ablate.meta): the pooled estimate is the mean effect over contexts "
             "like these, τ the spread of the true effect between them, and the prediction interval where a new "
-            "context's effect would fall. Verdicts: holds across contexts, equivalent across contexts, "
+            "context's effect would fall. Verdicts: holds across contexts, equivalent on average across contexts, "
             "context-dependent, not resolved (docs/statistics.md), each at its pooled tests' Holm adjustment over the "
             "family; an equivalence where the baseline did not learn in every pooled context is uninformative. This "
             "verdict is each contrast's claim; the equal-weight averages below describe, they do not judge.")))

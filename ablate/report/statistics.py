@@ -140,6 +140,8 @@ class ReportStatistics:
         controls: the positive control, did the baseline learn (:func:`ablate.report.learning.study_controls`,
             one per context); an *equivalent* verdict where it did not is *uninformative* in ``inference``'s
             family and in ``contexts`` (:func:`ablate.report.learning.judged`).
+        entry_warning: a study with contexts whose file commits no learning threshold: the line its report
+            opens with (:attr:`ablate.study.Study.entry_warning`).
     """
 
     study: str
@@ -174,6 +176,7 @@ class ReportStatistics:
     contexts: tuple[AcrossContexts, ...] = ()
     evidence: bool = True
     controls: tuple[Any, ...] = ()
+    entry_warning: str | None = None
 
     @property
     def legend_title(self) -> str:
@@ -391,12 +394,24 @@ def judge(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str], run
     from ablate.report import learning
 
     controls = learning.study_controls(study, curves) if curves is not None else None
+    dropped: tuple[str, ...] = ()
+    if study.contexts and study.entry is not None and controls:
+        lo, hi = study.entry.band
+        out = {c.context: c for c in controls if c.n and not lo <= c.start <= hi}
+        if out:  # the entry rule: a context whose baseline starts outside the band is never pooled
+            where = per_trial[[factors[f] for f in study.contexts]].astype(str).agg(
+                lambda r: ",".join(f"{f}={v}" for f, v in zip(study.contexts, r)), axis=1)
+            per_trial = per_trial[~where.isin(list(out))]
+            run = inference.infer_study(study, per_trial, factors)
+            controls = tuple(c for c in controls if c.context not in out)
+            dropped = tuple(f"{c.context} (the baseline's step-0 {study.objective.metric} {c.start:.3g} over {c.n} "
+                            f"seeds, outside the entry band [{lo:g}, {hi:g}])" for c in out.values())
     family = learning.judged(run.family, controls)
     if not study.contexts:
         return replace(run, family=family)
     terms = [c.term.p for c in run.family.claims if c.term is not None]
     across = learning.judged_across(across_contexts(study, per_trial, factors, sizes, terms=terms), controls)
-    return replace(run, family=context_family(family, across), across=across)
+    return replace(run, family=context_family(family, across), across=across, dropped=dropped)
 
 
 def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, seed: int = 0) -> ReportStatistics:
@@ -457,5 +472,5 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
         diagnostics=tuple(diagnostics), points=points, fits=fits, eval_problems=n_problems, eval_se=eval_se,
         warm_start=warm, seed_rule=results.parent.get("ablate.adaptive_seeds", ""), eval_sd=eval_sd,
         speed=tuple(speed), contexts=run.across, evidence=study.evidence,
-        controls=learning.study_controls(study, curves),
+        controls=learning.study_controls(study, curves), entry_warning=study.entry_warning,
     )

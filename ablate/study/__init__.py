@@ -19,6 +19,7 @@ A study compares *arms* (combinations of factor levels) over paired *seeds* at a
     seeds: 3                         # required; n (seeds 0..n-1), a list of distinct ints, or {min: 4, max: 16}
     extended_after: [2]              # optional; seed counts whose report was read before the seeds were extended
     contexts: [task]                 # optional; factors replicated over rather than compared (task, model, size)
+    entry: {learns: 0.05, band: [0.1, 0.9]}   # with contexts: how a context enters (the baseline learns in a pilot)
     budgets: {smoke: {seeds: 1, train.steps: 2}, full: {train.steps: 400}}  # optional; 'default' always exists
     objective: {metric: eval/accuracy, mode: max, summary: last, last_n: 3}   # required
     tune: {params: {optim.lr: {low: 1.0e-5, high: 1.0e-3, log: true}}, trials: 8, budget: smoke, seeds: 1}
@@ -92,6 +93,13 @@ Keys, one by one:
   ``role:`` on each factor because it is one decision about the study's question (which factors the
   answer must travel across), read in one place, like ``primary:``. A context may not be primary,
   every factor may not be a context, and the contexts must give at least two combinations.
+- ``entry``: with ``contexts:``, the rule by which a context enters, fixed before the run (issue 54): a
+  choice can only matter where the baseline learns. ``learns``: the smallest gain of the baseline over
+  its own step-0 objective that a pilot of at least 3 seeds showed (its 95% paired interval above 0) for
+  each context listed; ``band``: ``[low, high]``, where the baseline's mean step-0 objective must lie in
+  the study's own trials: a context outside it is dropped when the report is made, never pooled, and the
+  report lists it; ``pilot``: where the pilot's figures are. A study with contexts and no rule gets a
+  warning from ``ablate validate`` and a sentence at the top of its report.
 - ``acknowledge``: a list of configuration-warning names (``ablate.config.WARNING_RULES``; every
   warning ends with its name in brackets, e.g. ``[gspo-token-sum]``; docs/config.md lists them) that
   the study crosses on purpose, such as GSPO's sequence ratio under token-mean in a loss-normalization
@@ -102,7 +110,7 @@ Keys, one by one:
 A study's identity (:meth:`Study.fingerprint`, which binds its store and MLflow experiment; another file of
 the same ``name:`` is refused) is its ``base``, its factors' names and its ``design``, and the ``objective`` of
 a study with ``tune:`` (its tuning picks the trials by it). The analysis is not in it: a file that changes only
-``objective``, ``min_effect``, ``primary``, ``report`` or ``extended_after`` is the same study, its finished
+``objective``, ``min_effect``, ``primary``, ``report``, ``entry`` or ``extended_after`` is the same study, its finished
 trials are reused (no trial key depends on them) and its report is rebuilt.
 
 Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the budget's
@@ -125,6 +133,7 @@ from ablate.study.model import (
     DEFAULT_BUDGET,
     SEED_PATH,
     Arm,
+    EntryRule,
     Factor,
     Level,
     Objective,
@@ -141,6 +150,7 @@ __all__ = [
     "DEFAULT_BUDGET",
     "SEED_PATH",
     "Arm",
+    "EntryRule",
     "Factor",
     "Level",
     "LineDict",

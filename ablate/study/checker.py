@@ -25,6 +25,7 @@ STUDY_KEYS: dict[str, str] = {
     "exclude": "combinations not to run",
     "seeds": "n or a list of seeds, the same for every arm",
     "contexts": "factors replicated over rather than compared (task, model ...): each contrast is pooled across them",
+    "entry": "how a context enters: learns (the baseline's gain in a pilot), band (its step-0 objective), pilot",
     "extended_after": "the seed counts whose report was read before the seeds were extended (the two-stage test)",
     "budgets": "named override sets chosen with --budget",
     "objective": "the metric the study compares",

@@ -18,7 +18,7 @@ from ablate.study.checker import (
     read_yaml,
 )
 from ablate.study.configs import check_configs, check_keys
-from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, SeedRange, Study, unknown_choice
+from ablate.study.model import DEFAULT_BUDGET, Arm, EntryRule, Factor, SeedRange, Study, unknown_choice
 from ablate.study.sections import (
     design_arms,
     import_plugins,
@@ -182,6 +182,39 @@ def _parse_evidence(ck: Checker, doc: LineDict) -> bool:
     return v
 
 
+def _parse_entry(ck: Checker, doc: LineDict, contexts: tuple[str, ...]) -> EntryRule | None:
+    """``entry:`` (a study with ``contexts:``): ``learns`` (> 0), ``band`` ([low, high] with low < high) and an
+    optional ``pilot`` path."""
+    node = doc.get("entry")
+    if node is None:
+        return None
+    line = line_of(doc, "entry")
+    how = ("must be a mapping {learns: <the baseline's smallest gain over its step-0 objective in a pilot>, band: "
+           "[<low>, <high>] (the baseline's step-0 objective), pilot: <path>}")
+    if not isinstance(node, dict):
+        ck.add(line, "entry", how)
+        return None
+    if not contexts:
+        ck.add(line, "entry", "is the rule by which a context enters: it needs 'contexts:'; remove it or add contexts")
+    unknown = [k for k in node if k not in ("learns", "band", "pilot")]
+    for k in unknown:
+        ck.add(line_of(node, k) or line, f"entry.{k}", unknown_choice("entry key", k, ("learns", "band", "pilot")))
+    learns, band, pilot = node.get("learns"), node.get("band"), node.get("pilot")
+    ok = not unknown
+    if not (is_number(learns) and 0 < learns < float("inf")):
+        ck.add(line_of(node, "learns") or line, "entry.learns", f"must be a number > 0 (objective units: 0.05 is "
+               f"5 points of accuracy); got {plain(learns)!r}")
+        ok = False
+    if not (isinstance(band, list) and len(band) == 2 and all(is_number(v) for v in band) and band[0] < band[1]):
+        ck.add(line_of(node, "band") or line, "entry.band", f"must be [low, high] with low < high (the baseline's "
+               f"step-0 objective, e.g. [0.1, 0.9]); got {plain(band)!r}")
+        ok = False
+    if pilot is not None and not isinstance(pilot, str):
+        ck.add(line_of(node, "pilot") or line, "entry.pilot", f"must be a path (the pilot's figures); got {plain(pilot)!r}")
+        ok = False
+    return EntryRule(float(learns), (float(band[0]), float(band[1])), pilot) if ok else None
+
+
 def _parse_min_effect(ck: Checker, doc: LineDict, seed_range: SeedRange | None) -> float | None:
     """``min_effect:`` (> 0, finite), which adaptive seeds need."""
     min_effect = None
@@ -265,6 +298,7 @@ def load_study(path: str | Path) -> Study:
     extended_after = _parse_extended_after(ck, doc, seeds, seed_range)
     acknowledge = _parse_acknowledge(ck, doc)
     evidence = _parse_evidence(ck, doc)
+    entry = _parse_entry(ck, doc, contexts)
 
     arms: list[Arm] = []
     excluded: list[Arm] = []
@@ -293,5 +327,5 @@ def load_study(path: str | Path) -> Study:
         baseline=baseline, exclude=tuple(exclude or ()), seeds=seeds, budgets=budgets, objective=objective,
         tune=tune, arms=tuple(arms), excluded=tuple(excluded), aliasing=aliasing, report_metrics=report_metrics,
         budget_seeds=budget_seeds, warnings=shown, acknowledged=acknowledged, primary=primary, min_effect=min_effect, seed_range=seed_range,
-        extended_after=extended_after, contexts=contexts, configs=configs, evidence=evidence,
+        extended_after=extended_after, contexts=contexts, configs=configs, evidence=evidence, entry=entry,
     )

@@ -103,6 +103,25 @@ class Objective:
 
 
 @dataclass(frozen=True)
+class EntryRule:
+    """``entry:``, how a context of a study with ``contexts:`` enters its verdicts, fixed before the run.
+
+    Attributes:
+        learns: the smallest gain of the baseline over its own step-0 objective (objective units, in the
+            objective's direction) a pilot of at least 3 seeds must have shown, its 95% paired interval
+            above 0, for the context to be in the study file (the file's record; :mod:`ablate.report.learning`
+            checks the same in the study's own trials and says where it did not hold).
+        band: the baseline's mean step-0 objective in the study's own trials must lie in ``[low, high]``;
+            a context outside it is dropped when the report is made (never pooled) and the report says so.
+        pilot: where the pilot's figures are (a path relative to the repository), or None.
+    """
+
+    learns: float
+    band: tuple[float, float]
+    pilot: str | None = None
+
+
+@dataclass(frozen=True)
 class SeedRange:
     """Adaptive seeds: start with ``min`` seeds (0..min-1), add rounds up to ``max``."""
 
@@ -182,6 +201,8 @@ class Study:
         contexts: ``contexts:``, the factors replicated over rather than compared (task, model, size ...):
             every compared arm runs in every combination of their levels, and each contrast is estimated
             within each context and pooled across them (:mod:`ablate.meta`).
+        entry: ``entry:``, the rule by which a context enters (:class:`EntryRule`), or None; a study with
+            ``contexts:`` and no rule gets :attr:`entry_warning`.
         evidence: ``evidence:``, false for a demo (the quickstart, README's main command): its report is the
             reader's own run on the reader's processor, so it is never committed, opens with
             :data:`ablate.report.findings.DEMO_LINE` and is never an input of ``ablate ledger``.
@@ -216,6 +237,7 @@ class Study:
     extended_after: tuple[int, ...] = ()
     contexts: tuple[str, ...] = ()
     evidence: bool = True
+    entry: EntryRule | None = None
     configs: Mapping[tuple[str, str], TrialConfig] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -350,6 +372,16 @@ class Study:
         parts = [f"{rule} ({WARNING_RULES.get(rule, rule)}; arm{'s' if len(arms) > 1 else ''} {', '.join(arms)})"
                  for rule, arms in self.acknowledged]
         return "run on purpose, as the study file acknowledges: " + "; ".join(parts)
+
+    @property
+    def entry_warning(self) -> str | None:
+        """One line for a study with ``contexts:`` whose file commits no learning threshold (``entry:``)."""
+        if not self.contexts or self.entry is not None:
+            return None
+        return ("contexts: but no entry: rule: the study commits no learning threshold for its contexts, so a "
+                "verdict across contexts may rest on contexts where the baseline did not learn; add "
+                "'entry: {learns: <the baseline's smallest gain in a pilot of >= 3 seeds>, band: [<low>, <high>] "
+                "(its step-0 objective)}' (docs/contexts.md)")
 
     @property
     def compared(self) -> tuple[Factor, ...]:
