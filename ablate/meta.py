@@ -67,6 +67,9 @@ CONTEXT_DEPENDENT, NOT_RESOLVED = "context-dependent", "not resolved"
 VERDICTS = (HOLDS, EQUIVALENT, CONTEXT_DEPENDENT, NOT_RESOLVED)
 #: Fewer contexts than this give no prediction interval (it has k - 2 degrees of freedom).
 MIN_CONTEXTS_PI = 3
+#: Fewer sizes than this give no scale trend: 3 leave the line 1 residual df, and intervals of hundreds of
+#: points when carried to another size (issue 54: generalization_scale's [-320, 292]).
+MIN_TREND_SIZES = 4
 #: Draws of the parametric bootstrap behind the heterogeneity p-value when the SEs are estimated (MC SE of a
 #: p near 0.05: 0.0022), from a fixed seed so that the same inputs give the same p.
 HET_BOOTSTRAP = 10_000

@@ -838,21 +838,24 @@ def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp
     assert "| a new context (prediction interval) |  |  | undefined with 2 contexts (needs 3) |" in text
 
 
-def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(tmp_path):
-    """One context factor setting model.name over 3 sizes (each trial logs model/params at step 0): each
+@pytest.mark.parametrize("sizes", [4, 3])
+def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(tmp_path, sizes):
+    """One context factor setting model.name over 4 sizes (each trial logs model/params at step 0): each
     contrast gets a weighted trend in log10 parameters (ablate.meta.scale_trend on the per-context estimates),
-    and the report extends it to 135M parameters as an extrapolation, not a result."""
+    and the report extends it to 135M parameters as an extrapolation, not a result. Over 3 sizes (1 residual
+    df) no trend is fitted, and the report says why (issue 54)."""
     from ablate import meta
 
+    names = ["micro-llama", "tiny-llama", "small-llama", "base-llama"][:sizes]
     path = tmp_path / "ladder.yaml"
     path.write_text(STUDY.replace("seeds: 6", "seeds: 6\ncontexts: [size]\nmin_effect: 0.05").replace(
         "  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}",
         "  clip_high: {path: loss.clip_high, values: [0.2, 0.28]}\n"
-        "  size: {path: model.name, values: [micro-llama, tiny-llama, small-llama]}").replace(
+        f"  size: {{path: model.name, values: [{', '.join(names)}]}}").replace(
         "baseline: {loss_norm: sequence, clip_high: 0.2}", "baseline: {loss_norm: sequence, clip_high: 0.2, size: tiny-llama}"))
     study = load_study(path)
     res = synthetic(study, np.random.default_rng(2), effect=0.1, interaction=0.03)
-    params = {"micro-llama": 2.0e5, "tiny-llama": 8.0e5, "small-llama": 2.9e6}
+    params = {"micro-llama": 2.0e5, "tiny-llama": 8.0e5, "small-llama": 2.9e6, "base-llama": 1.0e7}
     column = res.columns["size"]
     first = res.table[(res.table["metric"] == "eval/accuracy") & (res.table["step"] == 0)].copy()
     first["metric"] = "model/params"
@@ -860,13 +863,18 @@ def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(t
     res.table = pd.concat([res.table, first], ignore_index=True)
     stats = compute_statistics(study, res, **FAST)
     token = next(a for a in stats.contexts if a.claim.startswith("loss_norm"))
+    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ladder", **FAST)
+    text = (index.parent / "README.md").read_text()
+    if sizes == 3:
+        assert token.trend is None and "per tenfold parameters" not in text
+        assert token.trend_note == ("No trend with model size is fitted: 3 sizes leave a line 1 residual df; it needs "
+                                    "at least 4 sizes.") and token.trend_note in text
+        return
     assert token.trend is not None
     frame = token.contexts.set_index("context")
     x = [np.log10(params[c.split("=")[1]]) for c in frame.index]
     expected = meta.scale_trend(x, frame["estimate"].to_numpy(), frame["se"].to_numpy())
-    assert token.trend.slope == pytest.approx(expected.slope) and token.trend.k == 3
-    index = write_report(Plan.of(study), res, tmp_path / "reports" / "ladder", **FAST)
-    text = (index.parent / "README.md").read_text()
+    assert token.trend.slope == pytest.approx(expected.slope) and token.trend.k == 4
     assert "per tenfold parameters" in text and "an extrapolation beyond the sizes measured, not a result" in text
 
 
@@ -986,3 +994,23 @@ def test_the_provenance_line_names_the_logged_diff_and_reads_back(tmp_path):
         back = parent_tags(readme)
         assert {k: back.get(k) for k in tags} == tags, name
         assert commit_text(back) == sha + suffix, name
+
+
+def test_many_failed_compute_fits_are_said_once_per_kind_of_failure():
+    """Issue 54: generalization's compute-efficiency section was 48 sentences of failed fits; beyond 4 failures
+    the arms are counted per kind of reason in one sentence each, a fit that worked still gets its own."""
+    from ablate.report.findings import MAX_FAILED_FITS, compute_sentences
+
+    bad = [{"arm": f"a{i}", "ok": False, "reason": ("the fit failed: B ran into its bound (0.05)" if i % 2 else
+                                                     f"no saturating trend: the curve explains {i}% of the variance")}
+           for i in range(6)]
+    good = {"arm": "g", "ok": True, "reason": "", "a": 0.6, "a_low": 0.5, "a_high": 0.7, "b": 1.2, "b_low": 0.9,
+            "b_high": 1.5, "c_mid": 8e3, "r0": 0.1, "r2": 0.9, "n_seeds": 6, "extrapolated": False}
+    fits = pd.DataFrame(bad + [good])
+    out = compute_sentences(fits, {}, Scale.of("eval/accuracy"))
+    assert out[:2] == ["No compute-efficiency fit for 3 of the 7 arms (no saturating trend): a0; a2; a4.",
+                       "No compute-efficiency fit for 3 of the 7 arms (the fit failed): a1; a3; a5."]
+    assert len(out) == 3 and out[2].startswith("g: asymptote A = 60 points")
+    few = compute_sentences(pd.DataFrame(bad[:MAX_FAILED_FITS]), {"a0": "arm zero"}, Scale.of("eval/accuracy"))
+    assert few[0] == "arm zero: no compute-efficiency fit (no saturating trend: the curve explains 0% of the variance)."
+    assert len(few) == MAX_FAILED_FITS

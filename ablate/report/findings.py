@@ -197,15 +197,30 @@ def answer_sentence(claim: inference.Claim, family: inference.Family, scale: Sca
             f"difference and {target}" + (f"; {would}{apart}." if would else "."))
 
 
+#: More failed fits than this are said in one sentence per reason rather than one per arm.
+MAX_FAILED_FITS = 4
+
+
+def _failed_fits(failed: pd.DataFrame, labels: Mapping[str, str], total: int) -> list[str]:
+    """The arms without a fit: one sentence each, or, beyond :data:`MAX_FAILED_FITS`, one per kind of reason
+    (its words before the first colon: "the fit failed", "no saturating trend") naming its arms."""
+    if len(failed) <= MAX_FAILED_FITS:
+        return [f"{labels.get(r.arm, r.arm)}: no compute-efficiency fit ({r.reason})." for r in failed.itertuples()]
+    kinds: dict[str, list[str]] = {}
+    for r in failed.itertuples():
+        kinds.setdefault(str(r.reason).split(":")[0], []).append(labels.get(r.arm, r.arm))
+    return [f"No compute-efficiency fit for {len(arms)} of the {total} arms ({kind}): {'; '.join(arms)}."
+            for kind, arms in kinds.items()]
+
+
 def compute_sentences(fits: pd.DataFrame, labels: Mapping[str, str], scale: Scale) -> list[str]:
-    """One sentence per arm's saturating fit (or why it failed)."""
-    out = []
+    """One sentence per arm's saturating fit; the arms without one, said together when there are many."""
     unit = f" {scale.unit}" if scale.unit else ""
+    out = _failed_fits(fits[~fits["ok"].astype(bool)], labels, len(fits))
     for r in fits.itertuples():
-        name = labels.get(r.arm, r.arm)
         if not r.ok:
-            out.append(f"{name}: no compute-efficiency fit ({r.reason}).")
             continue
+        name = labels.get(r.arm, r.arm)
         extra = "; C_mid lies beyond the compute used, so A is an extrapolation" if r.extrapolated else ""
         ci_a = ci_text(r.a_low, r.a_high, scale.factor) if math.isfinite(r.a_low) else ""
         ci_b = ci_text(r.b_low, r.b_high) if math.isfinite(r.b_low) else ""
@@ -415,7 +430,7 @@ def context_sentence(a: AcrossContexts, scale: Scale) -> str:
     elif np.isfinite(p.estimate) and "I²" not in reason:  # every verdict says the spread between contexts
         reason += f" (τ = {num(p.tau * scale.factor)}, I² = {num(100 * p.i2, 2)}%)"
     return f"{a.claim}: {a.verdict} ({p.k} contexts). {reason} (random effects: {p.method})." + (
-        f" {trend_sentence(a.trend, scale)}" if a.trend is not None else "")
+        f" {trend_sentence(a.trend, scale)}" if a.trend is not None else f" {a.trend_note}" if a.trend_note else "")
 
 
 #: What a context study whose file commits no learning threshold (``entry:``) opens with.

@@ -90,7 +90,7 @@ def context_verdicts(folder: Path, root: Path) -> pd.DataFrame:
             "contexts": " × ".join(f"{c} ∈ {{{', '.join(_present(study, c, per_trial))}}}" for c in study.contexts),
             **pooled,
             "up": _detected(a.contexts, +1), "down": _detected(a.contexts, -1),
-            "trend": trend_sentence(a.trend, scale) if a.trend is not None else "", "factor": scale.factor})
+            "trend": trend_sentence(a.trend, scale) if a.trend is not None else a.trend_note, "factor": scale.factor})
     return pd.DataFrame(rows)
 
 

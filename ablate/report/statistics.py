@@ -259,7 +259,8 @@ class AcrossContexts:
             have a spread (:func:`unpooled_reason`: verdict "not resolved").
         verdict, reason: :func:`ablate.meta.verdict`'s answer and why (what would resolve it), its tests at
             the family's Holm-adjusted p values: the report's claim for this contrast.
-        trend: its trend in log10(parameters) over a size ladder (:func:`ablate.meta.scale_trend`), or None.
+        trend: its trend in log10(parameters) over a size ladder (:func:`ablate.meta.scale_trend`), or None;
+            trend_note: why a size ladder got none (fewer than :data:`ablate.meta.MIN_TREND_SIZES` sizes), else "".
         p_holm, p_tost_holm: the pooled test's and the pooled TOST's p, Holm-adjusted over the family (the
             pooled tests of every contrast and the family's interaction tests); NaN when not pooled.
     """
@@ -273,6 +274,7 @@ class AcrossContexts:
     trend: Any = None
     p_holm: float = math.nan
     p_tost_holm: float = math.nan
+    trend_note: str = ""
 
 
 #: The metric a trial logs its policy's parameter count in (at step 0): a scale trend's x.
@@ -349,12 +351,15 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
         # the verdict's tests at the family's adjusted p (the report's family is these pooled tests)
         tested = replace(pooled, p=float(p_holm[i]), p_tost=float(tost_holm[i]))
         verdict, reason = meta.verdict(tested, min_effect=study.min_effect, factor=scale.factor, unit=unit)
-        trend = None
-        if sizes and set(usable["context"]) <= set(sizes) and len(usable) >= 3:
+        trend, note = None, ""
+        if sizes and set(usable["context"]) <= set(sizes) and len(usable) >= meta.MIN_TREND_SIZES:
             trend = meta.scale_trend([math.log10(sizes[c]) for c in usable["context"]],
                                      usable["estimate"].to_numpy(float), usable["se"].to_numpy(float))
+        elif sizes and len(usable) >= 2:
+            note = (f"No trend with model size is fitted: {len(usable)} sizes leave a line {len(usable) - 2} residual "
+                    f"df; it needs at least {meta.MIN_TREND_SIZES} sizes.")
         out.append(AcrossContexts(claim, primary, frame, pooled, verdict, reason, trend, float(p_holm[i]),
-                                  float(tost_holm[i])))
+                                  float(tost_holm[i]), note))
     return tuple(out)
 
 
