@@ -798,3 +798,57 @@ def test_ratio_max_is_the_step_s_largest_ratio_whatever_the_accumulation(ws_cach
         assert metrics["policy/ratio_max"] == pytest.approx(max(seen), rel=1e-6), accum
         logged.append(metrics["policy/ratio_max"])
     assert logged == pytest.approx([logged[0]] * 3, rel=1e-4)
+
+
+# --------------------------------------------------------------------------- weight decay (issue 55)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2", "tiny-qwen2"])
+def test_weights_decay_where_transformers_trainer_decays(name):
+    """optim.decay_params: weights decays exactly the parameters transformers' Trainer (and so TRL's
+    GRPOTrainer) decays: no bias, no normalisation weight; the optimizer gets them at optim.weight_decay and
+    the rest at 0, while weight decay 0 or decay_params all keep one group of every parameter."""
+    from transformers import Trainer
+
+    from ablate.models import load_policy
+    from ablate.train.setup import _optimizer, decayed_parameter_names
+
+    model = load_policy(name).model
+    names = {n for n, _ in model.named_parameters()}  # a tied lm_head is named once, as its embedding
+    assert decayed_parameter_names(model) == set(Trainer.get_decay_parameter_names(None, model))
+    decayed = decayed_parameter_names(model) & names  # what the Trainer (and ablate) put in the decayed group
+    assert decayed < names and not any("bias" in n or "norm" in n for n in decayed)
+    config = TrialConfig.from_overrides({"model.name": name, "optim.weight_decay": 0.1})
+    optimizer, _ = _optimizer(config, model, None)
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    (on, off) = optimizer.param_groups
+    assert {by_id[id(p)] for p in on["params"]} == decayed and on["weight_decay"] == 0.1
+    assert {by_id[id(p)] for p in off["params"]} == names - decayed and off["weight_decay"] == 0.0
+    for overrides in ({"optim.weight_decay": 0.0}, {"optim.weight_decay": 0.1, "optim.decay_params": "all"}):
+        (one,) = _optimizer(TrialConfig.from_overrides({"model.name": name, **overrides}), model, None)[0].param_groups
+        assert len(one["params"]) == len(names)
+
+
+def test_decay_params_stays_out_of_the_trial_key_while_weight_decay_is_0():
+    """Every committed trial ran with weight decay 0: its key is unchanged; with weight decay on, the key says
+    which parameters decayed ('all', what ablate did before issue 55, keeps the old key)."""
+    base = TrialConfig.from_overrides({})
+    assert TrialConfig.from_overrides({"optim.decay_params": "all"}).trial_key() == base.trial_key()
+    on = TrialConfig.from_overrides({"optim.weight_decay": 0.1})
+    old = TrialConfig.from_overrides({"optim.weight_decay": 0.1, "optim.decay_params": "all"})
+    assert on.trial_key() != old.trial_key() != base.trial_key()
+
+
+def test_the_trl_map_sends_no_clipping_as_transformers_0_and_refuses_decaying_every_parameter():
+    """Issue 55: optim.max_grad_norm null (no clipping) used to fail every trl trial with a TypeError; it maps to
+    transformers' 0 ('set to 0 to disable'). decay_params all cannot be honoured by TRL: refused at validation."""
+    from ablate.config.trl_map import grpo_arguments, trl_refusals
+
+    c = TrialConfig.from_overrides({"engine.name": "trl", "optim.max_grad_norm": None})
+    assert grpo_arguments(c)["max_grad_norm"] == 0.0
+    assert grpo_arguments(TrialConfig.from_overrides({"engine.name": "trl"}))["max_grad_norm"] == 1.0
+    ok = TrialConfig.from_overrides({"engine.name": "trl", "optim.weight_decay": 0.1})
+    assert not [p for p in trl_refusals(ok) if p.path.startswith("optim")]
+    bad = {"engine.name": "trl", "optim.weight_decay": 0.1, "optim.decay_params": "all"}
+    with pytest.raises(Exception, match="optim.decay_params"):
+        TrialConfig.from_overrides(bad)

@@ -88,6 +88,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "engine.name": "ablate",
     "engine.processes": 1,
     "model.tokenizer": "auto",
+    "optim.decay_params": "all",
 }
 
 #: Zoo models whose checkpoints load the same tokenizer under either model.tokenizer: AutoTokenizer keeps
@@ -125,6 +126,7 @@ KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
                                        or (tuple(c.reward.components) == ("final_answer",)
                                            and float(c.reward.final_answer.weight).is_integer())),
     "model.tokenizer": tokenizer_load_inert,
+    "optim.decay_params": lambda c: c.optim.weight_decay == 0,
 }
 
 

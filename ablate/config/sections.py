@@ -755,6 +755,13 @@ class OptimConfig(Section):
     )
     eps: float = Field(1e-8, gt=0.0, description="AdamW's epsilon, added to the denominator.")
     weight_decay: float = Field(0.0, ge=0.0, description="Decoupled weight decay of AdamW; 0 = off.")
+    decay_params: Literal["weights", "all"] = Field(
+        "weights",
+        description=one_line("""Which parameters optim.weight_decay decays. weights: every trainable parameter but
+        biases and normalisation weights (transformers' Trainer rule, which TRL's GRPOTrainer applies); all:
+        every trainable parameter (what ablate did before issue 55). Left out of the trial key while
+        optim.weight_decay is 0."""),
+    )
     max_grad_norm: float | None = Field(
         1.0,
         gt=0.0,

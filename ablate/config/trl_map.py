@@ -83,7 +83,9 @@ TRL_MAP: tuple[MapRow, ...] = (
            "prm, kl, local format, missing_eos, soft_overlong, overlong_filter: refused"),
     MapRow("optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.max_grad_norm",
            "learning_rate, adam_beta1/2, adam_epsilon, weight_decay, max_grad_norm",
-           "as they are; optim = adamw_torch, lr_scheduler_type = constant"),
+           "exact: as they are, optim = adamw_torch, lr_scheduler_type = constant; both decay every parameter but "
+           "biases and norm weights (optim.decay_params: weights, transformers' rule; all: refused); "
+           "max_grad_norm null (no clipping) = TRL's 0"),
     MapRow("loss.entropy_coef", "entropy_coef", "as it is with loss.aggregation token-mean (TRL's entropy "
            "bonus is a token mean); with another aggregation: refused"),
     MapRow("seed, stream", "seed", "the trial's random stream (the same seed gives the same TRL run)"),
@@ -149,7 +151,8 @@ def grpo_arguments(c: TrialConfig) -> dict[str, Any]:
         "adam_beta2": float(c.optim.betas[1]),
         "adam_epsilon": float(c.optim.eps),
         "weight_decay": float(c.optim.weight_decay),
-        "max_grad_norm": float(c.optim.max_grad_norm),
+        # null (no clipping) is transformers' 0 ("set to 0 to disable"); ablate clips to inf, which changes nothing
+        "max_grad_norm": float(c.optim.max_grad_norm) if c.optim.max_grad_norm is not None else 0.0,
         "optim": "adamw_torch",
         "lr_scheduler_type": "constant",
         "entropy_coef": float(c.loss.entropy_coef),
@@ -241,6 +244,9 @@ def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
                 "dapo then divides by the mean tokens per minibatch, not the minibatch's own)", "algo.minibatches=1")
     if c.optim.warmup_steps:
         _refuse(out, "optim.warmup_steps", "ablate's warmup schedule ((s+1)/warmup; TRL's is s/warmup)")
+    if c.optim.weight_decay > 0 and c.optim.decay_params == "all":
+        _refuse(out, "optim.decay_params", "optim.decay_params=all (transformers never decays biases and norm "
+                "weights)", "optim.decay_params=weights")
 
 
 def trl_refusals(c: TrialConfig) -> list[ConfigProblem]:

@@ -160,16 +160,41 @@ def _reference_model(config: TrialConfig, model: nn.Module) -> nn.Module | None:
     return ref
 
 
+#: The parameter names transformers' Trainer keeps out of weight decay (``Trainer.get_decay_parameter_names``:
+#: biases and normalisation weights; tests/test_train.py checks these give its names on every zoo model).
+NO_DECAY_PATTERNS = (r"bias", r"layernorm", r"rmsnorm", r"(?:^|\.)norm(?:$|\.)", r"_norm(?:$|\.)")
+
+
+def decayed_parameter_names(model: nn.Module) -> set[str]:
+    """The parameters of ``model`` that ``optim.decay_params: weights`` decays: transformers' rule (no
+    parameter of an ``nn.LayerNorm``, none whose name matches :data:`NO_DECAY_PATTERNS`)."""
+    from transformers.trainer_pt_utils import get_parameter_names
+
+    return set(get_parameter_names(model, [nn.LayerNorm], list(NO_DECAY_PATTERNS)))
+
+
+def _param_groups(model: nn.Module, o: Any, lr: float) -> list[dict[str, Any]]:
+    """AdamW's groups over ``model``'s trainable parameters: one (every parameter decayed, or weight decay
+    off), or, with ``optim.decay_params: weights``, the decayed ones and the rest at weight decay 0."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if o.weight_decay == 0 or o.decay_params == "all":
+        return [{"params": [p for _, p in params], "lr": lr}]
+    decay = decayed_parameter_names(model)
+    groups = [{"params": [p for n, p in params if n in decay], "lr": lr},
+              {"params": [p for n, p in params if n not in decay], "lr": lr, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
 def _optimizer(
     config: TrialConfig, model: nn.Module, critic: Critic | None
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW over the trainable policy parameters (``optim.lr``) and the critic (``critic_lr``), with a
-    linear warmup over ``optim.warmup_steps`` optimizer steps; ``optim.implementation`` picks torch's
+    """AdamW over the trainable policy parameters (``optim.lr``) and the critic (``critic_lr``), each split
+    by ``optim.decay_params`` when weight decay is on (:func:`_param_groups`), with a linear warmup over ``optim.warmup_steps`` optimizer steps; ``optim.implementation`` picks torch's
     for-loop, foreach or fused AdamW (auto: torch's default)."""
     o = config.optim
-    groups = [{"params": [p for p in model.parameters() if p.requires_grad], "lr": o.lr}]
+    groups = _param_groups(model, o, o.lr)
     if critic is not None:
-        groups.append({"params": list(critic.parameters()), "lr": config.critic_lr})
+        groups += _param_groups(critic, o, config.critic_lr)
     impl = {"auto": {}, "for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
     optimizer = torch.optim.AdamW(groups, betas=tuple(o.betas), eps=o.eps, weight_decay=o.weight_decay,
                                   **impl[o.implementation])
