@@ -852,3 +852,21 @@ def test_the_trl_map_sends_no_clipping_as_transformers_0_and_refuses_decaying_ev
     bad = {"engine.name": "trl", "optim.weight_decay": 0.1, "optim.decay_params": "all"}
     with pytest.raises(Exception, match="optim.decay_params"):
         TrialConfig.from_overrides(bad)
+
+
+def test_a_critic_trial_runs_under_a_float64_default_dtype(ws_cache):
+    """Issue 55: the critic's value head was created in torch's default dtype, so under a float64 default a
+    float32 policy's critic failed at its first step; the head now takes the backbone's dtype."""
+    cfg = tiny(ws_cache, "algo.advantage=gae", "critic.enabled=true", "train.steps=1")
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        from ablate.train.setup import Critic, setup_trial
+
+        state = setup_trial(cfg)
+        assert isinstance(state.critic, Critic) and state.critic.head.weight.dtype == torch.float32
+        logged: dict[str, float] = {}
+        run_trial(cfg, lambda m, s: logged.update(m))
+    finally:
+        torch.set_default_dtype(before)
+    assert math.isfinite(logged["loss/value"])

@@ -42,7 +42,9 @@ class BackboneHead(nn.Module):
     def __init__(self, policy_model: nn.Module) -> None:
         super().__init__()
         self.backbone = copy.deepcopy(policy_model.base_model)
-        self.head = nn.Linear(hidden_size_of(policy_model), 1)
+        # in the backbone's dtype, not torch's default: a float32 policy under a float64 default (issue 55)
+        dtype = next(self.backbone.parameters()).dtype
+        self.head = nn.Linear(hidden_size_of(policy_model), 1, dtype=dtype)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
