@@ -66,7 +66,9 @@ TRL_MAP: tuple[MapRow, ...] = (
     MapRow("algo.advantage, algo.adv_std", "scale_rewards",
            "grpo with adv_std group/batch/none → group/batch/none; dr_grpo → none; "
            "adv_mean batch, rloo, gae, grpo_process: refused"),
-    MapRow("algo.ppo_epochs", "num_iterations", "as it is"),
+    MapRow("algo.ppo_epochs", "num_iterations", "as it is; by design, with algo.minibatches > 1: TRL splits a "
+           "generation batch into minibatches once and replays that split every epoch, ablate reshuffles each "
+           "epoch (the same completions, in another grouping from epoch 2 on)"),
     MapRow("algo.minibatches", "steps_per_generation, per_device_train_batch_size",
            "steps_per_generation = minibatches; per-device batch = prompts x group / minibatches / "
            "engine.processes; gradient_accumulation_steps = 1"),
@@ -242,6 +244,9 @@ def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
     if c.engine.processes > 1 and c.loss.aggregation == "token-mean" and c.algo.minibatches > 1:
         _refuse(out, "engine.processes", "token-mean over several processes with algo.minibatches > 1 (TRL's "
                 "dapo then divides by the mean tokens per minibatch, not the minibatch's own)", "algo.minibatches=1")
+    if c.engine.processes > 1 and c.loss.entropy_coef:
+        _refuse(out, "loss.entropy_coef", "an entropy bonus over several processes (TRL's is a mean of each "
+                "process's token mean, not the minibatch's token mean)", "engine.processes=1")
     if c.optim.warmup_steps:
         _refuse(out, "optim.warmup_steps", "ablate's warmup schedule ((s+1)/warmup; TRL's is s/warmup)")
     if c.optim.weight_decay > 0 and c.optim.decay_params == "all":
