@@ -118,13 +118,15 @@ def check_complete_once(storage: str, study_file: Path, uri: str) -> None:
         assert float(r.data.tags["ablate.objective"]) == attempt.value == r.data.metrics["eval/accuracy"]
 
 
-def kill_once_written(proc: subprocess.Popen, files: list[Path], log: Path) -> None:
-    """SIGKILL ``proc``'s process group as soon as every one of ``files`` exists (within 180 s)."""
+def kill_once_written(proc: subprocess.Popen, files: list[Path], log: Path, before=None) -> None:
+    """SIGKILL ``proc``'s process group as soon as every one of ``files`` exists (within 180 s); ``before``, if
+    given, must hold at that moment (what the kill is meant to end is running)."""
     deadline = time.monotonic() + 180
     while not all(f.exists() for f in files):
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, f"never written: {[str(f) for f in files if not f.exists()]}"
         time.sleep(0.02)
+    assert before is None or before(), "what the kill should end was not running"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
 

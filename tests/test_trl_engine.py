@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import torch
 from tolerance import MODEL, assert_close, is_close
@@ -231,7 +234,13 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     proc = subprocess.Popen([sys.executable, "-m", "ablate", "run", str(study_file), "--no-progress", "--threads", "1"],
                             cwd=workdir, env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
-    kill_once_written(proc, [trial / "trl" / "checkpoint-4" / "ablate_history.json"], workdir / "first.log")
+    checkpoint = trial / "trl" / "checkpoint-4" / "ablate_history.json"
+    if processes > 1:  # issue 55: SIGKILL of the worker alone; torchrun and its ranks die with it
+        _no_rank_survives(trial, _kill_the_worker_once_written(proc, checkpoint, workdir / "first.log"))
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    else:
+        kill_once_written(proc, [checkpoint], workdir / "first.log")
     log.close()
     storage = str(workdir / "runs" / "trlkill" / STORE_FILE)
     assert [a.state for a in attempts_by_key(storage, "trlkill")[key]] == ["running"]
@@ -258,6 +267,101 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     assert all(known_metric(k) for k in child.data.metrics), sorted(child.data.metrics)  # the glossary has them
     assert not trial.exists() or not (trial / "trl").exists()  # finished: TRL's checkpoints dropped
     assert (workdir / "reports" / "trlkill" / "index.html").exists()
+
+
+def _rank_pids() -> set[int]:
+    """Processes running torchrun or a trl rank (their command lines name ablate.engines.trl_rank)."""
+    import os
+
+    out = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"ablate.engines.trl_rank" in f.read():
+                    out.add(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def _kill_the_worker_once_written(proc, checkpoint, log) -> list[str]:
+    """SIGKILL the process that started torchrun (the trial's worker), and it alone, once ``checkpoint`` exists;
+    returns the trial's TRL checkpoints at that moment."""
+    import time
+
+    deadline = time.monotonic() + 180
+    while not checkpoint.exists():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "never written"
+        time.sleep(0.02)
+    ranks = _rank_pids()
+    assert len(ranks) >= 3, ranks  # torchrun and its 2 ranks run
+    parents = {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in ranks}
+    (worker,) = parents - ranks  # torchrun's parent: the worker (the ranks' parent is torchrun)
+    os.kill(worker, signal.SIGKILL)
+    return sorted(p.name for p in checkpoint.parent.parent.iterdir())
+
+
+def _no_rank_survives(trial, at_kill) -> None:
+    """Within 2 s of the worker's SIGKILL no torchrun or rank process runs (before issue 55 they trained on, and
+    wrote checkpoint-8 into the trial's folder), and no checkpoint appeared since the kill."""
+    import time
+
+    deadline = time.monotonic() + 2
+    while _rank_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _rank_pids(), "ranks outlived their worker"
+    time.sleep(1)
+    assert sorted(p.name for p in (trial / "trl").iterdir()) == at_kill  # nobody wrote into the trial's folder
+
+
+def test_a_launch_folder_whose_worker_died_is_swept_and_a_live_one_is_kept(tmp_path):
+    """Issue 55: a killed worker leaves its ablate-trl-ranks-* folder; the next trl trial on the machine removes
+    the folders whose owner pid is gone, and keeps those of running workers and unknown ones."""
+    import os
+    import subprocess
+    import sys
+
+    from ablate.engines.trl_ranks import OWNER_FILE, PREFIX, sweep_stale_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folders = {}
+    for name, owner in (("dead", str(dead.pid)), ("live", str(os.getpid())), ("unknown", None)):
+        folders[name] = tmp_path / f"{PREFIX}{name}"
+        folders[name].mkdir()
+        if owner:
+            (folders[name] / OWNER_FILE).write_text(owner)
+    assert sweep_stale_folders(tmp_path) == [folders["dead"]]
+    assert not folders["dead"].exists() and folders["live"].exists() and folders["unknown"].exists()
+
+
+def test_the_launcher_dies_with_its_parent():
+    """A process started through the launcher (what starts torchrun) gets SIGKILL when its parent dies."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', 'ablate.engines.trl_ranks', "
+            "str(__import__('os').getpid()), sys.executable, '-c', 'import time; time.sleep(60)']); "
+            "print(p.pid, flush=True); time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    child = int(parent.stdout.readline())
+    time.sleep(1.0)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if f.read().split()[2] == "Z":
+                    break  # a zombie: dead, waiting for its reaper
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("the launched process outlived its parent")
 
 
 def test_ablate_validate_and_run_refuse_an_unmappable_option_in_one_message_and_write_nothing(workdir, capsys):

@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ablate.engines.trl_ranks import CONFIG_FILE, JOB_FILE, RESULT_FILE, STEPS_FILE
+from ablate.engines.trl_ranks import CONFIG_FILE, JOB_FILE, RESULT_FILE, STEPS_FILE, die_with_parent
 
 
 def rank_main(folder: Path) -> int:
-    """One rank of a trial: :func:`ablate.engines.trl.train_here`; rank 0 appends its steps and writes the result."""
+    """One rank of a trial: :func:`ablate.engines.trl.train_here`; rank 0 appends its steps and writes the result.
+    The rank dies with torchrun, its parent (:func:`ablate.engines.trl_ranks.die_with_parent`)."""
     from dataclasses import asdict
+
+    die_with_parent()
 
     from ablate.config import TrialConfig
     from ablate.engine import EngineJob

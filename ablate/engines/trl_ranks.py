@@ -6,8 +6,17 @@ stays the one that logs. Every rank runs :func:`ablate.engines.trl.train_here` o
 (``FOLDER/config.yaml``): TRL's ``GRPOTrainer`` under accelerate, gloo on CPU, NCCL on GPU, each rank generating
 and training on its share of every minibatch. Rank 0 evaluates and appends each logged step to
 ``FOLDER/steps.jsonl``, which the worker reads as it grows and hands to the attempt's ``log``; at the end it
-writes the trial's result to ``FOLDER/result.json``. A killed worker takes its torchrun (one process group) with
-it; the next attempt resumes every rank from TRL's last checkpoint in the trial's folder.
+writes the trial's result to ``FOLDER/result.json``.
+
+Ranks die with their trial (issue 55): torchrun starts each rank in a session of its own, so killing the worker
+or its process group used to leave torchrun and its ranks training, writing checkpoints into the trial's folder
+that the retry then resumed from. On Linux the chain is tied by parent-death signals: torchrun is started
+through :func:`launcher_main`, which asks the kernel for SIGKILL when the worker dies (``prctl
+PR_SET_PDEATHSIG``, kept across its ``exec`` of torchrun), and each rank asks the same of torchrun
+(:func:`die_with_parent` in :mod:`ablate.engines.trl_rank`). Whatever kills the worker, torchrun and then every
+rank get SIGKILL; the next attempt resumes from TRL's last checkpoint written before the kill. A launch folder
+left by a killed worker (``ablate-trl-ranks-*`` in the temporary directory) is removed by the next trl trial on
+the machine (:func:`sweep_stale_folders`: its owner's pid is gone).
 """
 
 from __future__ import annotations
@@ -27,12 +36,68 @@ if TYPE_CHECKING:
 
 #: Files of the launch folder.
 CONFIG_FILE, JOB_FILE, STEPS_FILE, RESULT_FILE = "config.yaml", "job.json", "steps.jsonl", "result.json"
+#: The launch folder's owner: the pid of the worker that made it.
+OWNER_FILE = "owner.pid"
+#: The launch folders' prefix in the temporary directory.
+PREFIX = "ablate-trl-ranks-"
+#: prctl's option: the signal the kernel sends a process when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int | None = None) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere
+    nothing), and exit now if the parent is already gone (it died before the call): this process's parent
+    is no longer ``parent`` (default: the parent it had just before the call)."""
+    parent = os.getppid() if parent is None else parent
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def launch_command(folder: Path, processes: int) -> list[str]:
-    """torchrun of :mod:`ablate.engines.trl_rank` on ``processes`` local processes (``--standalone``: a free port)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-            "-m", "ablate.engines.trl_rank", str(folder)]
+    """torchrun of :mod:`ablate.engines.trl_rank` on ``processes`` local processes (``--standalone``: a free port),
+    started through :func:`launcher_main` so that it dies with this process."""
+    return [sys.executable, "-m", "ablate.engines.trl_ranks", str(os.getpid()), sys.executable, "-m",
+            "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "-m", "ablate.engines.trl_rank",
+            str(folder)]
+
+
+def launcher_main(argv: list[str]) -> None:
+    """``python -m ablate.engines.trl_ranks PARENT_PID PROGRAM ARGS...``: die with the parent, then become
+    ``PROGRAM ARGS...`` (``exec`` keeps the parent-death signal)."""
+    die_with_parent(int(argv[0]))
+    os.execv(argv[1], argv[1:])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_folders(root: str | Path | None = None) -> list[Path]:
+    """Remove the launch folders under ``root`` (default: the temporary directory) whose owner's pid no longer
+    runs: left by a worker that was killed. Returns what was removed."""
+    import shutil
+
+    gone = []
+    for folder in Path(root or tempfile.gettempdir()).glob(PREFIX + "*"):
+        try:
+            owner = int((folder / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not ours to judge (being made, or another version's)
+        if not _alive(owner):
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
 
 
 class StepReader:
@@ -61,8 +126,10 @@ def train_distributed(job: EngineJob) -> TrialResult:
     from ablate.train.loop import TrialResult
 
     c = job.config
-    with tempfile.TemporaryDirectory(prefix="ablate-trl-ranks-") as tmp:
+    sweep_stale_folders()
+    with tempfile.TemporaryDirectory(prefix=PREFIX) as tmp:
         folder = Path(tmp)
+        (folder / OWNER_FILE).write_text(str(os.getpid()))
         (folder / CONFIG_FILE).write_text(c.to_yaml(), encoding="utf-8")
         (folder / JOB_FILE).write_text(json.dumps({"workdir": str(job.workdir) if job.workdir else None}))
         reader = StepReader(folder / STEPS_FILE)
@@ -88,3 +155,7 @@ def train_distributed(job: EngineJob) -> TrialResult:
         data = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
     data["history"] = [(int(s), m) for s, m in data["history"]]
     return TrialResult(**data)
+
+
+if __name__ == "__main__":
+    launcher_main(sys.argv[1:])
