@@ -83,9 +83,12 @@ def parameter_count(model: str) -> int | None:
 def checkpoint_copies(config: TrialConfig) -> int:
     """How many checkpoints a running trial of ``config`` holds at once at most: 0 when it saves none
     (``train.checkpoint_every`` 0 or above ``train.steps``), 1 when it saves once (the temporary file, then
-    the checkpoint), 2 when it saves again (the next beside the last, until the rename)."""
+    the checkpoint), 2 when it saves again (the next beside the last, until the rename). A trial of
+    ``engine.name: trl`` keeps TRL's last 2 checkpoint folders (``save_total_limit``) and writes the third
+    before TRL removes the oldest: 3 at once (issue 55: a trl trial held 3, and a disk sized for 2 filled)."""
     every = config.train.checkpoint_every
-    return 0 if every == 0 else min(2, config.train.steps // every)
+    most = 3 if config.engine.name == "trl" else 2
+    return 0 if every == 0 else min(most, config.train.steps // every)
 
 
 def checkpoint_bytes(config: TrialConfig) -> int | None:

@@ -33,6 +33,10 @@ def test_checkpoints_are_counted_as_the_trial_saves_them():
     assert checkpoint_copies(config("train.steps=4", "train.checkpoint_every=5")) == 0  # never reaches a save
     assert checkpoint_copies(config("train.steps=4", "train.checkpoint_every=4")) == 1  # one save: no older one beside it
     assert checkpoint_copies(config("train.steps=4", "train.checkpoint_every=2")) == 2  # the next beside the last
+    # TRL keeps its last 2 checkpoint folders and writes the third before removing the oldest (issue 55)
+    assert checkpoint_copies(config("train.steps=4", "train.checkpoint_every=1", "engine.name=trl")) == 3
+    assert checkpoint_copies(config("train.steps=4", "train.checkpoint_every=2", "engine.name=trl")) == 2
+    assert checkpoint_copies(config("train.steps=4", "train.checkpoint_every=1")) == 2
     plain, critic = config(), config("critic.enabled=true", "algo.advantage=gae")
     assert checkpoint_bytes(critic) > 1.9 * checkpoint_bytes(plain) - 1e5  # a critic: a second backbone and its moments
     assert parameter_count("no/such/dir") is None

@@ -449,3 +449,15 @@ def test_two_processes_split_each_minibatch_and_token_mean_becomes_dapo():
     assert (a["per_device_train_batch_size"], a["loss_type"]) == (4, "dapo")  # 8 completions over 2 ranks
     assert grpo_arguments(micro_config(**{"loss.aggregation": "token-mean"}))["loss_type"] == "bnpo"
     assert c.trial_key() != micro_config(**{"loss.aggregation": "token-mean"}).trial_key()
+
+
+def test_validate_warns_when_engine_processes_exceed_the_machine_s_cores(workdir):
+    """Issue 55: engine.processes 1000 passed validate on a 2-core machine; it now gets one warning line (not an
+    error: the study may run elsewhere)."""
+    from ablate.commands.validate import processes_over_cores
+    from ablate.study import load_study
+
+    study = load_study(write_trl_study(workdir, "trlmany", processes=4))
+    assert processes_over_cores(study, cores=8) is None
+    line = processes_over_cores(study, cores=2)
+    assert line.startswith("engine.processes reaches 4 but this machine has 2 CPU cores")

@@ -33,8 +33,25 @@ def print_warnings(study, *, notes_to_stderr: bool = False) -> None:
         print(f"{study.path}: warning: {w}", file=sys.stderr)
     if study.entry_warning:
         print(f"{study.path}: warning: {study.entry_warning}", file=sys.stderr)
+    over = processes_over_cores(study)
+    if over:
+        print(f"{study.path}: warning: {over}", file=sys.stderr)
     if study.acknowledged_line:
         print(f"{study.path}: note: {study.acknowledged_line}", file=sys.stderr if notes_to_stderr else sys.stdout)
+
+
+def processes_over_cores(study, cores: int | None = None) -> str | None:
+    """One line when an arm asks for more ``engine.processes`` than this machine has CPU cores (``cores``:
+    default ``os.cpu_count()``): its ranks would share cores, slower than one process (issue 55). Not an error:
+    the study may run on another machine, or on GPUs."""
+    import os
+
+    cores = cores or os.cpu_count() or 1
+    most = max((c.engine.processes for c in study.configs.values()), default=1)
+    if most <= cores:
+        return None
+    return (f"engine.processes reaches {most} but this machine has {cores} CPU cores: the ranks would share them "
+            "(slower than 1 process on CPU); run it where each rank has a core or a GPU, or lower engine.processes")
 
 
 def run(args: argparse.Namespace) -> int:
