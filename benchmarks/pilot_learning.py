@@ -162,7 +162,7 @@ def search(state: dict[str, Any], cache: str, save, deadline: float) -> None:
     """Breadth first: rung r of every unfinished context before rung r + 1."""
     depth = max(len(v) for v in LADDERS.values())
     for r in range(depth):
-        for family, ladder in LADDERS.items():
+        for _family, ladder in LADDERS.items():
             for model in MODELS:
                 if r >= len(ladder):
                     continue
@@ -214,7 +214,7 @@ def render(state: dict[str, Any], args) -> str:
     ]
     for fam, ladder in LADDERS.items():
         lines.append(f"- {fam}: " + " -> ".join(f"{t}, {s} steps, lr {lr:g}" for t, s, lr in ladder))
-    lines += [f"- extra (after the search): " + "; ".join(f"{m}, {t}, {st} steps, lr {lr:g}" for m, t, st, lr in EXTRA)]
+    lines += ["- extra (after the search): " + "; ".join(f"{m}, {t}, {st} steps, lr {lr:g}" for m, t, st, lr in EXTRA)]
     lines += [
         "",
         "The ladders were extended while the search ran, never changing the rule: countdown d2's eval split",
@@ -255,8 +255,15 @@ def render(state: dict[str, Any], args) -> str:
         "| task setting | model | steps | lr | n | step-0 acc | final acc | gain [95% CI] (per seed) | verdict | s/trial | warm start s |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    learned, failed = [], []
-    for key, e in state.items():
+    lines += result_rows(state)
+    lines += ["", "<!-- pilot:proposal:begin -->", args.proposal.strip("\n"), "<!-- pilot:proposal:end -->", ""]
+    return "\n".join(lines)
+
+
+def result_rows(state: dict[str, Any]) -> list[str]:
+    """The results table's rows, one per rung: its seeds' gains, verdict and seconds per trial."""
+    lines: list[str] = []
+    for e in state.values():
         s = summarize(e["trials"])
         t0 = e["trials"].get("0", {})
         cached = [e["trials"][k]["wall_s"] for k in ("1", "2") if "wall_s" in e["trials"].get(k, {})]
@@ -276,9 +283,7 @@ def render(state: dict[str, Any], args) -> str:
                      f"{s['acc1']:.3f} | {pct(s['gain'])} [{pct(s['lo'])}, {pct(s['hi'])}] ({per}) | "
                      f"{'**LEARNS**' if s['verdict'] == 'LEARNS' else s['verdict']} | {per_trial:.1f} | "
                      f"{'-' if ws is None else f'{ws:.0f}'} |")
-        (learned if s["verdict"] == "LEARNS" else failed).append((e, s))
-    lines += ["", "<!-- pilot:proposal:begin -->", args.proposal.strip("\n"), "<!-- pilot:proposal:end -->", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -461,3 +461,47 @@ def test_validate_warns_when_engine_processes_exceed_the_machine_s_cores(workdir
     assert processes_over_cores(study, cores=8) is None
     line = processes_over_cores(study, cores=2)
     assert line.startswith("engine.processes reaches 4 but this machine has 2 CPU cores")
+
+
+@pytest.mark.parametrize("positions", ["mask", "trl"])
+def test_trl_trains_left_padded_prompts_at_the_positions_they_were_sampled_at(positions, tmp_path):
+    """Issue 55: countdown's prompts differ in length, so TRL left-pads them; tiny-gpt2 has learned absolute
+    positions. With engine.positions mask TRL's loss forward gives the log-probs ablate's sampler computes (the
+    positions counted over the mask) to rounding; TRL's own forward (positions: trl, the old behaviour) trains
+    a padded row k positions later and is far off."""
+    from ablate.engines.trl import build_trainer, make_scorer
+    from ablate.models.logprobs import token_logprobs
+    from ablate.train.setup import setup_trial
+
+    c = micro_config(**{"model.name": "tiny-gpt2", "task.name": "countdown", "task.difficulty": 2,
+                        "engine.positions": positions})
+    state = setup_trial(c)
+    trainer = build_trainer(state, make_scorer(state), tmp_path / "trl", save=False)
+    encoded = sorted({tuple(state.policy.encode_prompt(p.prompt)) for p in state.train_pool}, key=len)
+    short, long = encoded[0], encoded[-1]
+    assert len(long) > len(short)  # the rows differ in length: one is left-padded
+    width, pad = len(long), state.policy.pad_token_id
+    prompt_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in (short, long)])
+    prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in (short, long)])
+    completion = torch.randint(4, 60, (2, 6), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([prompt_ids, completion], dim=1)
+    attn = torch.cat([prompt_mask, torch.ones_like(completion)], dim=1)
+    with torch.no_grad():
+        sampled = token_logprobs(trainer.model, ids, attn, num_prompt_tokens=width)  # the sampler's positions
+        trained, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, logits_to_keep=6)
+    assert_close(trained[1], sampled[1], MODEL)  # the unpadded row: the same either way
+    if positions == "mask":
+        assert_close(trained, sampled, MODEL)
+    else:
+        assert float((trained[0] - sampled[0]).abs().max()) > 1e-2  # the padded row, shifted
+
+
+def test_the_positions_option_stays_out_of_the_keys_of_trials_it_cannot_change():
+    """engine.positions is inert on the ablate engine and on addition with a character tokenizer (one prompt
+    length): those trial keys, every committed one among them, are unchanged; a trl trial on countdown records it."""
+    for inert in ({"engine.name": "ablate", "task.name": "countdown"}, {"engine.name": "trl", "task.name": "addition"}):
+        assert TrialConfig.from_overrides(inert).trial_key() == \
+            TrialConfig.from_overrides({**inert, "engine.positions": "trl"}).trial_key()
+    trl = {"engine.name": "trl", "task.name": "countdown"}
+    assert TrialConfig.from_overrides(trl).trial_key() != \
+        TrialConfig.from_overrides({**trl, "engine.positions": "trl"}).trial_key()

@@ -89,6 +89,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "engine.processes": 1,
     "model.tokenizer": "auto",
     "optim.decay_params": "all",
+    "engine.positions": "trl",
 }
 
 #: Zoo models whose checkpoints load the same tokenizer under either model.tokenizer: AutoTokenizer keeps
@@ -115,6 +116,16 @@ def tokenizer_load_inert(c: Any) -> bool:
             or c.task.name in DIGIT_PROMPT_TASKS)
 
 
+def one_prompt_length(c: Any) -> bool:
+    """Whether every prompt of ``c``'s task has one length in tokens: addition (operands of exactly
+    ``difficulty`` digits) on a zoo model with the character tokenizer. ``engine.positions`` changes nothing
+    there (no row is left-padded)."""
+    from ablate.registry import known_names
+
+    return (c.task.name == "addition" and c.model.name in (known_names("model") or ())
+            and c.model.name != "smollm2-135m")
+
+
 #: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
 #: with the test of that (on the configuration); elsewhere they are part of the key like any path.
 KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
@@ -127,6 +138,7 @@ KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
                                            and float(c.reward.final_answer.weight).is_integer())),
     "model.tokenizer": tokenizer_load_inert,
     "optim.decay_params": lambda c: c.optim.weight_decay == 0,
+    "engine.positions": lambda c: c.engine.name != "trl" or one_prompt_length(c),
 }
 
 

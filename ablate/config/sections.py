@@ -844,6 +844,15 @@ class EngineConfig(Section):
         share of every minibatch, gradients averaged; rank 0 evaluates and logs. 1 = the worker's own process.
         It changes the arithmetic (reductions across processes), so values above 1 are part of the trial key."""),
     )
+    positions: Literal["mask", "trl"] = Field(
+        "mask",
+        description=one_line("""Position ids of TRL's loss forward (engine trl). mask: the ones generation used, counted
+        over the attention mask (ablate's convention), so a left-padded prompt is trained at the positions it was
+        sampled at; trl: TRL's own forward, which passes none, so a row with k left pads is trained k positions
+        later (up to 0.33 nats per token on tiny-gpt2's learned positions; rounding on RoPE): what trl trials
+        computed before issue 55. Left out of the trial key where inert: engine ablate, or addition on a zoo
+        model with the character tokenizer (every prompt one length)."""),
+    )
 
 
 class EvalConfig(Section):

@@ -90,6 +90,9 @@ TRL_MAP: tuple[MapRow, ...] = (
            "max_grad_norm null (no clipping) = TRL's 0"),
     MapRow("loss.entropy_coef", "entropy_coef", "as it is with loss.aggregation token-mean (TRL's entropy "
            "bonus is a token mean); with another aggregation: refused"),
+    MapRow("engine.positions", "(a forward pre-hook on the policy and reference)",
+           "exact to rounding: mask passes the position ids counted over the attention mask, what generation used "
+           "(a left-padded prompt is trained where it was sampled); trl: TRL's own forward (none passed)"),
     MapRow("seed, stream", "seed", "the trial's random stream (the same seed gives the same TRL run)"),
     MapRow("model, warmstart, task, eval", "model, processing_class, train_dataset, callbacks",
            "the same (warm-started) model and tokenizer, the task's train problems as a datasets.Dataset, "

@@ -250,7 +250,28 @@ def build_trainer(state: TrialState, scorer: TrlScorer, output_dir: Path, *, sav
     for quiet in (PrinterCallback, ProgressCallback):
         trainer.remove_callback(quiet)
     quiet_tied_missing_keys(trainer)
+    if c.engine.positions == "mask":
+        for model in (trainer.model, getattr(trainer, "ref_model", None)):
+            if model is not None:
+                mask_positions(model)
     return trainer
+
+
+def mask_positions(model: Any) -> Any:
+    """``engine.positions: mask``: a forward pre-hook that gives a call with an attention mask and no position
+    ids the positions generation used (:func:`ablate.models.logprobs.position_ids_from_mask`: counted over the
+    mask), so TRL's loss forward trains a left-padded prompt where it was sampled. Generation passes its own
+    position ids and is left alone; an unpadded batch gets ``0..L-1``, what the model would use anyway.
+    Returns the hook's handle."""
+    from ablate.models.logprobs import position_ids_from_mask
+
+    def hook(module: Any, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        mask = kwargs.get("attention_mask")
+        if mask is not None and kwargs.get("position_ids") is None:
+            kwargs["position_ids"] = position_ids_from_mask(mask)
+        return args, kwargs
+
+    return model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def tied_missing_keys(model: Any, missing: list[str]) -> set[str]:
