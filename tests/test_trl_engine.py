@@ -505,3 +505,37 @@ def test_the_positions_option_stays_out_of_the_keys_of_trials_it_cannot_change()
     trl = {"engine.name": "trl", "task.name": "countdown"}
     assert TrialConfig.from_overrides(trl).trial_key() != \
         TrialConfig.from_overrides({**trl, "engine.positions": "trl"}).trial_key()
+
+
+def test_a_chat_template_model_is_trained_by_trl_on_the_templated_prompt_it_is_evaluated_on(tmp_path):
+    """Issue 55: a local checkpoint with a chat template (micro-llama saved with a Jinja template): TRL gets
+    conversational prompts, so the prompt ids it samples from equal the ids ablate's evaluation feeds
+    (Policy.encode_prompt), not the raw text's; one RL step runs, the rewards graded on the completions' text."""
+    from ablate.engines.trl import _dataset, build_trainer, make_scorer
+    from ablate.models import load_policy
+    from ablate.train import run_trial
+    from ablate.train.setup import setup_trial
+
+    policy = load_policy("micro-llama")
+    policy.tokenizer.chat_template = ("{% for m in messages %}<think>{{ m['content'] }}</think>{% endfor %}"
+                                      "{% if add_generation_prompt %}<answer>{% endif %}")
+    ckpt = tmp_path / "chat-llama"
+    policy.model.save_pretrained(ckpt)
+    policy.tokenizer.save_pretrained(ckpt)
+    c = micro_config(**{"model.name": str(ckpt), "task.difficulty": 1, "train.steps": 1})
+    state = setup_trial(c)
+    assert state.policy.use_chat_template
+    trainer = build_trainer(state, make_scorer(state), tmp_path / "trl", save=False)
+    prompts = _dataset(state)["prompt"][:3]
+    ids = trainer._tokenize_prompts(prompts)[0]
+    expected = [state.policy.encode_prompt(p.prompt) for p in state.train_pool[:3]]
+    assert [list(x) for x in ids] == expected
+    old = setup_trial(micro_config(**{"model.name": str(ckpt), "task.difficulty": 1, "engine.prompts": "text"}))
+    before = build_trainer(old, make_scorer(old), tmp_path / "trl-text", save=False)
+    raw = before._tokenize_prompts(_dataset(old)["prompt"][:3])[0]
+    assert [list(x) for x in raw] != expected  # engine.prompts text, what TRL sampled from before: untemplated
+    assert c.trial_key() != micro_config(**{"model.name": str(ckpt), "task.difficulty": 1, "train.steps": 1,
+                                             "engine.prompts": "text"}).trial_key()
+    logged: dict[str, float] = {}
+    result = run_trial(c, lambda m, s: logged.update(m))
+    assert "reward/total" in logged and result is not None

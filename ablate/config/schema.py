@@ -90,6 +90,7 @@ KEY_OMITTED_AT_DEFAULT: dict[str, Any] = {
     "model.tokenizer": "auto",
     "optim.decay_params": "all",
     "engine.positions": "trl",
+    "engine.prompts": "text",
 }
 
 #: Zoo models whose checkpoints load the same tokenizer under either model.tokenizer: AutoTokenizer keeps
@@ -116,14 +117,18 @@ def tokenizer_load_inert(c: Any) -> bool:
             or c.task.name in DIGIT_PROMPT_TASKS)
 
 
+def character_tokenizer(c: Any) -> bool:
+    """Whether ``c``'s model is a zoo model with the character tokenizer (no chat template)."""
+    from ablate.registry import known_names
+
+    return c.model.name in (known_names("model") or ()) and c.model.name != "smollm2-135m"
+
+
 def one_prompt_length(c: Any) -> bool:
     """Whether every prompt of ``c``'s task has one length in tokens: addition (operands of exactly
     ``difficulty`` digits) on a zoo model with the character tokenizer. ``engine.positions`` changes nothing
     there (no row is left-padded)."""
-    from ablate.registry import known_names
-
-    return (c.task.name == "addition" and c.model.name in (known_names("model") or ())
-            and c.model.name != "smollm2-135m")
+    return c.task.name == "addition" and character_tokenizer(c)
 
 
 #: Paths left out of :meth:`TrialConfig.trial_key` where they cannot change what the trial computes,
@@ -139,6 +144,7 @@ KEY_OMITTED_WHEN_INERT: dict[str, Callable[[Any], bool]] = {
     "model.tokenizer": tokenizer_load_inert,
     "optim.decay_params": lambda c: c.optim.weight_decay == 0,
     "engine.positions": lambda c: c.engine.name != "trl" or one_prompt_length(c),
+    "engine.prompts": lambda c: c.engine.name != "trl" or character_tokenizer(c),
 }
 
 

@@ -853,6 +853,14 @@ class EngineConfig(Section):
         computed before issue 55. Left out of the trial key where inert: engine ablate, or addition on a zoo
         model with the character tokenizer (every prompt one length)."""),
     )
+    prompts: Literal["chat", "text"] = Field(
+        "chat",
+        description=one_line("""How TRL gets the prompts of a model with a chat template (engine trl). chat: as one
+        user message, which TRL renders with the chat template as ablate's warm start and evaluation do; text:
+        the raw prompt text, untemplated (what trl trials of such models sampled from before issue 55). Left
+        out of the trial key where inert: engine ablate, or a zoo model with the character tokenizer (no chat
+        template)."""),
+    )
 
 
 class EvalConfig(Section):

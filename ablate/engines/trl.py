@@ -179,10 +179,17 @@ def _callback(steps: StepLogger) -> Any:
 
 
 def _dataset(state: TrialState) -> Any:
+    """The train problems as TRL's dataset. A model whose prompts go through a chat template gets
+    conversational prompts (one user message), which TRL renders with the same ``apply_chat_template`` call
+    ablate's :meth:`~ablate.models.Policy.encode_prompt` makes: RL samples from the templated prompt the warm
+    start and the evaluation use (issue 55; before, TRL got the raw text). Other models get the text, which
+    TRL tokenizes as ablate does (the zoo tokenizer adds its BOS)."""
     from datasets import Dataset
 
     pool = state.train_pool
-    return Dataset.from_dict({"prompt": [p.prompt for p in pool], "problem": list(range(len(pool)))})
+    chat = state.policy.use_chat_template and state.config.engine.prompts == "chat"
+    prompts = [[{"role": "user", "content": p.prompt}] if chat else p.prompt for p in pool]
+    return Dataset.from_dict({"prompt": prompts, "problem": list(range(len(pool)))})
 
 
 def _grpo_config(c: Any, output_dir: Path, device: Any, save: bool) -> Any:

@@ -33,6 +33,15 @@ def component_value(name: str, grade: Grade) -> float:
     raise ValueError(f"no sequence reward {name!r} for the trl engine")
 
 
+def as_text(item: Any) -> str:
+    """A prompt or completion as text: TRL passes strings, or, for conversational prompts (a chat-template
+    model: :func:`ablate.engines.trl._dataset`), lists of ``{"role", "content"}`` messages, whose contents
+    are joined."""
+    if isinstance(item, str):
+        return item
+    return "".join(str(m.get("content", "")) for m in item)
+
+
 def rank() -> int:
     """This process's rank in the trial's process group (0 when it trains alone)."""
     import torch.distributed as dist
@@ -137,9 +146,10 @@ class TrlScorer:
         return [self._function(name) for name in self.weights]
 
     def _function(self, name: str) -> RewardFn:
-        def reward(prompts: list[str], completions: list[str], completion_ids: list[list[int]], problem: list[int],
+        def reward(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], problem: list[int],
                    **_: Any) -> list[float]:
-            return [component_value(name, g) for g in self.grades(completions, problem, completion_ids, prompts)]
+            texts, asked = [as_text(c) for c in completions], [as_text(p) for p in prompts]
+            return [component_value(name, g) for g in self.grades(texts, problem, completion_ids, asked)]
 
         reward.__name__ = name
         return reward
