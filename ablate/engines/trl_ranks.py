@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
 #: Files of the launch folder.
 CONFIG_FILE, JOB_FILE, STEPS_FILE, RESULT_FILE = "config.yaml", "job.json", "steps.jsonl", "result.json"
-#: The launch folder's owner: the pid of the worker that made it.
+#: The launch folder's owner: the pid of the worker that made it, and that process's start time (a later
+#: process given the same pid is not its owner).
 OWNER_FILE = "owner.pid"
 #: The launch folders' prefix in the temporary directory.
 PREFIX = "ablate-trl-ranks-"
@@ -73,28 +74,21 @@ def launcher_main(argv: list[str]) -> None:
     os.execv(argv[1], argv[1:])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale_folders(root: str | Path | None = None) -> list[Path]:
     """Remove the launch folders under ``root`` (default: the temporary directory) whose owner's pid no longer
     runs: left by a worker that was killed. Returns what was removed."""
     import shutil
 
+    from ablate.store.queue import pid_alive
+
     gone = []
     for folder in Path(root or tempfile.gettempdir()).glob(PREFIX + "*"):
         try:
-            owner = int((folder / OWNER_FILE).read_text())
+            pid, _, started = (folder / OWNER_FILE).read_text().partition(" ")
+            owner = int(pid)
         except (OSError, ValueError):
             continue  # not ours to judge (being made, or another version's)
-        if not _alive(owner):
+        if not pid_alive(owner, started or None):
             shutil.rmtree(folder, ignore_errors=True)
             gone.append(folder)
     return gone
@@ -123,13 +117,14 @@ def train_distributed(job: EngineJob) -> TrialResult:
     Raises:
         RuntimeError: the ranks failed (their exit code and the last lines of their output).
     """
+    from ablate.store.queue import process_start
     from ablate.train.loop import TrialResult
 
     c = job.config
     sweep_stale_folders()
     with tempfile.TemporaryDirectory(prefix=PREFIX) as tmp:
         folder = Path(tmp)
-        (folder / OWNER_FILE).write_text(str(os.getpid()))
+        (folder / OWNER_FILE).write_text(f"{os.getpid()} {process_start(os.getpid()) or ''}".strip())
         (folder / CONFIG_FILE).write_text(c.to_yaml(), encoding="utf-8")
         (folder / JOB_FILE).write_text(json.dumps({"workdir": str(job.workdir) if job.workdir else None}))
         reader = StepReader(folder / STEPS_FILE)
