@@ -129,6 +129,10 @@ def test_study_runs_at_its_smoke_budget(path, smoke_root, ablate_cli):
     assert readme.split("## Findings\n\n", 1)[1].startswith(f"- {SMOKE_LINE}"), readme[:800]  # no evidence
     assert "ablate:evidence:begin" not in readme  # nor a place in the evidence across the reports
     assert f"produced by: `ablate run {path} --budget smoke --workers 1 --threads 1 --no-progress`" in readme
+    from test_study import NO_ENTRY_RULE_YET
+
+    if path.name in NO_ENTRY_RULE_YET:  # context studies that predate the entry rule warn of it (issue 54)
+        err = "\n".join(line for line in err.splitlines() if "contexts: but no entry: rule" not in line)
     assert "warning" not in err.lower() and not caught, (err, caught)  # deliberate crosses are acknowledged
     if study.report_metrics:  # its diagnostics were logged (some are NaN this early: no correct completion yet)
         assert any(metric in results.columns for metric in study.report_metrics)
@@ -169,7 +173,8 @@ def test_readme_walkthrough_quotes_the_example_files():
     verbatim."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Define a new factor", 1)[1].split("\n## ", 1)[0]
-    section += (ROOT / "docs" / "factors.md").read_text()
+    # docs/factors.md up to "My model, my data": that study's block is run by tests/test_trl_engine.py
+    section += (ROOT / "docs" / "factors.md").read_text().split("## My model, my data", 1)[0]
     blocks = re.findall(r"```(yaml|python)\n(.*?)```", section, flags=re.S)
     assert len(blocks) >= 3 and {lang for lang, _ in blocks} == {"yaml", "python"}
     sources = {"yaml": (ROOT / "studies" / "examples" / "new_factor.yaml").read_text(),

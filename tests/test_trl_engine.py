@@ -539,3 +539,61 @@ def test_a_chat_template_model_is_trained_by_trl_on_the_templated_prompt_it_is_e
     logged: dict[str, float] = {}
     result = run_trial(c, lambda m, s: logged.update(m))
     assert "reward/total" in logged and result is not None
+
+
+MY_REWARD = '''"""A user's reward plugin: a small cost per completion token, placed on its last token."""
+from ablate.rewards import REWARDS, place_on_last_token
+
+
+@REWARDS.register("short_answers")
+def short_answers(ctx):
+    return place_on_last_token(-0.01 * ctx.mask.sum(dim=1).float(), ctx.mask)
+'''
+
+
+@pytest.mark.slow
+def test_my_model_my_data_my_reward_run_on_both_engines(workdir, capsys):
+    """Issue 55, a model a user brings, end to end: a local Hugging Face checkpoint with its own tokenizer and
+    chat template, a JSONL task and a reward plugin, one study whose factor is the engine (docs/factors.md's
+    study, as printed there, with its paths filled in and a smoke budget added): both trials run from the same
+    warm start on the same eval prompts, and the report is built. The plugin reward reaches TRL as a reward
+    function (its token rewards summed per completion)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+    from tasks.conftest import write_jsonl_data
+
+    from ablate.cli import main
+    from ablate.models import load_policy
+
+    policy = load_policy("micro-llama")
+    policy.tokenizer.chat_template = ("{% for m in messages %}<think>{{ m['content'] }}</think>{% endfor %}"
+                                      "{% if add_generation_prompt %}<answer>{% endif %}")
+    policy.model.save_pretrained(workdir / "my-model")
+    policy.tokenizer.save_pretrained(workdir / "my-model")
+    write_jsonl_data(workdir / "my-data.jsonl")
+    (workdir / "plugins").mkdir()
+    (workdir / "plugins" / "short_answers.py").write_text(MY_REWARD)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "factors.md").read_text()
+    block = re.search(r"## My model, my data.*?```yaml\n(.*?)```", page, re.S).group(1)
+    study = yaml.safe_load(block.replace("/path/to/my-model", str(workdir / "my-model")).replace(
+        "/path/to/my-data.jsonl", str(workdir / "my-data.jsonl")))
+    small = {k: v for k, v in MICRO.items() if k not in ("engine.name", "threads", "device", "task.difficulty",
+                                                         "warmstart.enabled")}
+    study["budgets"] = {"smoke": {**small, "train.steps": 2, "rollout.max_new_tokens": 24, "warmstart.max_steps": 4,
+                                  "seeds": 1}}
+    path = workdir / "mine.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    assert main(["validate", str(path)]) == 0
+    assert main(["run", str(path), "--budget", "smoke", "--no-progress", "--threads", "1"]) == 0
+    capsys.readouterr()
+    import pandas as pd
+
+    results = pd.read_csv(workdir / "reports" / "mine-smoke" / "results.csv")
+    assert sorted(results["engine"]) == ["ablate", "trl"] and set(results["state"]) == {"done"}
+    assert results["reward/short_answers"].notna().all() and (results["reward/short_answers"] < 0).all()
+    assert (workdir / "reports" / "mine-smoke" / "index.html").is_file()
+    curves = pd.read_csv(workdir / "reports" / "mine-smoke" / "curves.csv")
+    start = curves[curves["step"] == 0].set_index("arm")["value"]
+    assert len(start) == 2 and start.nunique() == 1  # one warm start, the same greedy eval prompts: one step-0 score

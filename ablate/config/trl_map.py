@@ -81,8 +81,10 @@ TRL_MAP: tuple[MapRow, ...] = (
     MapRow("train.steps", "max_steps", "train.steps x ppo_epochs x minibatches (TRL counts optimizer steps)"),
     MapRow("train.checkpoint_every", "save_steps", "checkpoint_every x ppo_epochs x minibatches"),
     MapRow("reward.components and weights", "reward_funcs, reward_weights",
-           "final_answer, partial, format (mode sequence) as TRL reward functions with their weights; "
-           "prm, kl, local format, missing_eos, soft_overlong, overlong_filter: refused"),
+           "final_answer, partial, format (mode sequence) as TRL reward functions with their weights; a plugin "
+           "component as one too, its token rewards summed per completion (exact under grpo and dr_grpo, which sum "
+           "them too; a plugin that reads log-probs gets none); prm, kl, local format, missing_eos, soft_overlong, "
+           "overlong_filter: refused"),
     MapRow("optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.max_grad_norm",
            "learning_rate, adam_beta1/2, adam_epsilon, weight_decay, max_grad_norm",
            "exact: as they are, optim = adamw_torch, lr_scheduler_type = constant; both decay every parameter but "
@@ -101,8 +103,10 @@ TRL_MAP: tuple[MapRow, ...] = (
 
 
 def reward_weights(c: TrialConfig) -> dict[str, float]:
-    """Each reward component's weight (``reward.<name>.weight``), in ``reward.components`` order."""
-    return {name: float(getattr(c.reward, name).weight) for name in c.reward.components}
+    """Each reward component's weight (``reward.<name>.weight``; a plugin component's is 1), in
+    ``reward.components`` order."""
+    return {name: float(getattr(c.reward, name).weight) if hasattr(c.reward, name) else 1.0
+            for name in c.reward.components}
 
 
 def optimizer_steps_per_rl_step(c: TrialConfig) -> int:
@@ -173,7 +177,10 @@ def _refuse(problems: list[ConfigProblem], path: str, what: str, fix: str = "") 
 
 
 def _reward_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
-    others = [n for n in c.reward.components if n not in TRL_REWARDS]
+    from ablate.registry import BUILTIN_NAMES
+
+    # a plugin component is a TRL reward function too: its [B, T] rewards summed per completion (issue 55)
+    others = [n for n in c.reward.components if n not in TRL_REWARDS and n in BUILTIN_NAMES["reward component"]]
     if others:
         _refuse(out, "reward.components", f"the reward components {', '.join(others)} (TRL's reward functions "
                 f"give one reward per completion; it takes {', '.join(TRL_REWARDS)})")

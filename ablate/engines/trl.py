@@ -316,7 +316,8 @@ def make_scorer(state: TrialState) -> TrlScorer:
     """The :class:`TrlScorer` of the trial of ``state`` (its components and weights, its EOS)."""
     from ablate.engines.trl_scoring import TrlScorer
 
-    return TrlScorer(state.task, state.train_pool, reward_weights(state.config), state.policy.eos_token_id)
+    return TrlScorer(state.task, state.train_pool, reward_weights(state.config), state.policy.eos_token_id,
+                     state.policy)
 
 
 def train_here(job: EngineJob) -> TrialResult:

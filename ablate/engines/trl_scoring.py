@@ -33,6 +33,29 @@ def component_value(name: str, grade: Grade) -> float:
     raise ValueError(f"no sequence reward {name!r} for the trl engine")
 
 
+#: The built-in components TRL takes, each one reward per completion read off the grade.
+SEQUENCE_REWARDS: tuple[str, ...] = ("final_answer", "partial", "format")
+
+
+def plugin_values(names: Sequence[str], policy: Any, grades: Sequence[Grade], ids: Sequence[Sequence[int]],
+                  eos_id: int) -> dict[str, list[float]]:
+    """Plugin reward components on a batch of TRL's completions: each one's [B, T] token rewards
+    (:func:`ablate.rewards.compute_token_rewards` on a :class:`~ablate.rewards.RewardContext` of the
+    completions: mask over their tokens, EOS included; offsets from the policy's incremental decoding; truncated
+    where the last id is not EOS; no log-probs), summed per completion, unweighted."""
+    import torch
+
+    from ablate.rewards import RewardContext, compute_token_rewards
+
+    t = max((len(x) for x in ids), default=0)
+    mask = torch.tensor([[1.0] * len(x) + [0.0] * (t - len(x)) for x in ids])  # (B, T)
+    offsets = [policy.decode_with_offsets([int(i) for i in x])[1] for x in ids]
+    truncated = torch.tensor([not (x and int(x[-1]) == eos_id) for x in ids])
+    ctx = RewardContext(mask=mask, grades=list(grades), offsets=offsets, truncated=truncated)
+    _, parts = compute_token_rewards(ctx, {n: (1.0, {}) for n in names})
+    return {n: [float(v) for v in parts[n].sum(dim=1)] for n in names}
+
+
 def as_text(item: Any) -> str:
     """A prompt or completion as text: TRL passes strings, or, for conversational prompts (a chat-template
     model: :func:`ablate.engines.trl._dataset`), lists of ``{"role", "content"}`` messages, whose contents
@@ -84,6 +107,7 @@ class TrlScorer:
         task, pool: the task and its train problems (the dataset's ``problem`` column indexes ``pool``).
         weights: each component's weight (``reward.<name>.weight``), in ``reward.components`` order.
         eos_id: the tokenizer's EOS id (a completion whose ids end elsewhere was cut at the length limit).
+        policy: the trial's policy, for a plugin component's per-token character offsets (None: no plugin).
         batches: the rollout metrics of each graded batch not yet taken by :meth:`take_metrics`.
         samples: the first completions of the last batch, as :func:`ablate.train.stats.sample_table` rows.
     """
@@ -92,27 +116,36 @@ class TrlScorer:
     pool: list[Problem]
     weights: dict[str, float]
     eos_id: int
+    policy: Any = None
     batches: list[dict[str, float]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     _key: tuple[Any, ...] | None = None
     _grades: list[Grade] = field(default_factory=list)
+    _values: dict[str, list[float]] = field(default_factory=dict)
 
-    def grades(self, completions: Sequence[str], problem: Sequence[int], completion_ids: Sequence[Sequence[int]],
-               prompts: Sequence[str]) -> list[Grade]:
-        """The grades of a batch (computed on the first call for it, reused by the other components)."""
+    def values(self, completions: Sequence[str], problem: Sequence[int], completion_ids: Sequence[Sequence[int]],
+               prompts: Sequence[str]) -> dict[str, list[float]]:
+        """Each component's unweighted reward per completion of a batch (computed on the first call for it,
+        reused by the other components): a built-in's from the grade (:func:`component_value`), a plugin's
+        its token rewards summed (:func:`plugin_values`)."""
         key = (tuple(completions), tuple(int(i) for i in problem))
         if key != self._key:
             self._key = key
             self._grades = [self.task.grade(self.pool[int(i)], c) for i, c in zip(problem, completions, strict=True)]
+            self._values = {n: [component_value(n, g) for g in self._grades] for n in self.weights
+                            if n in SEQUENCE_REWARDS}
+            plugins = [n for n in self.weights if n not in SEQUENCE_REWARDS]
+            if plugins:
+                self._values.update(plugin_values(plugins, self.policy, self._grades, completion_ids, self.eos_id))
             self._record(self._grades, completion_ids, completions, prompts)
-        return self._grades
+        return self._values
 
     def _record(self, grades: list[Grade], ids: Sequence[Sequence[int]], texts: Sequence[str],
                 prompts: Sequence[str]) -> None:
         """Keep the batch's rollout metrics (over every process's completions) and sample rows."""
         local = [Scored(g.answer_correct, g.format_ok, g.step_accuracy, len(x), bool(x) and int(x[-1]) == self.eos_id,
-                        {n: w * component_value(n, g) for n, w in self.weights.items()})
-                 for g, x in zip(grades, ids, strict=True)]
+                        {n: w * self._values[n][i] for n, w in self.weights.items()})
+                 for i, (g, x) in enumerate(zip(grades, ids, strict=True))]
         rows = gathered(local)
         lengths = [float(r.length) for r in rows]
         correct = [bool(r.correct) for r in rows]
@@ -149,7 +182,7 @@ class TrlScorer:
         def reward(prompts: list[Any], completions: list[Any], completion_ids: list[list[int]], problem: list[int],
                    **_: Any) -> list[float]:
             texts, asked = [as_text(c) for c in completions], [as_text(p) for p in prompts]
-            return [component_value(name, g) for g in self.grades(texts, problem, completion_ids, asked)]
+            return list(self.values(texts, problem, completion_ids, asked)[name])
 
         reward.__name__ = name
         return reward
