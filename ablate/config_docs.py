@@ -85,9 +85,9 @@ def _trl_map(out: list[str]) -> None:
                "that applies them); an option TRL cannot honour is refused at `ablate validate` (exit 2), never "
                "ignored. Where the two trainers' definitions differ, benchmarks/RESULTS.md's equivalence table "
                "says so.\n")
-    out.append("| ablate | GRPOConfig | how |")
-    out.append("|---|---|---|")
-    out.extend(f"| `{_cell(r.ablate)}` | `{_cell(r.trl)}` | {_cell(r.how)} |" for r in TRL_MAP)
+    out.append("| ablate | GRPOConfig | how | exact, by design or refused |")
+    out.append("|---|---|---|---|")
+    out.extend(f"| `{_cell(r.ablate)}` | `{_cell(r.trl)}` | {_cell(r.how)} | {_cell(r.verdict)} |" for r in TRL_MAP)
     out.append("")
 
 

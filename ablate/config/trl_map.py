@@ -44,54 +44,57 @@ _ESTIMATORS = ("grpo", "dr_grpo")
 
 @dataclass(frozen=True)
 class MapRow:
-    """One row of the map: ablate's option(s), the ``GRPOConfig`` field(s), and how one becomes the other."""
+    """One row of the map: ablate's option(s), the ``GRPOConfig`` field(s), how one becomes the other, and
+    ``verdict``: *exact* (TRL computes what ablate does, to rounding; tests/test_trl_engine.py), *by design*
+    (it differs, as ``how`` says) or *refused* (validation names it), per value where they differ."""
 
     ablate: str
     trl: str
     how: str
+    verdict: str = "exact"
 
 
 #: The map in words (docs/config.md); :func:`grpo_arguments` is the code that applies it.
 TRL_MAP: tuple[MapRow, ...] = (
     MapRow("loss.aggregation", "loss_type",
            "seq-mean-token-mean → grpo; token-mean → bnpo (one process) or dapo (several, with one minibatch); "
-           "seq-mean-token-sum-norm → dr_grpo; seq-mean-token-sum → luspo; prompt-mean, balanced-mean: refused"),
+           "seq-mean-token-sum-norm → dr_grpo; seq-mean-token-sum → luspo; prompt-mean, balanced-mean: refused", verdict="exact; refused: prompt-mean, balanced-mean"),
     MapRow("loss.ratio_level", "importance_sampling_level", "token → token; sequence (GSPO) → sequence; "
-           "sequence_token: refused"),
+           "sequence_token: refused", verdict="exact; refused: sequence_token"),
     MapRow("loss.clip_low, loss.clip_high", "epsilon, epsilon_high", "as they are (surrogate ppo only; "
-           "loss.dual_clip refused: TRL's delta caps the ratio, not the negative-advantage loss)"),
+           "loss.dual_clip refused: TRL's delta caps the ratio, not the negative-advantage loss)", verdict="exact; refused: loss.dual_clip, surrogates but ppo"),
     MapRow("kl.placement, kl.beta, kl.estimator", "beta, use_bias_correction_kl",
            "loss → beta = kl.beta with TRL's k3 (estimator auto or k3), use_bias_correction_kl = false; "
-           "none → beta = 0; reward (token-level KL rewards), kl.adaptive: refused"),
+           "none → beta = 0; reward (token-level KL rewards), kl.adaptive: refused", verdict="exact; refused: reward placement, k1/k2 in the loss, adaptive"),
     MapRow("algo.advantage, algo.adv_std", "scale_rewards",
            "grpo with adv_std group/batch/none → group/batch/none; dr_grpo → none; "
-           "adv_mean batch, rloo, gae, grpo_process: refused"),
+           "adv_mean batch, rloo, gae, grpo_process: refused", verdict="by design: TRL adds 1e-4 to the group std, ablate 1e-6; refused: the other estimators"),
     MapRow("algo.ppo_epochs", "num_iterations", "as it is; by design, with algo.minibatches > 1: TRL splits a "
            "generation batch into minibatches once and replays that split every epoch, ablate reshuffles each "
-           "epoch (the same completions, in another grouping from epoch 2 on)"),
+           "epoch (the same completions, in another grouping from epoch 2 on)", verdict="exact at 1 minibatch; by design with several"),
     MapRow("algo.minibatches", "steps_per_generation, per_device_train_batch_size",
            "steps_per_generation = minibatches; per-device batch = prompts x group / minibatches / "
            "engine.processes; gradient_accumulation_steps = 1"),
     MapRow("engine.processes", "(the launcher)", "N > 1: torchrun --standalone --nproc_per_node N (gloo on CPU, "
-           "NCCL on GPU); rank 0 evaluates, logs and writes the history beside TRL's checkpoints"),
+           "NCCL on GPU); rank 0 evaluates, logs and writes the history beside TRL's checkpoints", verdict="exact with 1 process; by design above (reductions over ranks)"),
     MapRow("rollout.group_size, rollout.prompts_per_step", "num_generations, generation_batch_size",
            "num_generations = group_size; a generation batch = prompts_per_step x group_size completions"),
     MapRow("rollout.max_new_tokens, rollout.temperature, rollout.top_p",
            "max_completion_length, temperature, top_p", "as they are; top_k = 0"),
-    MapRow("train.steps", "max_steps", "train.steps x ppo_epochs x minibatches (TRL counts optimizer steps)"),
+    MapRow("train.steps", "max_steps", "train.steps x ppo_epochs x minibatches (TRL counts optimizer steps)", verdict="exact"),
     MapRow("train.checkpoint_every", "save_steps", "checkpoint_every x ppo_epochs x minibatches"),
     MapRow("reward.components and weights", "reward_funcs, reward_weights",
            "final_answer, partial, format (mode sequence) as TRL reward functions with their weights; a plugin "
            "component as one too, its token rewards summed per completion (exact under grpo and dr_grpo, which sum "
            "them too; a plugin that reads log-probs gets none); prm, kl, local format, missing_eos, soft_overlong, "
-           "overlong_filter: refused"),
+           "overlong_filter: refused", verdict="exact; refused: token-placed built-ins"),
     MapRow("optim.lr, optim.betas, optim.eps, optim.weight_decay, optim.max_grad_norm",
            "learning_rate, adam_beta1/2, adam_epsilon, weight_decay, max_grad_norm",
            "exact: as they are, optim = adamw_torch, lr_scheduler_type = constant; both decay every parameter but "
            "biases and norm weights (optim.decay_params: weights, transformers' rule; all: refused); "
            "max_grad_norm null (no clipping) = TRL's 0"),
     MapRow("loss.entropy_coef", "entropy_coef", "as it is with loss.aggregation token-mean (TRL's entropy "
-           "bonus is a token mean); with another aggregation: refused"),
+           "bonus is a token mean); with another aggregation: refused", verdict="exact with token-mean on 1 process; refused otherwise"),
     MapRow("engine.positions", "(a forward pre-hook on the policy and reference)",
            "exact to rounding: mask passes the position ids counted over the attention mask, what generation used "
            "(a left-padded prompt is trained where it was sampled); trl: TRL's own forward (none passed)"),
