@@ -34,6 +34,9 @@ per trial (arm x seed) and every comparison is paired by seed. What is computed,
   pooled residual variance, so an arm noisier than the rest does not inflate its false detections
   (the pooled F-test reached 6.3% family-wise at nominal 5% in benchmarks/RESULTS.md). It needs
   m + 1 seeds for m = (levels of a - 1)(levels of b - 1) degrees of freedom.
+- **An extended study** (``extended_after:``, its seeds extended after a report of its first ones was
+  read) tests every claim as a two-stage design (:mod:`ablate.sequential`): each contrast, each TOST
+  and each interaction on stage 1's seeds and on the extension's alone, combined with fixed weights.
 - **Below 3 seeds no interval** is given: the per-seed values are shown and the claim is "not
   resolved at n seeds".
 - **One family of claims per report**: every contrast of the objective and every testable
@@ -68,6 +71,7 @@ from ablate.intervals import finite as _finite
 
 if TYPE_CHECKING:
     from ablate.results import Results
+    from ablate.sequential import OneSided, TwoStageTost
     from ablate.study import Study
 
 #: Power that the seed planning aims for.
@@ -762,6 +766,73 @@ def paired_interaction(contrasts: pd.DataFrame, term: str) -> TermTest:
     return TermTest(term, "interaction", m, n - m, math.nan, float(res.statistic), float(res.pvalue), "", PAIRED)
 
 
+@dataclass(frozen=True)
+class StagedTerm:
+    """The two-stage test of one interaction of an extended study (:func:`staged_interaction`).
+
+    Attributes:
+        term: ``a:b``; n1, n2: seeds in stage 1 and in the extension alone.
+        first, extension: the paired interaction test (:func:`paired_interaction`) on each stage's seeds alone.
+        test: their combination (:class:`ablate.sequential.OneSided`): ``z_k = Phi^{-1}(1 - p_k)`` of each
+            stage's p, ``Z = w1 z1 + sqrt(1 - w1^2) z2``, one-sided boundaries and p.
+    """
+
+    term: str
+    n1: int
+    n2: int
+    first: TermTest
+    extension: TermTest
+    test: OneSided
+
+    def text(self) -> str:
+        """The test in words (a not-detected term's reason in the report)."""
+        t = self.test
+        stages = "; ".join(f"{name} p = {x.p:.3g}" if math.isfinite(x.p) else f"{name} not tested ({x.note})"
+                           for name, x in ((f"seeds 0-{self.n1 - 1}", self.first),
+                                           (f"the extension's {self.n2} seeds alone", self.extension)))
+        z = f"{t.z:+.2f}".replace("-", "\u2212")
+        how = (f"stage 1 alone crossed its boundary {t.c1:.2f}" if t.stopped else
+               f"combined Z = {z}, boundaries {t.c1:.2f} at stage 1 and {t.c2:.2f} at the end" if math.isfinite(t.z)
+               else "no combined Z")
+        head = f"p = {t.p:.3g} before Holm's correction" if math.isfinite(t.p) else "not tested"
+        return f"two-stage test of the extended seeds: {head} ({stages}; {how})"
+
+
+def staged_interaction(test: TermTest, contrasts: pd.DataFrame, n1: int, *, w1: float | None = None,
+                       alpha: float = ALPHA) -> tuple[TermTest, StagedTerm | None]:
+    """One interaction of a study extended after its ``n1``-seed report was read, tested as a two-stage design.
+
+    The paired interaction test (:func:`paired_interaction`: Hotelling's T² on the per-seed interaction
+    contrasts, the paired t at 1 df) runs on stage 1's seeds (``0..n1-1``) and on the extension's seeds alone;
+    each stage's p-value ``p_k`` (direction-free, uniform under no interaction) becomes the normal score
+    ``z_k = Phi^{-1}(1 - p_k)`` (:func:`ablate.sequential.p_score`), and the two are combined as the contrasts
+    are, ``Z = w1 z1 + sqrt(1 - w1^2) z2`` with the stage-1 weight fixed before stage 2
+    (:data:`ablate.sequential.EXTENSION_W1`), against one-sided O'Brien-Fleming-type boundaries at alpha
+    (:func:`ablate.sequential.one_sided`: 2.326 at stage 1 and 1.685 at the end at equal weights). That p replaces
+    the test's.
+
+    Args:
+        test: the paired test of all seeds (its F and degrees of freedom are kept, for display).
+        contrasts: [n, m] the per-seed interaction contrasts (:func:`interaction_contrasts`, index ``seed``).
+        n1: the seeds of the first stage; w1: the stage-1 weight (default :data:`EXTENSION_W1`).
+
+    Returns:
+        ``(test, staged)``: the test with the two-stage p (NaN, with the reason in ``note``, when a stage cannot
+        be tested and stage 1 did not cross its boundary) and its :class:`StagedTerm`; ``(test, None)``
+        unchanged without seeds beyond ``n1`` or when all seeds give no test.
+    """
+    from ablate.sequential import EXTENSION_W1, one_sided, p_score
+
+    seeds = contrasts.index.to_numpy(dtype=int)
+    first, later = contrasts[seeds < n1], contrasts[seeds >= n1]
+    if later.empty or not math.isfinite(test.p):
+        return test, None
+    a, b = paired_interaction(first, test.term), paired_interaction(later, test.term)
+    combined = one_sided(p_score(a.p), p_score(b.p), w1=EXTENSION_W1 if w1 is None else w1, alpha=alpha)
+    staged = StagedTerm(test.term, len(first), len(later), a, b, combined)
+    return replace(test, p=combined.p, note=staged.text()), staged
+
+
 # ------------------------------------------------------------------------------------------ claims
 
 
@@ -931,6 +1002,8 @@ class StudyInference:
     model: LinearModel | None
     family: Family
     staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.sequential.TwoStage
+    staged_tost: Mapping[str, TwoStageTost] = field(default_factory=dict)  # claim name -> its two-stage TOST
+    staged_terms: Mapping[str, StagedTerm] = field(default_factory=dict)  # term ``a:b`` -> its two-stage test
     across: tuple[Any, ...] = ()  # a study with contexts: ablate.report.statistics.AcrossContexts per contrast
     dropped: tuple[str, ...] = ()  # contexts its entry rule dropped (step-0 objective outside the band), in words
 
@@ -955,8 +1028,11 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
             (docs/statistics.md). Interactions follow: ``paired`` tests each with Hotelling's T² on its
             per-seed interaction contrasts (:func:`paired_interaction`), ``model`` with the pooled F-test.
         extended_after: the seeds of the report that was read before the study's seeds were extended
-            (the last of the study's ``extended_after:``): each contrast is then tested as a two-stage design
-            (:func:`ablate.sequential.staged_contrasts`); interactions keep the test of all seeds.
+            (the last of the study's ``extended_after:``): every test is then a two-stage design, stage 1 its
+            first seeds and stage 2 the extension's alone: each contrast
+            (:func:`ablate.sequential.staged_contrasts`), its TOST (:func:`ablate.sequential.staged_equivalence`)
+            and each interaction, by the paired test of each stage whatever ``contrasts`` is
+            (:func:`staged_interaction`). Estimates and intervals stay those of all seeds.
         contexts: the factors replicated over (``contexts:``): they are matched cells, never contrasted, and
             no interaction with them enters the family (how a contrast varies across contexts is
             :func:`context_contrasts`' question, pooled by :mod:`ablate.meta`).
@@ -986,20 +1062,27 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
             out.append(replace(c, primary=is_primary(f, lv, primary)))
     terms = [t for t in (model.anova if model is not None else ()) if t.kind == "interaction"
              and not set(t.term.split(":")) & set(contexts)]
-    if method == PAIRED:  # the robust test of each interaction, on its own per-seed contrasts
-        terms = [paired_interaction(interaction_contrasts(
-            data, factors[fa], factors[fb], levels[fa], levels[fb], str(baseline[fa]), str(baseline[fb]), cols,
-            value=value), t.term) for t in terms for fa, fb in [t.term.split(":")]]
+    frames = {t.term: interaction_contrasts(data, factors[fa], factors[fb], levels[fa], levels[fb], str(baseline[fa]),
+                                            str(baseline[fb]), cols, value=value)
+              for t in (terms if method == PAIRED or extended_after else ()) for fa, fb in [t.term.split(":")]}
+    if method == PAIRED or extended_after:  # the robust test of each interaction, on its own per-seed contrasts
+        terms = [paired_interaction(frames[t.term], t.term) for t in terms]
+    staged: dict[str, Any] = {}
+    staged_tost: dict[str, TwoStageTost] = {}
+    staged_terms: dict[str, StagedTerm] = {}
+    if extended_after:
+        from ablate.sequential import staged_contrasts, staged_equivalence
+
+        out, staged = staged_contrasts(out, extended_after)
+        out, staged_tost = staged_equivalence(out, extended_after, min_effect)
+        pairs = [staged_interaction(t, frames[t.term], extended_after, alpha=alpha) for t in terms]
+        terms = [t for t, _ in pairs]
+        staged_terms = {s.term: s for _, s in pairs if s is not None}
     n_min = min((c.n_seeds for c in out), default=0)
     if n_min < MIN_SEEDS:
         terms = [replace(t, p=math.nan, note=f"{n_min} seeds: not tested below {MIN_SEEDS}") for t in terms]
-    staged: dict[str, Any] = {}
-    if extended_after:
-        from ablate.sequential import staged_contrasts
-
-        out, staged = staged_contrasts(out, extended_after)
     family = make_family(out, terms, min_effect=min_effect, alpha=alpha, method=method)
-    return StudyInference(method, tuple(out), model, family, staged)
+    return StudyInference(method, tuple(out), model, family, staged, staged_tost, staged_terms)
 
 
 def study_inference(study: Study, results: Results) -> tuple[pd.DataFrame, StudyInference]:

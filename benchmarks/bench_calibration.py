@@ -8,7 +8,7 @@ family-wise alpha 0.05). Run from the repository root::
     .venv/bin/python benchmarks/bench_calibration.py --draws 200      # a quick look (MC SE 1.5 points)
     .venv/bin/python benchmarks/bench_calibration.py --write          # also replace the section of benchmarks/RESULTS.md
     .venv/bin/python benchmarks/bench_calibration.py --jobs 4 --out /tmp/calibration.md
-    .venv/bin/python benchmarks/bench_calibration.py --two-stage --write  # only (vi), its own subsection (~4 min)
+    .venv/bin/python benchmarks/bench_calibration.py --two-stage --write  # only (vi), its own subsection (~1 min; 9 at --draws 20000)
     .venv/bin/python benchmarks/bench_calibration.py --contexts --write   # only (vii), its own subsection (~7 min)
     .venv/bin/python benchmarks/bench_calibration.py --equivalence --draws 1000 --write  # only (viii) (~7 min)
 
@@ -37,9 +37,12 @@ the paired t (percentile bootstrap over seeds) at 2-5 seeds.
 Extended when not resolved (section vi, :func:`run_two_stage`; issue: ratio_level ran 20 seeds, was not
 resolved, was extended to 47 and all 47 were tested at alpha): stage 1 runs n1 seeds; a study with a claim
 neither *detected* nor *equivalent* is extended to the N seeds its report says it needs, and decided either
-the naive way (all N seeds at alpha, for comparison) or by the two-stage test of :mod:`ablate.sequential`
+the naive way (all N seeds at alpha, for comparison) or by the two-stage tests of :mod:`ablate.sequential`
 (stage-1 weight ``sqrt(n1 / N)`` fixed when the extension is committed, or ``sqrt(1/2)`` fixed before stage
-1). Reported: any false *detected* (target <= 5%), the power at min_effect, the seeds run.
+1), the TOST included (:func:`ablate.sequential.two_stage_tost`). Reported: any false *detected* (target <= 5%),
+a false *equivalent* on a claim whose true effect lies exactly on +-min_effect (target <= 5%; issue 54), the
+power at min_effect, the seeds run; and (:func:`run_two_stage_interaction`) the two-stage interaction test
+(:func:`ablate.inference.staged_interaction`) under no interaction in a 3 x 2 factorial (target <= 5%).
 
 Verdicts across contexts (section vii, :func:`run_contexts`; issue 44): one contrast run in k = 3, 6 and 9
 contexts at 8 seeds each, the contexts' true effects spread with SD tau = 0, 2.5 and 5 points around the pooled
@@ -85,7 +88,7 @@ if str(ROOT) not in sys.path:
 
 from ablate import inference  # noqa: E402
 from ablate.inference import DETECTED, EQUIVALENT, infer, seeds_for_power, t_interval  # noqa: E402
-from ablate.sequential import EXTENSION_W1, default_w1, two_stage  # noqa: E402
+from ablate.sequential import EXTENSION_W1, default_w1, one_sided, p_score, two_stage, two_stage_tost  # noqa: E402
 
 BEGIN = "<!-- BEGIN calibration (written by benchmarks/bench_calibration.py) -->"
 END = "<!-- END calibration -->"
@@ -362,66 +365,104 @@ def holm_rows(p: np.ndarray) -> np.ndarray:
 
 
 def naive_extension(d: np.ndarray, n1: int, big_n: np.ndarray, min_effect: float,
-                    alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray]:
-    """What the committed studies did: stage 1's report (paired t, Holm, TOST at ±min_effect); a study whose
-    claims are not all *detected* or *equivalent* is extended to N seeds and every one of them is tested at
-    ``alpha`` by the same single-stage report.
+                    alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The naive design: stage 1 analysed by the single-stage paired t and TOST, and, when a claim is neither
+    *detected* nor *equivalent*, the study extended to N seeds and all N tested the same way at alpha.
 
     Args:
         d: [draws, >= max N, claims] per-seed differences; big_n: [draws] N.
 
     Returns:
-        ``(detected, extended)``: [draws, claims] a claim *detected* by the stage-1 report or by the final one
-        (a reader saw both), and [draws] whether the study was extended.
+        ``(detected, equivalent, extended)``: [draws, claims] a claim *detected* (or *equivalent*) by the
+        stage-1 report or by the final one (a reader saw both), and [draws] whether the study was extended.
     """
     p1, tost1 = paired_tests(d[:, :n1], min_effect)
     det1 = holm_rows(p1) < alpha
-    extended = ~(det1 | (holm_rows(tost1) < alpha)).all(axis=1)
-    detected = det1.copy()
+    eq1 = (holm_rows(tost1) < alpha) & ~det1
+    extended = ~(det1 | eq1).all(axis=1)
+    detected, equivalent = det1.copy(), eq1.copy()
     for n in np.unique(big_n[extended]).astype(int):
         rows = np.flatnonzero(extended & (big_n == n))
-        p, _ = paired_tests(d[rows, :n], min_effect)
-        detected[rows] |= holm_rows(p) < alpha
-    return detected, extended
+        p, tost = paired_tests(d[rows, :n], min_effect)
+        det = holm_rows(p) < alpha
+        detected[rows] |= det
+        equivalent[rows] |= (holm_rows(tost) < alpha) & ~det
+    return detected, equivalent, extended
+
+
+def _or_one(p: float) -> float:
+    return 1.0 if math.isnan(p) else p
 
 
 def two_stage_extension(d: np.ndarray, n1: int, big_n: np.ndarray, w1: np.ndarray, min_effect: float,
-                        alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray]:
-    """The design of issue "extend when not resolved": at stage 1 a claim is *detected* when it crosses c1
-    (:func:`ablate.sequential.two_stage` on stage 1 alone) and *equivalent* by the report's TOST; a study with
-    a claim neither is extended to N seeds, and each claim's two-stage p-value (stage 1, the
-    extension alone, inverse-normal combination at ``w1``) enters Holm over the family. A claim that did not
-    cross c1 in a study that stopped at stage 1 gets p = 1 (it is not detected, and it keeps its place in the
-    family).
+                        alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The design of issue "extend when not resolved", every test two-stage: at stage 1 a claim is *detected*
+    when it crosses c1 (:func:`ablate.sequential.two_stage` on stage 1 alone) and *equivalent* when both
+    one-sided tests of its TOST cross theirs (:func:`ablate.sequential.two_stage_tost` on stage 1 alone, Holm
+    over the family); a study with a claim neither is extended to N seeds, and each claim's two-stage p-value
+    and two-stage TOST p (stage 1, the extension alone, inverse-normal combination at ``w1``) enter Holm over
+    the family. A claim that did not cross at stage 1 in a study that stopped there gets p = 1 (it keeps its
+    place in the family).
 
     Args:
         d: [draws, >= max N, claims] per-seed differences; big_n: [draws] N; w1: [draws] stage-1 weights.
 
     Returns:
-        ``(detected, extended)`` as :func:`naive_extension`: the final verdicts, which keep stage 1's.
+        ``(detected, equivalent, extended)`` as :func:`naive_extension`.
     """
     draws, _, claims = d.shape
-    _, tost1 = paired_tests(d[:, :n1], min_effect)
-    equivalent = holm_rows(tost1) < alpha
-    p = np.ones((draws, claims))
+    p, tost = np.ones((draws, claims)), np.ones((draws, claims))
     crossed = np.zeros((draws, claims), dtype=bool)
     for i, j in itertools.product(range(draws), range(claims)):
         r = two_stage(d[i, :n1, j], (), w1=float(w1[i]), alpha=alpha)
         if r.stopped:
             crossed[i, j], p[i, j] = True, r.p
+        tost[i, j] = _or_one(two_stage_tost(d[i, :n1, j], (), min_effect, w1=float(w1[i]), alpha=alpha).p)
+    equivalent = (holm_rows(tost) < alpha) & ~crossed
     extended = ~(crossed | equivalent).all(axis=1)
     for i, j in itertools.product(np.flatnonzero(extended), range(claims)):
-        p[i, j] = two_stage(d[i, :n1, j], d[i, n1:int(big_n[i]), j], w1=float(w1[i]), alpha=alpha).p
-    return holm_rows(p) < alpha, extended
+        d1, d2 = d[i, :n1, j], d[i, n1:int(big_n[i]), j]
+        p[i, j] = two_stage(d1, d2, w1=float(w1[i]), alpha=alpha).p
+        tost[i, j] = _or_one(two_stage_tost(d1, d2, min_effect, w1=float(w1[i]), alpha=alpha).p)
+    detected = holm_rows(p) < alpha
+    return detected, equivalent | ((holm_rows(tost) < alpha) & ~detected & extended[:, None]), extended
+
+
+#: The true effects of the two-stage rows: (name, effect of b, effect of c) in units of min_effect. "margins":
+#: both claims exactly on the equivalence bounds (+min_effect and -min_effect), where *equivalent* is false.
+TWO_STAGE_TRUTHS = (("global null", 0.0, 0.0), ("level: b = +min_effect, c 0", 1.0, 0.0),
+                    ("level: b = +min_effect, c = −min_effect", 1.0, -1.0))
+
+
+def clipped_mean(m: float, noise: Noise) -> float:
+    """The true mean of an arm's measured accuracy at mean ``m``: ``E[clip(m + u + e, 0, 1)]`` with ``u + e ~ N(0,
+    sqrt(sd_seed^2 + sd_run^2))`` (the binomial draw is unbiased), the mean of a clipped normal in closed form."""
+    sd = math.hypot(noise.sd_seed, noise.sd_run)
+    a, b = (0.0 - m) / sd, (1.0 - m) / sd
+    return float(m * (stats.norm.cdf(b) - stats.norm.cdf(a)) + sd * (stats.norm.pdf(a) - stats.norm.pdf(b))
+                 + stats.norm.sf(b))
+
+
+def true_shift(effect: float, noise: Noise) -> float:
+    """The shift of an arm's mean accuracy that makes its true mean difference from an arm at ``noise.p0``
+    exactly ``effect`` once the generator clips at 0 and 1 (clipping pulls a nominal shift toward 0: +5 points
+    give +4.91 at ratio_level's seed spread of 20 points, where a claim on the margin would lie inside it)."""
+    if effect == 0:
+        return 0.0
+    from scipy.optimize import brentq
+
+    base = clipped_mean(noise.p0, noise)
+    return float(brentq(lambda x: clipped_mean(noise.p0 + x, noise) - base - effect, -1.0, 1.0, xtol=1e-12))
 
 
 def run_two_stage(rng: np.random.Generator, draws: int, noise: Noise, min_effect: float,
                   scenarios: Sequence[tuple[int, Noise | None]] = TWO_STAGE_SCENARIOS, log=print) -> list[dict]:
     """The "extend when not resolved" scenarios on the one-factor, 3-level study (Holm over its 2 contrasts):
-    under the global null and with min_effect planted on one contrast, at each first-stage size ``n1`` and
-    noise (``None``: ``noise``).
+    under the global null, with min_effect planted on one contrast, and with both contrasts on the equivalence
+    bounds (+-min_effect), at each first-stage size ``n1`` and noise (``None``: ``noise``).
 
-    Per draw the study is simulated up to ``extension_cap(n1)`` seeds by the bench's generator; stage 1 is
+    A planted effect is the true mean difference after the generator's clipping (:func:`true_shift`). Per draw
+    the study is simulated up to ``extension_cap(n1)`` seeds by the bench's generator; stage 1 is
     the first n1; N is what the report's "seeds needed" says from stage 1 (``seeds_for_power`` at the
     largest stage-1 SD of a seed's difference, min_effect, the family's Bonferroni alpha), at least n1 + 3
     and at most the cap; the extension is seeds n1 .. N - 1. Every procedure reads the same draws.
@@ -437,9 +478,9 @@ def run_two_stage(rng: np.random.Generator, draws: int, noise: Noise, min_effect
     rows = []
     for n1, special in scenarios:
         cap, nz = extension_cap(n1), special or noise
-        for planted in (False, True):
+        for truth_name, b, c in TWO_STAGE_TRUTHS:
             t0 = time.perf_counter()
-            means = planted_means(study, nz, min_effect)[0] if planted else np.full(len(study.arms), nz.p0)
+            means = nz.p0 + np.array([0.0, true_shift(b * min_effect, nz), true_shift(c * min_effect, nz)])
             v = simulate(rng, means, cap, draws, nz)                        # [draws, cap, arms]
             d = v[:, :, 1:] - v[:, :, :1]                                  # [draws, cap, 2]: b, c vs base
             sd1 = d[:, :n1].std(axis=1, ddof=1).max(axis=1)                # [draws]
@@ -448,32 +489,91 @@ def run_two_stage(rng: np.random.Generator, draws: int, noise: Noise, min_effect
                 want = seeds_for_power(float(sd1[i]), min_effect, alpha=alpha / size, max_n=MAX_EXTENDED)
                 assert want == need[i], (sd1[i], want, need[i])
             big_n = np.clip(need, n1 + inference.MIN_SEEDS, cap).astype(int)
-            truth = np.array([planted, False])                              # which claims are not null
-            naive, naive_ext = naive_extension(d, n1, big_n, min_effect, alpha)
-            row = {"n1": n1, "cap": cap, "planted": planted, "draws": draws, "N_median": float(np.median(big_n)),
+            truth = np.array([b != 0, c != 0])                              # which claims are not null
+            margin = np.array([abs(b) == 1, abs(c) == 1])                   # which lie on +-min_effect
+            row = {"n1": n1, "cap": cap, "planted": bool(truth.any()), "truth": truth_name, "draws": draws,
+                   "N_median": float(np.median(big_n)),
                    "noise": "ratio_level's" if special is RATIO_LEVEL_NOISE else ("the generator's" if special is None
                                                                                  else "other"),
                    "sd": study.sd_per_seed(np.full(len(study.arms), nz.p0), *study.contrasts[1], nz),
-                   "naive": _rates(naive, naive_ext, truth, n1, big_n)}
+                   "naive": _rates(*naive_extension(d, n1, big_n, min_effect, alpha), truth, margin, n1, big_n)}
             for rule in WEIGHTS:
                 w1 = np.sqrt(n1 / big_n) if rule == WEIGHTS[0] else np.full(draws, EXTENSION_W1)
                 assert rule != WEIGHTS[0] or all(default_w1(n1, int(n)) == w for n, w in zip(big_n[:8], w1[:8]))
-                det, ext = two_stage_extension(d, n1, big_n, w1, min_effect, alpha)
-                row[rule] = _rates(det, ext, truth, n1, big_n)
+                row[rule] = _rates(*two_stage_extension(d, n1, big_n, w1, min_effect, alpha), truth, margin, n1,
+                                   big_n)
             row["seconds"] = time.perf_counter() - t0
             rows.append(row)
-            log(f"two-stage, n1 {n1}, {'planted' if planted else 'null'}: naive false {_pct(row['naive']['false'])}, "
-                + ", ".join(f"{r}: false {_pct(row[r]['false'])} power {_pct(row[r]['power'])}" for r in WEIGHTS)
-                + f" ({row['seconds']:.0f} s)")
+            log(f"two-stage, n1 {n1}, {truth_name}: naive false {_pct(row['naive']['false'])} equivalent "
+                f"{_pct(row['naive']['false_equivalent'])}, " + ", ".join(
+                    f"{r}: false {_pct(row[r]['false'])} equivalent {_pct(row[r]['false_equivalent'])} power "
+                    f"{_pct(row[r]['power'])}" for r in WEIGHTS) + f" ({row['seconds']:.0f} s)")
     return rows
 
 
-def _rates(detected: np.ndarray, extended: np.ndarray, truth: np.ndarray, n1: int, big_n: np.ndarray) -> dict:
-    """Rates over draws: any null claim *detected*, the planted claim *detected* (NaN without one), extended,
-    and the mean number of seeds run."""
-    return {"false": float(detected[:, ~truth].any(axis=1).mean()),
-            "power": float(detected[:, truth].any(axis=1).mean()) if truth.any() else math.nan,
+def _rates(detected: np.ndarray, equivalent: np.ndarray, extended: np.ndarray, truth: np.ndarray,
+           margin: np.ndarray, n1: int, big_n: np.ndarray) -> dict:
+    """Rates over draws: any null claim *detected*, the planted claim b *detected* (NaN without one), any claim
+    on the bounds +-min_effect *equivalent* (NaN without one), extended, and the mean number of seeds run."""
+    return {"false": float(detected[:, ~truth].any(axis=1).mean()) if (~truth).any() else math.nan,
+            "power": float(detected[:, 0].mean()) if truth[0] else math.nan,
+            "false_equivalent": float(equivalent[:, margin].any(axis=1).mean()) if margin.any() else math.nan,
             "extended": float(extended.mean()), "seeds": float(np.where(extended, big_n, n1).mean())}
+
+
+#: The interaction scenarios of (vi): first-stage seeds and the noise (None: the bench's generator).
+INTERACTION_SCENARIOS: tuple[tuple[int, Noise | None], ...] = TWO_STAGE_SCENARIOS
+
+
+def interaction_draw(inter: np.ndarray, n1: int, n: int, alpha: float = inference.ALPHA) -> tuple[bool, ...]:
+    """One study's interaction, [cap, m] per-seed interaction contrasts: ``(naive_detected, naive_extended,
+    two_stage_detected, two_stage_extended)``. Naive: the paired test (:func:`ablate.inference.paired_interaction`)
+    of stage 1 at alpha, and when it does not reject, of all ``n`` seeds at alpha. Two-stage: stage 1 rejects
+    only across c1 (:func:`ablate.sequential.one_sided` of its score), and when it does not, the two-stage test
+    of the extended seeds (:func:`ablate.inference.staged_interaction`) at alpha."""
+    frame = pd.DataFrame(inter[:n], index=pd.Index(range(n), name="seed"))
+    t1 = inference.paired_interaction(frame.iloc[:n1], "A:B")
+    naive = t1.p < alpha
+    crossed = one_sided(p_score(t1.p), math.nan, w1=EXTENSION_W1, alpha=alpha).stopped
+    every = inference.paired_interaction(frame, "A:B")
+    naive_final = naive or every.p < alpha
+    two = crossed or inference.staged_interaction(every, frame, n1, alpha=alpha)[0].p < alpha
+    return naive_final, not naive, two, not crossed
+
+
+def run_two_stage_interaction(rng: np.random.Generator, draws: int, noise: Noise, min_effect: float,
+                              scenarios: Sequence[tuple[int, Noise | None]] = INTERACTION_SCENARIOS,
+                              log=print) -> list[dict]:
+    """The two-stage interaction test under no interaction: the 3 x 2 full factorial (a 2-df interaction:
+    Hotelling's T²), every arm at the same accuracy, at each first-stage size ``n1`` and noise. The study is
+    extended when its interaction is not detected at stage 1 (the "not resolved" the extension answers; the
+    naive test's worst case), to N seeds planned from stage 1 as in :func:`run_two_stage` (the largest stage-1
+    SD of the 3 contrasts, the family's Bonferroni alpha over its 4 claims). Reported: the interaction's own
+    test detecting it at alpha, unadjusted (Holm over the family can only lower it), by the stage-1 report
+    or the final one."""
+    study = THREE_BY_TWO
+    alpha, size = inference.ALPHA, study.family_size
+    arm = {(a["level"], a["B"]): i for i, a in enumerate(study.arms)}
+    rows = []
+    for n1, special in scenarios:
+        t0 = time.perf_counter()
+        cap, nz = extension_cap(n1), special or noise
+        v = simulate(rng, np.full(len(study.arms), nz.p0), cap, draws, nz)   # [draws, cap, 6]
+        inter = np.stack([(v[..., arm[(i, "b1")]] - v[..., arm[(i, "b0")]])
+                          - (v[..., arm[("base", "b1")]] - v[..., arm[("base", "b0")]]) for i in ("b", "c")], axis=-1)
+        diffs = np.stack([v @ study.weights(f, lv) for f, lv in study.contrasts], axis=-1)   # [draws, cap, 3]
+        sd1 = diffs[:, :n1].std(axis=1, ddof=1).max(axis=1)
+        big_n = np.clip(planned_seeds(sd1, min_effect, alpha / size, MAX_EXTENDED), n1 + inference.MIN_SEEDS,
+                        cap).astype(int)
+        out = np.array([interaction_draw(inter[i], n1, int(big_n[i]), alpha) for i in range(draws)])
+        rows.append({"n1": n1, "cap": cap, "draws": draws, "N_median": float(np.median(big_n)),
+                     "noise": "ratio_level's" if special is RATIO_LEVEL_NOISE else "the generator's",
+                     "naive": float(out[:, 0].mean()), "naive_extended": float(out[:, 1].mean()),
+                     "two_stage": float(out[:, 2].mean()), "two_stage_extended": float(out[:, 3].mean()),
+                     "seconds": time.perf_counter() - t0})
+        log(f"two-stage interaction, n1 {n1}: naive {_pct(rows[-1]['naive'])}, two-stage "
+            f"{_pct(rows[-1]['two_stage'])} ({rows[-1]['seconds']:.0f} s)")
+    return rows
 
 
 # ------------------------------------------------------------------------------------ across contexts
@@ -833,36 +933,71 @@ TWO_STAGE_PROCEDURES = (
 TARGET_RULE = WEIGHTS[1]
 
 
-def two_stage_failures(rows: Sequence[dict], rule: str) -> list[str]:
-    """The rows where ``rule``'s false-detection rate misses the target (:func:`fwer_ok`)."""
-    return [f"{_pct(r[rule]['false'])} at n1 = {r['n1']} ({'planted' if r['planted'] else 'global null'})"
-            for r in rows if not fwer_ok(r[rule]["false"], r["draws"])]
+def two_stage_failures(rows: Sequence[dict], rule: str, key: str = "false") -> list[str]:
+    """The rows where ``rule``'s rate ``key`` (``false``: a false *detected*; ``false_equivalent``: a false
+    *equivalent* on the bounds) misses the target (:func:`fwer_ok`); rows without that rate are skipped."""
+    return [f"{_pct(r[rule][key], 2)} at n1 = {r['n1']} ({r['truth']})" for r in rows
+            if math.isfinite(r[rule][key]) and not fwer_ok(r[rule][key], r["draws"])]
+
+
+def _mark(rate: float, draws: int, target: bool) -> str:
+    if not math.isfinite(rate):
+        return "—"
+    return _fwer_mark(rate, draws) if target else ("yes" if fwer_ok(rate, draws) else "no")
+
+
+def _two_stage_table(rows: Sequence[dict], draws: int) -> list[str]:
+    lines = ["| first stage n1 | noise (true SD of a seed's difference) | N: median (cap) | true effects | procedure | "
+             "extended | mean seeds run | any false *detected* | <= 5% | false *equivalent*: a claim on ±min_effect | "
+             "<= 5% | power: b *detected* |",
+             "|---:|---|---|---|---|---:|---:|---:|:---:|---:|:---:|---:|"]
+    for r in rows:
+        for key, label in TWO_STAGE_PROCEDURES:
+            x, target = r[key], key == TARGET_RULE
+            lines.append(f"| {r['n1']} | {r['noise']} ({100 * r['sd']:.1f} points) | {r['N_median']:g} ({r['cap']}) | "
+                         f"{r['truth']} | {label} | {_pct(x['extended'])} | {x['seeds']:.1f} | {_pct(x['false'], 2)} | "
+                         f"{_mark(x['false'], draws, target)} | {_pct(x['false_equivalent'], 2)} | "
+                         f"{_mark(x['false_equivalent'], draws, target)} | {_pct(x['power'])} |")
+    return lines
+
+
+def _interaction_table(rows: Sequence[dict], draws: int) -> list[str]:
+    lines = ["| first stage n1 | noise | N: median (cap) | procedure | extended | interaction *detected* (no "
+             "interaction) | <= 5% |", "|---:|---|---|---|---:|---:|:---:|"]
+    for r in rows:
+        for key, label in (("naive", "naive: stage 1, then all N seeds, each at alpha"),
+                           ("two_stage", "two-stage test (ablate's: staged_interaction, w1 = sqrt(1/2))")):
+            lines.append(f"| {r['n1']} | {r['noise']} | {r['N_median']:g} ({r['cap']}) | {label} | "
+                         f"{_pct(r[key + '_extended'])} | {_pct(r[key], 2)} | "
+                         f"{_mark(r[key], draws, key == 'two_stage')} |")
+    return lines
 
 
 def markdown_two_stage(result: dict) -> str:
     """The "extend when not resolved" subsection (its own measured-on line: it is written alone by
     ``--two-stage --write``)."""
     rows, draws, me = result["two_stage"], result["draws"], result["min_effect"]
-    lines = ["| first stage n1 | noise (true SD of a seed's difference) | N: median (cap) | true effects | procedure | "
-             "extended | mean seeds run | any false *detected* | <= 5% | power: planted contrast *detected* |",
-             "|---:|---|---|---|---|---:|---:|---:|:---:|---:|"]
-    for r in rows:
-        truth = "level: b = +min_effect, c 0" if r["planted"] else "global null"
-        for key, label in TWO_STAGE_PROCEDURES:
-            x = r[key]
-            ok = _fwer_mark(x["false"], draws) if key == TARGET_RULE else ("yes" if fwer_ok(x["false"], draws) else "no")
-            lines.append(f"| {r['n1']} | {r['noise']} ({100 * r['sd']:.1f} points) | {r['N_median']:g} ({r['cap']}) | "
-                         f"{truth} | {label} | {_pct(x['extended'])} | {x['seeds']:.1f} | {_pct(x['false'], 2)} | {ok} | "
-                         f"{_pct(x['power'])} |")
+    inter = result.get("two_stage_interaction") or []
     verdicts = []
     for rule in WEIGHTS:
         bad = two_stage_failures(rows, rule)
         if rule == TARGET_RULE:
+            bad_eq = two_stage_failures(rows, rule, "false_equivalent")
             verdicts.append(f"w1 = {rule} (the reports' weight): " + (
-                "every false-detection rate meets <= 5%." if not bad else "target NOT met: " + "; ".join(bad) + "."))
+                "every false-detection rate meets <= 5%" if not bad else "detections: target NOT met: " + "; ".join(bad))
+                + (", and every false-equivalence rate." if not bad_eq else
+                   "; equivalence: target NOT met: " + "; ".join(bad_eq) + "."))
         else:
             verdicts.append(f"w1 = {rule} (for comparison, not a target): " + (
                 "every false-detection rate is within 5%." if not bad else "above 5%: " + "; ".join(bad) + "."))
+    naive_eq = [r["naive"]["false_equivalent"] for r in rows if math.isfinite(r["naive"]["false_equivalent"])]
+    if naive_eq:
+        verdicts.append(f"The naive TOST (all seeds at alpha) declares a claim on the bounds equivalent in "
+                        f"{_pct(min(naive_eq), 2)}-{_pct(max(naive_eq), 2)} of the studies.")
+    bad_i = [f"{_pct(r['two_stage'], 2)} at n1 = {r['n1']}" for r in inter if not fwer_ok(r["two_stage"], draws)]
+    if inter:
+        verdicts.append("The two-stage interaction test: " + (
+            "every false-detection rate meets <= 5%." if not bad_i else "target NOT met: " + "; ".join(bad_i) + "."))
     se5 = mc_se(FWER_MAX, draws)
     return "\n".join([
         "### (vi) Extended when not resolved: the two-stage test (ablate/sequential.py)",
@@ -875,23 +1010,38 @@ def markdown_two_stage(result: dict) -> str:
         f"({RATIO_LEVEL_NOISE.problems} problems, seed spread {100 * RATIO_LEVEL_NOISE.sd_seed:g} points, run noise "
         f"{100 * RATIO_LEVEL_NOISE.sd_run:g}: its report's SD of a seed's difference was 9.88 points, and it was "
         "extended from 20 to 47 seeds). Stage 1 runs n1 seeds and is analysed; the study stops when every claim "
-        "is resolved (*detected*, or *equivalent* by the report's Holm-adjusted TOST at ±min_effect), else it is "
+        "is resolved (*detected*, or *equivalent* by the Holm-adjusted TOST at ±min_effect), else it is "
         "extended to N seeds, N the report's \"seeds needed\" from stage 1 (`seeds_for_power` at the larger "
         "stage-1 SD of a seed's difference, min_effect, the family's Bonferroni alpha 0.025), at least n1 + 3 and "
-        "at most min(4 n1, 64). The naive procedure detects at stage 1 with the single-stage paired t at "
-        "alpha 0.05 and, when extended, tests all N seeds the same way; a false *detected* by either report "
-        "counts. The two-stage test detects at stage 1 only across c1 (O'Brien-Fleming-type spending), and "
-        "after the extension enters each claim's two-stage p-value (stage 1 and the extension alone, "
-        "inverse-normal combination) into Holm; a claim that stopped at stage 1 without crossing c1 keeps "
-        "p = 1. Every procedure reads the same draws; N does not depend on the procedure. A false *detected* "
-        "is one on a claim whose true value is 0; a rate above 5% counts as met within 2 MC SE "
-        f"({100 * 2 * se5:.2f} points at {draws} draws; MC SE {100 * se5:.2f} at 5%). No power target: "
-        "the power column shows what the valid test costs against the naive one. The combination holds its "
-        "level for a weight that does not depend on stage 1's data; sqrt(n1 / N) does, through N: a small "
-        "stage-1 SD both enlarges |t1| and plans a small N, hence a larger w1 and a lower c1.",
+        "at most min(4 n1, 64). The naive procedure judges stage 1 with the single-stage paired t and TOST at "
+        "alpha 0.05 and, when extended, tests all N seeds the same way; a false verdict by either report "
+        "counts. The two-stage test detects at stage 1 only across c1 (O'Brien-Fleming-type spending) and "
+        "declares equivalence there only when both one-sided tests of the TOST cross their one-sided c1 "
+        "(`two_stage_tost`); after the extension each claim's two-stage p-value and two-stage TOST p (stage 1 and "
+        "the extension alone, inverse-normal combination) enter Holm; a claim that stopped at stage 1 without "
+        "crossing keeps p = 1. Every procedure reads the same draws; N does not depend on the procedure. A false "
+        "*detected* is one on a claim whose true value is 0; a false *equivalent* one on a claim whose true value "
+        "lies exactly on +min_effect or −min_effect (the margin, where the TOST's null holds: the arm's mean is "
+        "shifted so that the true mean difference after the generator's clipping at 0 and 1 is ±min_effect, "
+        f"a shift of {100 * true_shift(me, RATIO_LEVEL_NOISE):.2f} points at ratio_level's noise); a rate above 5% "
+        f"counts as met within 2 MC SE ({100 * 2 * se5:.2f} points at {draws} draws; MC SE {100 * se5:.2f} at 5%). "
+        "No power target: the power column shows what the valid test costs against the naive one. The "
+        "combination holds its level for a weight that does not depend on stage 1's data; sqrt(n1 / N) does, "
+        "through N: a small stage-1 SD both enlarges |t1| and plans a small N, hence a larger w1 and a lower c1.",
         "",
-        *lines,
+        *_two_stage_table(rows, draws),
         "",
+        *(["Interactions (`ablate.inference.staged_interaction`): the 3 x 2 full factorial with every arm at the same "
+           "accuracy (no interaction, no main effect; its interaction has 2 df: Hotelling's T² on the per-seed "
+           "interaction contrasts), the same generator and first stages. The study is extended when its interaction "
+           "is not detected at stage 1 (the naive test's worst case), to N seeds planned from stage 1 as above (the "
+           "largest stage-1 SD of its 3 contrasts, Bonferroni over its 4 claims). Naive: the paired test of stage 1 "
+           "at alpha, then of all N seeds at alpha. Two-stage: stage 1 rejects only when its score "
+           "Φ⁻¹(1 − p1) crosses the one-sided c1 (2.33), else the two-stage p (each stage's paired test, "
+           "z = Φ⁻¹(1 − p), inverse-normal combination at equal weights, one-sided boundaries 2.33 / 1.68) is "
+           "compared with alpha. The interaction's own test at alpha, unadjusted (Holm over the family can only "
+           "lower it); a detection by either report counts.", "", *_interaction_table(inter, draws), ""]
+          if inter else []),
         " ".join(verdicts),
     ])
 
@@ -1053,11 +1203,13 @@ def run(draws: int, seed: int, noise: Noise, min_effect: float, jobs: int = 1, r
     old = old_vs_new(rng, draws, noise, resamples) if main else []
     t1 = time.perf_counter()
     two = run_two_stage(np.random.default_rng([seed, 2]), draws, noise, min_effect, log=log) if extended else []
+    two_inter = (run_two_stage_interaction(np.random.default_rng([seed, 5]), draws, noise, min_effect, log=log)
+                 if extended else [])
     t2 = time.perf_counter()
     across = run_contexts(np.random.default_rng([seed, 3]), draws, min_effect, log=log) if contexts else []
     return {"draws": draws, "seed": seed, "noise": noise, "min_effect": min_effect, "tallies": tallies,
             "power": power, "robust": robust, "old": old, "resamples": resamples, "seconds": time.perf_counter() - t0,
-            "two_stage": two, "two_stage_seconds": t2 - t1, "contexts": across,
+            "two_stage": two, "two_stage_interaction": two_inter, "two_stage_seconds": t2 - t1, "contexts": across,
             "contexts_seconds": time.perf_counter() - t2}
 
 
@@ -1096,8 +1248,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.two_stage:
         t0 = time.perf_counter()
         rows = run_two_stage(np.random.default_rng([args.seed, 2]), args.draws, noise, args.min_effect, log=log)
+        inter = run_two_stage_interaction(np.random.default_rng([args.seed, 5]), args.draws, noise, args.min_effect,
+                                          log=log)
         result = {"draws": args.draws, "seed": args.seed, "min_effect": args.min_effect, "two_stage": rows,
-                  "two_stage_seconds": time.perf_counter() - t0}
+                  "two_stage_interaction": inter, "two_stage_seconds": time.perf_counter() - t0}
     elif args.contexts:
         t0 = time.perf_counter()
         rows = run_contexts(np.random.default_rng([args.seed, 3]), args.draws, args.min_effect, log=log)

@@ -89,7 +89,9 @@ def test_the_project_wide_correction_is_holm_over_every_tested_claim(project):
     detections survive project-wide (5 of 11 primaries). The two generalization studies add 6 tested claims
     (each contrast averaged over its contexts), none detected: 58 over 19 reports, the same 8 of 18 hold. The
     engines study adds 6 more (3 equivalent, 3 interactions not resolved): 64 over 20, the same 8 of 18. The
-    quickstart, a demo (evidence: false) that tested no claim at 2 seeds, is no longer committed: 64 over 19."""
+    quickstart, a demo (evidence: false) that tested no claim at 2 seeds, is no longer committed: 64 over 19.
+    With the extended studies' interactions tested as two-stage designs too (issue 54), granularity_cross's
+    reward × ratio interaction is no longer detected in its own report (it did not hold project-wide): 8 of 17."""
     from statsmodels.stats.multitest import multipletests
 
     claims = project.claims
@@ -98,7 +100,7 @@ def test_the_project_wide_correction_is_holm_over_every_tested_claim(project):
     expected = multipletests(tested["p"], method="holm")[1]
     assert_close(tested["p_project"], expected, EXACT)
     det = tested[tested["verdict"] == "detected"]
-    assert (len(det), int(det["holds"].sum())) == (18, 8)
+    assert (len(det), int(det["holds"].sum())) == (17, 8)
     assert (int(det["primary"].sum()), int(det[det["primary"]]["holds"].sum())) == (11, 5)
     assert len(project.staged) == 11
     control = claims[(claims["report"] == "loss_normalization") & claims["claim"].str.contains("length-penalty")]

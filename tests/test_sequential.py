@@ -258,3 +258,187 @@ def test_a_claim_that_continued_has_no_floor_at_the_interim_level():
     tail = (2 * stats.norm.cdf(r.c1) - 1) - inside(r.c1, q, w1)
     assert r.p == pytest.approx(2 * stats.norm.sf(q) + tail, abs=1e-10)
     assert r.p < r.alpha1 / 10 and r.rejected
+
+
+# ------------------------------------------------------------- one-sided: equivalence and interactions (issue 54)
+
+Z95 = 1.6448536269514722  # Phi^{-1}(0.95)
+
+
+def above(c1: float, q: float, w1: float) -> float:
+    """P(Z1 < c1, Z >= q) for bivariate standard normals of correlation w1 (scipy's Genz integration)."""
+    mvn = stats.multivariate_normal([0, 0], [[1, w1], [w1, 1]], abseps=1e-11, releps=1e-11, maxpts=10**7)
+    return float(stats.norm.cdf(c1) - mvn.cdf([c1, q]))
+
+
+def test_one_sided_boundaries_are_one_tail_of_the_design_at_twice_alpha():
+    """At equal weights: c1 = z_0.95 sqrt 2 = 2.326 spends Phi(-c1) = 0.0100 (half the O'Brien-Fleming-type
+    spending of the two-sided design at 0.10), and c2 = 1.685 spends the rest of 0.05 exactly (scipy's bivariate
+    normal, independent of the module's integral); the upper half of boundaries(w1, 0.10) agrees to 1e-7."""
+    from tolerance import EXACT, assert_close
+
+    w1 = math.sqrt(0.5)
+    c1, c2, alpha1 = sq.one_sided_boundaries(w1)
+    assert_close(c1, Z95 * math.sqrt(2), EXACT)
+    assert_close(alpha1, stats.norm.sf(c1), EXACT)
+    assert (round(c1, 4), round(c2, 4), round(alpha1, 4)) == (2.3262, 1.6845, 0.0100)
+    assert_close(alpha1 + above(c1, c2, w1), 0.05, EXACT, atol=1e-9)  # Genz's error, not rounding
+    two = sq.boundaries(w1, 0.10)
+    assert_close(two[0], c1, EXACT)
+    assert abs(two[1] - c2) < 1e-7
+    assert sq.one_sided_boundaries(0.0) == (math.inf, pytest.approx(Z95), 0.0)
+    assert sq.one_sided_boundaries(1.0) == (pytest.approx(Z95), math.inf, 0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        sq.one_sided_boundaries(w1, 0.5)
+
+
+def test_one_sided_limits_are_the_single_stage_tests():
+    from tolerance import EXACT, assert_close
+
+    assert_close(sq.one_sided(1.3, 0.4, w1=1.0).p, stats.norm.sf(1.3), EXACT)   # stage 1 alone
+    assert_close(sq.one_sided(9.0, 0.4, w1=0.0).p, stats.norm.sf(0.4), EXACT)   # the extension alone
+    assert_close(sq.p_score(0.025), 1.959963984540054, EXACT)
+    assert (sq.p_score(0.0), sq.p_score(1.0)) == (math.inf, -math.inf) and math.isnan(sq.p_score(math.nan))
+    interim = sq.one_sided(1.0, math.nan, w1=math.sqrt(0.5))
+    assert not interim.stopped and math.isnan(interim.p) and not interim.rejected
+
+
+def test_two_stage_tost_by_hand():
+    """d1 = [1, 2, 3] (3 seeds), d2 = [2, -1, 4, 3] (the extension's 4), bound 4, equal weights.
+
+    Lower test (H0: difference <= -4): d1 + 4 = [5, 6, 7], t = 6 sqrt 3 on 2 df, z1 = Phi^{-1}(T2(6 sqrt 3)) =
+    2.61 >= c1 = 2.326: it stops at stage 1, p = Phi(-z1) + P(Z1 < c1, Z >= z1). Upper test (H0: difference >=
+    +4): d1 - 4 = [-3, -2, -1], t = -2 sqrt 3, z1 = Phi^{-1}(1 - T2(-2 sqrt 3)) = 1.79 < c1: it continues with
+    d2 - 4 = [-2, -5, 0, -1], t = -2 / (sqrt(14/3) / 2) on 3 df, Z = (z1 + z2) / sqrt 2, p = Phi(-c1) +
+    P(Z1 < c1, Z >= Z). The TOST p is the larger."""
+    from tolerance import EXACT, assert_close
+
+    w1 = math.sqrt(0.5)
+    r = sq.two_stage_tost([1.0, 2.0, 3.0], [2.0, -1.0, 4.0, 3.0], 4.0, w1=w1)
+    c1, c2, alpha1 = sq.one_sided_boundaries(w1)
+    lo1 = stats.norm.ppf(t2_cdf(6 * math.sqrt(3)))
+    t2 = 2 / (math.sqrt(14 / 3) / 2)
+    lo2 = stats.norm.ppf(t3_cdf(6 / (math.sqrt(14 / 3) / 2)))
+    hi1, hi2 = stats.norm.ppf(t2_cdf(2 * math.sqrt(3))), stats.norm.ppf(t3_cdf(t2))
+    assert_close([r.lower.z1, r.lower.z2, r.upper.z1, r.upper.z2], [lo1, lo2, hi1, hi2], EXACT, atol=1e-11)
+    assert round(lo1, 2) == 2.61 and round(hi1, 2) == 1.79
+    assert r.lower.stopped and not r.upper.stopped
+    z = (hi1 + hi2) / math.sqrt(2)
+    assert_close(r.upper.z, z, EXACT, atol=1e-11)
+    p_lower = stats.norm.sf(lo1) + above(c1, lo1, w1)
+    p_upper = alpha1 + above(c1, z, w1)
+    assert_close([r.lower.p, r.upper.p], [p_lower, p_upper], EXACT, atol=1e-9)  # Genz's error, not rounding
+    assert r.p == max(r.lower.p, r.upper.p) == r.upper.p
+    assert r.rejected == (r.p <= 0.05)
+    with pytest.raises(ValueError, match="bound"):
+        sq.two_stage_tost([1.0, 2.0], [1.0, 2.0], 0.0, w1=w1)
+
+
+def test_staged_equivalence_replaces_the_tost_and_leaves_the_rest():
+    from dataclasses import replace
+
+    from ablate.inference import paired_contrast
+
+    x = np.array([0.50, 0.55, 0.48, 0.61, 0.52, 0.58, 0.53])
+    y = np.array([0.49, 0.53, 0.50, 0.57, 0.52, 0.55, 0.52])
+    c = paired_contrast(x, y, list(range(7)), factor="f", level="b", baseline="a", mode="max", min_effect=0.05)
+    (out,), tests = sq.staged_equivalence([c], 3, 0.05)
+    d = x - y
+    expected = sq.two_stage_tost(d[:3], d[3:], 0.05, w1=math.sqrt(1 / 2))
+    assert tests[c.name] == expected and out.p_tost == expected.p != c.p_tost
+    assert replace(out, p_tost=c.p_tost) == c
+    assert sq.staged_equivalence([c], 3, None) == ([c], {})      # no min_effect: no TOST
+    assert sq.staged_equivalence([c], 7, 0.05) == ([c], {})      # no seed beyond the first stage
+
+
+def test_the_two_stage_tost_holds_its_level_on_the_margin():
+    """20000 studies of 4 + 6 normal differences whose true mean lies exactly on +bound: equivalence declared
+    in 5% or fewer (MC SE 0.15 points; 3.5 SE allowed): the upper one-sided test is exact there."""
+    rng = np.random.default_rng(5)
+    draws, n1, n2, bound = 20000, 4, 6, 1.0
+    d = rng.normal(bound, 1.3, (draws, n1 + n2))
+    p = np.array([sq.two_stage_tost(x[:n1], x[n1:], bound, w1=math.sqrt(0.5)).upper.p for x in d])
+    rate = float(np.mean(p <= 0.05))
+    assert abs(rate - 0.05) < 3.5 * math.sqrt(0.05 * 0.95 / draws), rate
+
+
+def test_two_stage_interaction_by_hand():
+    """One interaction contrast (1 df: the paired t) on 7 seeds, extended after 3: stage 1 seeds 0-2 give the
+    paired t's two-sided p1 = 1 - |t| / sqrt(2 + t^2) (t on 2 df in closed form), the extension seeds 3-6 its own
+    p2; z_k = Phi^{-1}(1 - p_k), Z = (z1 + z2) / sqrt 2, and p = Phi(-c1) + P(Z1 < c1, Z >= Z) at the one-sided
+    boundaries. The all-seeds F and df are kept for display; the p and the note are the two-stage test's."""
+    import pandas as pd
+    from tolerance import EXACT, assert_close
+
+    from ablate.inference import paired_interaction, staged_interaction
+
+    values = [1.0, 2.0, 4.0, 2.0, -1.0, 4.0, 3.0]
+    frame = pd.DataFrame({"i × j": values}, index=pd.Index(range(7), name="seed"))
+    every = paired_interaction(frame, "a:b")
+    test, staged = staged_interaction(every, frame, 3)
+    t1 = (7 / 3) / (math.sqrt(7 / 3) / math.sqrt(3))  # mean 7/3, sd sqrt(7/3)
+    p1 = 1 - t1 / math.sqrt(2 + t1 * t1)
+    p2 = stats.ttest_1samp(values[3:], 0.0).pvalue
+    assert_close([staged.first.p, staged.extension.p], [p1, p2], EXACT)
+    z1, z2 = stats.norm.isf(p1), stats.norm.isf(p2)
+    z = (z1 + z2) / math.sqrt(2)
+    assert_close([staged.test.z1, staged.test.z2, staged.test.z], [z1, z2, z], EXACT)
+    c1, c2, alpha1 = sq.one_sided_boundaries(math.sqrt(0.5))
+    assert z1 < c1 and not staged.test.stopped
+    assert_close(test.p, alpha1 + above(c1, z, math.sqrt(0.5)), EXACT, atol=1e-9)
+    assert (test.F, test.df, test.df_resid) == (every.F, every.df, every.df_resid)
+    assert test.p > every.p and test.note.startswith(f"two-stage test of the extended seeds: p = {test.p:.3g} before ")
+    assert staged_interaction(every, frame, 7) == (every, None)  # no extension: the test of all seeds
+
+
+def test_an_extended_factorial_tests_its_interaction_in_two_stages():
+    """Through infer: a 2 x 2 study of 8 seeds extended after 4 has its interaction's p from
+    staged_interaction, and without extended_after the paired test of all seeds."""
+    import pandas as pd
+
+    from ablate.inference import infer, interaction_contrasts, paired_interaction, staged_interaction
+
+    rng = np.random.default_rng(2)
+    rows = [{"a": a, "b": b, "seed": s, "objective": 0.5 + 0.04 * (a == "a1") * (b == "b1") + rng.normal(0, 0.02)}
+            for s in range(8) for a in ("a0", "a1") for b in ("b0", "b1")]
+    per_trial = pd.DataFrame(rows)
+    args = (per_trial, {"a": "a", "b": "b"}, {"a": ["a0", "a1"], "b": ["b0", "b1"]}, {"a": "a0", "b": "b0"})
+    staged = infer(*args, min_effect=0.05, extended_after=4)
+    plain = infer(*args, min_effect=0.05)
+    frame = interaction_contrasts(per_trial, "a", "b", ["a0", "a1"], ["b0", "b1"], "a0", "b0", ["a", "b"])
+    expected, record = staged_interaction(paired_interaction(frame, "a:b"), frame, 4)
+    term = next(c.term for c in staged.family.claims if c.term is not None)
+    assert term == expected and staged.staged_terms == {"a:b": record}
+    assert next(c.term for c in plain.family.claims if c.term is not None) == paired_interaction(frame, "a:b")
+    assert set(staged.staged_tost) == {c.name for c in staged.contrasts}
+
+
+# --------------------------------------------------------------------- the committed extended reports (issue 54)
+
+
+def _committed(name: str):
+    from pathlib import Path
+
+    from ablate.planning import read_report_pilot
+    from ablate.study import load_study
+
+    root = Path(__file__).resolve().parent.parent
+    family = read_report_pilot(load_study(root / "studies" / f"{name}.yaml"), root / "reports" / name).inference.family
+    return {c.name: c for c in family.claims}
+
+
+def test_granularity_cross_reward_by_ratio_interaction_is_not_detected_in_two_stages():
+    """Extended after 10 of its 21 seeds: the reward × ratio interaction's two-stage test (Hotelling's T² on seeds
+    0-9, p 0.0164, and on seeds 10-20, p 0.151) gives p 0.0194 and Holm 0.136 over the family of 8: not
+    detected (the test of all 21 seeds at alpha gave 0.0032, Holm 0.0253, which the report called detected)."""
+    claim = _committed("granularity_cross")["interaction reward × ratio"]
+    assert claim.verdict == "not resolved"
+    assert round(claim.term.p, 4) == 0.0194 and round(claim.p_holm, 3) == 0.136
+
+
+def test_reward_granularity_prm_equivalence_in_two_stages():
+    """Extended after 24 of its 48 seeds: the PRM reward's two-stage TOST at ±5 points gives Holm 0.0547 (the TOST
+    of all 48 seeds at alpha gave 0.031, which the report called equivalent)."""
+    claim = _committed("reward_granularity")["reward: final+prm vs final"]
+    assert round(claim.p_tost_holm, 4) == 0.0547
+    assert claim.verdict == "not resolved"
