@@ -433,7 +433,8 @@ def evidence_block(report: str, trials: pd.DataFrame, pairs: pd.DataFrame, proje
             "O'Brien-Fleming-type boundaries for the interim look (c1 at the first stage, c2 at the end; earlier "
             "looks at fewer seeds spend no alpha to 3 decimals and are folded into the first stage). The two-stage "
             "p enters the Holm correction above and decides the verdict; estimates and intervals stay those of all "
-            "seeds, and equivalence (TOST) is judged on all seeds (docs/statistics.md).", staged))
+            "seeds. Equivalence (each one-sided test of the TOST) and the interaction tests are combined over the "
+            "two stages the same way (docs/statistics.md).", staged))
     return Block(tuple(parts), f"../{LEDGER_FILE}#{report}")
 
 
