@@ -246,6 +246,8 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     assert [a.state for a in attempts_by_key(storage, "trlkill")[key]] == ["running"]
 
     assert main(["run", str(study_file), "--no-progress", "--threads", "1"]) == 0
+    if processes > 1:  # the killed worker's launch folder is gone: the rerun's trl trial swept it
+        assert _KILLED_FOLDERS and not any(f.exists() for f in _KILLED_FOLDERS)
     err = capsys.readouterr().err
     assert "1 of them left by dead workers: they resume from their checkpoints" in err
     stale, resumed = attempts_by_key(storage, "trlkill")[key]
@@ -298,8 +300,25 @@ def _kill_the_worker_once_written(proc, checkpoint, log) -> list[str]:
     assert len(ranks) >= 3, ranks  # torchrun and its 2 ranks run
     parents = {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in ranks}
     (worker,) = parents - ranks  # torchrun's parent: the worker (the ranks' parent is torchrun)
+    global _KILLED_FOLDERS
+    _KILLED_FOLDERS = _launch_folders(worker)
+    assert _KILLED_FOLDERS, "the worker made no launch folder"
     os.kill(worker, signal.SIGKILL)
     return sorted(p.name for p in checkpoint.parent.parent.iterdir())
+
+
+_KILLED_FOLDERS: list = []
+
+
+def _launch_folders(owner: int) -> list:
+    """The ablate-trl-ranks-* folders in the temporary directory made by process ``owner``."""
+    import tempfile
+    from pathlib import Path
+
+    from ablate.engines.trl_ranks import OWNER_FILE, PREFIX
+
+    return [f for f in Path(tempfile.gettempdir()).glob(PREFIX + "*")
+            if (f / OWNER_FILE).is_file() and (f / OWNER_FILE).read_text().split(" ")[0] == str(owner)]
 
 
 def _no_rank_survives(trial, at_kill) -> None:
