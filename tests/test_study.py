@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from ablate.cli import main
+from ablate.config import TrialConfig
 from ablate.designs import DESIGNS
 from ablate.errors import AblateError
 from ablate.plan import Plan
@@ -939,6 +940,39 @@ def test_contexts_cross_every_compared_arm_with_every_context(tmp_path):
         assert sum(study.context_of(a.levels) == ctx for a in study.arms) == 3
     base = next(a for a in study.arms if a.baseline)
     assert base.levels == {"loss_norm": "sequence", "ratio": "token", "task": "addition", "model": "tiny-llama"}
+
+
+def test_layer_overrides_puts_context_levels_below_the_budget():
+    """base < context levels < budget < compared levels, by hand: the budget beats a context's steps, a
+    compared level beats the budget, and a context level beats base."""
+    from ablate.study.model import layer_overrides
+
+    base = {"train.steps": 60, "task.name": "addition", "optim.lr": 2e-5}
+    budget = {"train.steps": 2, "optim.lr": 1e-4}
+    levels = [("task", {"task.name": "countdown", "train.steps": 120}), ("lr", {"optim.lr": 5e-5})]
+    assert layer_overrides(base, budget, levels, ("task",)) == {
+        "train.steps": 2, "task.name": "countdown", "optim.lr": 5e-5}
+    assert layer_overrides(base, {}, levels, ("task",))["train.steps"] == 120
+    # without contexts every level sits above the budget, as before
+    assert layer_overrides(base, budget, levels)["train.steps"] == 120
+
+
+def test_a_context_level_sets_its_own_steps_and_a_budget_resizes_every_context(tmp_path):
+    """A context may train for its own number of RL steps (the pilot's per-context budget); the smoke budget's
+    2 steps still apply in it, and a compared level that sets the same key still wins over the budget."""
+    text = CONTEXTS.replace("  task: {path: task.name, values: [addition, chain]}",
+                            "  task:\n    levels:\n      addition: {task.name: addition}\n"
+                            "      chain: {task.name: chain, train.steps: 120}")
+    text += "budgets:\n  smoke: {train.steps: 2, loss.aggregation: token-mean}\n"
+    study = load_study(write(tmp_path, text))
+    chain = next(a for a in study.arms if a.levels == {"loss_norm": "sequence", "ratio": "token", "task": "chain",
+                                                       "model": "tiny-llama"})
+    assert study.config(chain).train.steps == 120 and study.arm_config(chain).train.steps == 120
+    assert study.config(chain, "smoke").train.steps == 2 and study.arm_config(chain, "smoke").train.steps == 2
+    addition = next(a for a in study.arms if a.baseline)
+    assert study.config(addition).train.steps == TrialConfig().train.steps != 120
+    # the budget's loss.aggregation is beaten by the compared factor's level, as before
+    assert study.config(chain, "smoke").loss.aggregation == "seq-mean-token-mean"
 
 
 @pytest.mark.parametrize(("edit", "fragment"), [

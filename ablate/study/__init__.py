@@ -113,8 +113,8 @@ a study with ``tune:`` (its tuning picks the trials by it). The analysis is not 
 ``objective``, ``min_effect``, ``primary``, ``report``, ``entry`` or ``extended_after`` is the same study, its finished
 trials are reused (no trial key depends on them) and its report is rebuilt.
 
-Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the budget's
-overrides < the arm's levels (in factor order) < the trial's seed (path ``seed``, which only
+Precedence when a trial's configuration is built: TrialConfig defaults < ``base`` < the context factors'
+levels < the budget's overrides < the compared factors' levels (each in factor order) < the trial's seed (path ``seed``, which only
 ``seeds:`` may set). Every arm's configuration is built, for every budget, when the file is
 loaded: a bad level fails :func:`load_study`, never a running study.
 

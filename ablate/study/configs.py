@@ -10,7 +10,7 @@ from typing import Any
 from ablate.config import ConfigWarning, TrialConfig
 from ablate.errors import ConfigError
 from ablate.study.checker import MAX_ARM_PROBLEMS, Checker, indented, line_of
-from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, TuneSpec, level_name
+from ablate.study.model import DEFAULT_BUDGET, Arm, Factor, TuneSpec, layer_overrides, level_name
 from ablate.yamlio import LineDict
 
 #: An (arm name, budget name) pair.
@@ -67,6 +67,7 @@ class _Context:
     build: _Builder
     failed: dict[ArmBudget, str] = field(default_factory=dict)
     explained: set[ArmBudget] = field(default_factory=set)
+    contexts: tuple[str, ...] = ()  # context factors: their levels sit below the budget (layer_overrides)
     bad: set[tuple[str, str]] = field(default_factory=set)  # (where, key): reported at the key's own line
 
     def base_ov(self) -> dict[str, Any]:
@@ -148,9 +149,8 @@ def _build_all(cx: _Context) -> dict[ArmBudget, TrialConfig]:
     configs: dict[ArmBudget, TrialConfig] = {}
     for b in cx.budgets:
         for arm in cx.arms:
-            ov = {**cx.base_ov(), **cx.budget_ov(b)}
-            for f in cx.factors:
-                ov.update(cx.level_ov(fmap[f.name], fmap[f.name].level(arm.levels[f.name])))
+            levels = [(f.name, cx.level_ov(fmap[f.name], fmap[f.name].level(arm.levels[f.name]))) for f in cx.factors]
+            ov = layer_overrides(cx.base_ov(), cx.budget_ov(b), levels, cx.contexts)
             cfg, err = cx.build(ov, arm.name)
             if cfg is not None:
                 configs[(arm.name, b)] = cfg
@@ -274,10 +274,12 @@ def check_configs(
     tune: TuneSpec | None,
     warned: list[tuple[str, str | None, str]] | None = None,
     bad: set[tuple[str, str]] | None = None,
+    contexts: tuple[str, ...] = (),
 ) -> dict[ArmBudget, TrialConfig]:
     """Build every arm's TrialConfig at every budget; report failures where they come from.
 
     ``bad``: the keys :func:`check_keys` reported, left out of every build (checked here when not given).
+    ``contexts``: the context factors, whose levels sit below the budget (:func:`~ablate.study.model.layer_overrides`).
 
     A failure is reported at ``base:`` when every arm fails and base alone fails, at a budget when
     every arm fails at that budget and base + budget alone fails, at a level when every arm with
@@ -287,7 +289,7 @@ def check_configs(
     Returns:
         (arm name, budget name) -> its configuration (the arms that built).
     """
-    cx = _Context(ck, doc, base, budgets, factors, arms, _Builder(warned))
+    cx = _Context(ck, doc, base, budgets, factors, arms, _Builder(warned), contexts=contexts)
     cx.bad = check_keys(ck, doc, base, budgets, factors) if bad is None else set(bad)
     configs = _build_all(cx)
     if cx.failed:

@@ -314,7 +314,8 @@ def load_study(path: str | Path) -> Study:
     acknowledged: tuple = ()
     if study_level_ok and arms:  # the arms' configurations: what only a combination of keys gets wrong
         assert base is not None and budgets is not None and factors is not None
-        configs = check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings, bad=bad_keys)
+        configs = check_configs(ck, doc, base, budgets, factors, arms, tune, config_warnings, bad=bad_keys,
+                                contexts=contexts)
         if not ck.problems:
             shown, acknowledged = _split_acknowledged(ck, doc, acknowledge, config_warnings)
     if ck.problems:

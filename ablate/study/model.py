@@ -276,13 +276,12 @@ class Study:
             )
 
     def overrides(self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET) -> dict[str, Any]:
-        """The merged dotted overrides of an arm at a budget: base < budget < levels."""
+        """The merged dotted overrides of an arm at a budget: base < context levels < budget < compared
+        levels (:func:`layer_overrides`)."""
         self.check_budget(budget)
         levels = arm.levels if isinstance(arm, Arm) else arm
-        out = {**self.base, **self.budgets[budget]}
-        for f in self.factors:
-            out.update(f.level(levels[f.name]).overrides)
-        return out
+        return layer_overrides(self.base, self.budgets[budget],
+                               [(f.name, f.level(levels[f.name]).overrides) for f in self.factors], self.contexts)
 
     def config(
         self, arm: Arm | Mapping[str, str], budget: str = DEFAULT_BUDGET, seed: int | None = None
@@ -396,6 +395,34 @@ class Study:
     def n_trials(self) -> int:
         """Arms x seeds (the same at every budget)."""
         return len(self.arms) * len(self.seeds)
+
+
+def layer_overrides(base: Mapping[str, Any], budget: Mapping[str, Any],
+                    levels: list[tuple[str, Mapping[str, Any]]], contexts: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One trial's dotted overrides: ``base`` < the context factors' levels < ``budget`` < the compared
+    factors' levels, each group in factor order.
+
+    A context level is where the study runs (a task, a model and the RL steps it learns in), a base of its
+    own; a budget resizes every context alike, so a smoke budget's ``train.steps: 2`` also applies in a context
+    whose level trains for 120. The compared levels come last: they are the choice under test.
+
+    Args:
+        base, budget: ``base:`` and the budget's overrides (path -> value).
+        levels: (factor name, that factor's level's overrides), in factor order.
+        contexts: the names of the context factors (``contexts:``).
+
+    Returns:
+        path -> value.
+    """
+    out = dict(base)
+    for name, ov in levels:
+        if name in contexts:
+            out.update(ov)
+    out.update(budget)
+    for name, ov in levels:
+        if name not in contexts:
+            out.update(ov)
+    return out
 
 
 def level_name(value: Any) -> str:
