@@ -425,11 +425,21 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     Raises:
         AblateError: no results.csv there, or it holds trials of another study or no finished trial.
     """
+    done = report_trials(study, folder)
+    return Pilot(None, report_inference(study, folder, done)[1], len(done))
+
+
+def report_inference(study: Study, folder: str | Path,
+                     done: pd.DataFrame | None = None) -> tuple[pd.DataFrame, StudyInference]:
+    """The objective per trial (``key, arm, seed, <factor names>, objective``) of a report folder's finished
+    trials (``done``: :func:`report_trials`, read when None) and the report's inference on them: its verdicts
+    as the report computed them (:func:`ablate.report.statistics.judge`), what :func:`read_report_pilot`
+    and a committed report's re-rendered claims (:mod:`ablate.report.verdicts`) read."""
     import pandas as pd
 
     from ablate.inference import infer_study
 
-    done = report_trials(study, folder)
+    done = report_trials(study, folder) if done is None else done
     names = [f.name for f in study.factors]
     per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
     # the report's own verdicts (issue 54): its positive control from its curves.csv, and a context study's
@@ -443,8 +453,7 @@ def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
     sizes = {}
     if len(study.contexts) == 1 and PARAMS_METRIC in done.columns:
         sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
-    inference = judge(study, per_trial, factors, infer_study(study, per_trial, factors), curves, sizes)
-    return Pilot(None, inference, len(done))
+    return per_trial, judge(study, per_trial, factors, infer_study(study, per_trial, factors), curves, sizes)
 
 
 def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:

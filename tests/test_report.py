@@ -223,7 +223,7 @@ def test_a_demo_s_report_opens_with_the_demo_line_and_has_no_evidence_block(tmp_
     res = synthetic(study, np.random.default_rng(1), effect=0.1)
     index = write_report(Plan.of(study, res.budget), res, tmp_path / "reports" / "synth", **FAST)
     readme = (index.parent / "README.md").read_text(encoding="utf-8")
-    assert readme.split("## Findings\n\n", 1)[1].startswith(f"- {DEMO_LINE}")
+    assert readme.split("## Findings\n\n<!-- ablate:answer:begin -->\n", 1)[1].startswith(f"- {DEMO_LINE}")
     assert BEGIN not in readme and BEGIN not in index.read_text(encoding="utf-8")
     assert report_folders(tmp_path / "reports") == []
 
@@ -765,7 +765,7 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx", **FAST)
     text = (index.parent / "README.md").read_text()
     findings = text.split("## Findings", 1)[1].split("\n\n", 2)[1]
-    assert findings.startswith(f"- {md(a.claim)}: {md(a.verdict)} (3 contexts). ")
+    assert findings.startswith(f"<!-- ablate:answer:begin -->\n- {md(a.claim)}: {md(a.verdict)} (3 contexts). ")
     assert "a new context" in findings and "I² =" in findings and md(a.pooled.method) in findings
     assert (index.parent / "contexts_1.png").is_file() and "### Across contexts" in text
     assert "across contexts" in text and "pooled (3 contexts)" in text
@@ -819,7 +819,7 @@ def test_a_context_outside_the_entry_band_is_dropped_never_pooled_and_a_study_wi
     assert stats.contexts[0].pooled.k == 3 and not stats.inference.dropped
     index = write_report(Plan.of(study), res, tmp_path / "reports" / "ctx2", **FAST)
     answer = (index.parent / "README.md").read_text().split("## Findings", 1)[1]
-    assert answer.lstrip().startswith(f"- {md(NO_ENTRY_RULE)}")
+    assert answer.lstrip().startswith(f"<!-- ablate:answer:begin -->\n- {md(NO_ENTRY_RULE)}")
 
 
 def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp_path):

@@ -126,7 +126,7 @@ def test_study_runs_at_its_smoke_budget(path, smoke_root, ablate_cli):
               if r.data.tags.get("ablate.trial_key") in keys}
     assert tagged == dict(zip(results["key"].astype(str), results["fingerprint"])), (tagged, results["fingerprint"])
     readme = (report / "README.md").read_text()
-    assert readme.split("## Findings\n\n", 1)[1].startswith(f"- {SMOKE_LINE}"), readme[:800]  # no evidence
+    assert readme.split("## Findings\n\n<!-- ablate:answer:begin -->\n", 1)[1].startswith(f"- {SMOKE_LINE}"), readme[:800]  # no evidence
     assert "ablate:evidence:begin" not in readme  # nor a place in the evidence across the reports
     assert f"produced by: `ablate run {path} --budget smoke --workers 1 --threads 1 --no-progress`" in readme
     from test_study import NO_ENTRY_RULE_YET

@@ -16,7 +16,11 @@ is generated from all of them together, so that none of it is a copy that goes s
                          and the trials with one key but other content (another processor or code)
   reports/<study>/       each report's README.md and index.html gain (or refresh) the block "Evidence
                          across the committed reports": its shared trials, and each of its claims
-                         beside Holm over every tested claim of every committed report
+                         beside Holm over every tested claim of every committed report; its
+                         positive control; and its verdicts (answer, claims figure, sections and
+                         tables of claims) re-rendered from its results.csv by today's statistics,
+                         so its body says what its evidence block says (claims.png redrawn
+                         when the claims it shows changed)
   docs/findings.md       the table of every claim with its per-report and project-wide adjusted p
                          (between the ablate:claims markers)
 

@@ -42,7 +42,7 @@ from ablate import analysis
 from ablate.errors import UnloggedObjectiveError
 from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir_for
-from ablate.report import control
+from ablate.report import control, verdicts
 from ablate.report import figures as figs
 from ablate.report.control import CURVES_FILE, objective_curves
 from ablate.report.findings import Findings, num, phrase
@@ -213,13 +213,7 @@ def draw_figures(stats: ReportStatistics, results: Results, out: Path,
     if table.empty:
         return figures, notes
     fam = stats.inference.family
-    add("claims", "Claims", "Every contrast of the report's family: the estimate (diamond), the 95% interval the claim "
-        f"used ({'from the linear model' if fam.method == 'linear model' else 'paired t'}; none below 3 seeds), the "
-        "per-seed differences (grey dots), the ±min_effect band (grey, when the study declares one); colour: red "
-        "detected, green equivalent, grey not resolved, orange uninformative (an equivalence where the baseline did "
-        "not learn); ★ primary.",
-        lambda: figs.forest_plot(fam, scale=stats.scale.factor, unit=stats.scale.unit, metric=metric,
-                                 min_effect=stats.min_effect))
+    add("claims", "Claims", verdicts.claims_caption(fam.method), lambda: verdicts.draw_claims(stats))
     for i, a in enumerate(c for c in stats.contexts if c.pooled is not None):  # one forest per pooled contrast
         pooled = {k: getattr(a.pooled, k) for k in ("estimate", "ci_low", "ci_high", "pi_low", "pi_high", "tau", "i2")}
         add(f"contexts_{i + 1}", f"{a.claim} across contexts", "One row per context: its estimate (square) and 95% "
@@ -300,6 +294,7 @@ def build_page(study: Study, results: Results, stats: ReportStatistics, findings
         design=_design_table(study, results),
         alias_lines=tuple(study.aliasing.lines()) if study.aliasing is not None else (),
         study_yaml=study_yaml, baseline_config=baseline_config, versions=_versions(results), files=linked, uncommitted=named,
+        claims_digest=verdicts.stats_digest(stats),
     )
 
 

@@ -43,6 +43,7 @@ from ablate.report.learning import (
     objective_curves,
     study_controls,
 )
+from ablate.report.page import ANSWER
 
 if TYPE_CHECKING:
     from ablate.study import Study
@@ -237,6 +238,9 @@ def _md_at(text: str) -> int:
     if k < 0:
         return -1
     k += len(_FINDINGS_MD)
+    if text.startswith(ANSWER[0], k):  # the answer's marked block (ablate.report.verdicts)
+        k = text.index(ANSWER[1], k) + len(ANSWER[1])
+        k += 1 if text.startswith("\n", k) else 0
     while text.startswith("- ", k):
         nl = text.find("\n", k)
         k = len(text) if nl < 0 else nl + 1
@@ -249,6 +253,9 @@ def _html_at(text: str) -> int:
     if k < 0:
         return -1
     k += len(_FINDINGS_HTML)
+    if text.startswith(ANSWER[0], k):  # the answer's marked block (ablate.report.verdicts)
+        k = text.index(ANSWER[1], k) + len(ANSWER[1])
+        return k + (1 if text.startswith("\n", k) else 0)
     if text.startswith(_ANSWER_HTML, k):
         k = text.index("</ul>", k) + len("</ul>")
         k += 1 if text.startswith("\n", k) else 0

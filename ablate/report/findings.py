@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -86,21 +86,24 @@ TERM_INTERVALS = ("F-test", "Hotelling T²")
 # --------------------------------------------------------------------------------------- sentences
 
 
-def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scale, mode: str) -> str:
-    """One claim as a sentence: its verdict first, then the numbers that carry it."""
+def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scale, mode: str, *,
+                   staged: bool = False) -> str:
+    """One claim as a sentence: its verdict first, then the numbers that carry it (``staged``: its p values are
+    an extended study's two-stage tests, :func:`staged_claim`, and say so)."""
     unit = f" {scale.unit}" if scale.unit else ""
     fam = f"Holm over a family of {family.size}"
+    two = "two-stage " if staged else ""
     if claim.term is not None:
         t = claim.term
         fstat = (f"{term_test_name(t)}: F({t.df}, {t.df_resid}) = {num(t.F)}" if math.isfinite(t.F) else
                  "no F-test")
         if claim.verdict == inference.DETECTED:
-            return (f"{claim.name}: detected: {fstat}, {p_text(claim.p_holm)} ({fam}); the effect of one factor "
+            return (f"{claim.name}: detected: {fstat}, {two}{p_text(claim.p_holm)} ({fam}); the effect of one factor "
                     "depends on the level of the other (read the interaction plot).")
         if not math.isfinite(t.p):
             return f"{claim.name}: not resolved: not tested ({t.note or 'no F-test'})."
         why = f"; {claim.reason}" if claim.reason else ""
-        return f"{claim.name}: not resolved: {fstat}, {p_text(claim.p_holm)} ({fam}){why}."
+        return f"{claim.name}: not resolved: {fstat}, {two}{p_text(claim.p_holm)} ({fam}){why}."
     c = claim.contrast
     assert c is not None
     if claim.pooled is not None:  # a context study: the claim is its verdict across contexts
@@ -126,7 +129,7 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
     lone = (f"; only 1 of the {c.n_seeds} seeds differs at all, so the interval rests on that one seed"
             if imp.n == 1 else "")
     ci = ci_text(c.ci_low, c.ci_high, scale.factor)
-    stats_text = (f"{interval_kind(c)}; {p_text(claim.p_holm)} ({fam}); d_z = {num(c.d_z, 2)}; {improved}")
+    stats_text = (f"{interval_kind(c)}; {two}{p_text(claim.p_holm)} ({fam}); d_z = {num(c.d_z, 2)}; {improved}")
     if claim.verdict == inference.DETECTED:
         small = ""
         if family.min_effect and abs(c.estimate) < family.min_effect:
@@ -134,10 +137,10 @@ def claim_sentence(claim: inference.Claim, family: inference.Family, scale: Scal
         return f"{claim.name}: detected: {est} {ci} ({stats_text}){small}{lone}."
     if claim.verdict == inference.EQUIVALENT:
         return (f"{claim.name}: equivalent: no effect as large as ±{num(family.min_effect * scale.factor)}{unit} "
-                f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}){lone}.")
+                f"({est} {ci}; {two}TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}){lone}.")
     if claim.verdict == inference.UNINFORMATIVE:
         return (f"{claim.name}: uninformative: no effect as large as ±{num(family.min_effect * scale.factor)}{unit} "
-                f"({est} {ci}; TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}), but {claim.reason}: no "
+                f"({est} {ci}; {two}TOST {p_text(claim.p_tost_holm)}, {fam}; {interval_kind(c)}), but {claim.reason}: no "
                 f"choice had anything to change, so this is no evidence that the choice does not matter{lone}.")
     return (f"{claim.name}: not resolved at {seeds_text(c.n_seeds)}: {est} {ci} ({stats_text}); {claim.reason}"
             + (f"; {plan}" if plan else "") + f"{lone}.")
@@ -509,25 +512,54 @@ def _answers(stats: ReportStatistics, scale: Scale, fam: Any) -> list[str]:
     return out
 
 
-def _sections(stats: ReportStatistics) -> list[Section]:
-    """The report's sentences: the study's question (primary contrasts), exploratory contrasts,
-    interactions and compute efficiency."""
-    scale, fam = stats.scale, stats.inference.family
+def staged_claim(run: inference.StudyInference, claim: inference.Claim) -> bool:
+    """Whether ``claim``'s test is an extended study's two-stage test (its contrast, its TOST or its
+    interaction: :mod:`ablate.sequential`)."""
+    if claim.term is not None:
+        return claim.term.term in run.staged_terms
+    return claim.name in run.staged or claim.name in run.staged_tost
+
+
+def staged_intro(run: inference.StudyInference) -> str:
+    """What the claims' sections of an extended study say first: their p values are the two-stage tests'
+    ("" for a study that was not extended)."""
+    stages = [*run.staged.values(), *run.staged_terms.values()]
+    if not stages:
+        return ""
+    n1 = stages[0].n1
+    return (f"This study's seeds were extended after a report of its first {seeds_text(n1)} was read (extended_after "
+            "in the study file): each p value below is the two-stage test's (stage 1 and the extension combined, "
+            "O'Brien-Fleming-type boundaries; the TOST and the interactions alike), Holm over the family, and it "
+            "decides the verdict; estimates and intervals are those of all seeds. Each contrast's two stages are in "
+            "the table under 'Evidence across the committed reports'.")
+
+
+def claim_sections(stats: ReportStatistics) -> list[Section]:
+    """The report's sections of claims (each marked ``claims``): the study's question (primary contrasts),
+    exploratory contrasts and interactions; a study with contexts, its verdicts across contexts first. Computed
+    from the trials' objectives alone, as ``ablate ledger`` re-renders them (:mod:`ablate.report.verdicts`)."""
+    scale, run = stats.scale, stats.inference
+    fam = run.family
+
+    def said(claims: Sequence[inference.Claim]) -> list[str]:
+        return [claim_sentence(c, fam, scale, stats.mode, staged=staged_claim(run, c)) for c in claims]
+
     sections = []
     if not stats.per_trial.empty:  # (with nothing finished, the answer says so)
         head = resolution_sentences(stats)
-        prim = [claim_sentence(c, fam, scale, stats.mode) for c in fam.primary]
-        sections.append(Section("Primary contrasts" if prim else "The study's question", tuple(head + prim)))
-        contrasts = [claim_sentence(c, fam, scale, stats.mode) for c in fam.exploratory if c.contrast is not None]
+        prim = said(fam.primary)
+        sections.append(Section("Primary contrasts" if prim else "The study's question", tuple(head + prim),
+                                staged_intro(run), claims=True))
+        contrasts = said([c for c in fam.exploratory if c.contrast is not None])
         if contrasts:
             sections.append(Section("Exploratory contrasts", tuple(contrasts),
-                                    "Each level against the baseline level; members of the same family."))
-        terms = [claim_sentence(c, fam, scale, stats.mode) for c in fam.exploratory if c.term is not None]
+                                    "Each level against the baseline level; members of the same family.", claims=True))
+        terms = said([c for c in fam.exploratory if c.term is not None])
         if terms:
             sections.append(Section("Interactions", tuple(terms), (
                 "Each two-factor interaction tested on its per-seed interaction contrasts (Hotelling's T², the "
                 "paired t-test for one contrast), members of the same family." if fam.method == inference.PAIRED
-                else "Type II F-tests of the two-factor interactions, members of the same family.")))
+                else "Type II F-tests of the two-factor interactions, members of the same family."), claims=True))
     if stats.contexts:
         sections.insert(0, Section("Across contexts", tuple(context_sentence(a, scale) for a in stats.contexts), (
             "Each contrast estimated within each context (the paired t over that context's seeds) and pooled across "
@@ -536,7 +568,16 @@ def _sections(stats: ReportStatistics) -> list[Section]:
             "context's effect would fall. Verdicts: holds across contexts, equivalent on average across contexts, "
             "context-dependent, not resolved (docs/statistics.md), each at its pooled tests' Holm adjustment over the "
             "family; an equivalence where the baseline did not learn in every pooled context is uninformative. This "
-            "verdict is each contrast's claim; the equal-weight averages below describe, they do not judge.")))
+            "verdict is each contrast's claim; the equal-weight averages below describe, they do not judge."),
+            claims=True))
+    return sections
+
+
+def _sections(stats: ReportStatistics) -> list[Section]:
+    """The report's sentences: its sections of claims (:func:`claim_sections`), compute efficiency and the
+    method."""
+    scale = stats.scale
+    sections = claim_sections(stats)
     if not stats.fits.empty:
         sections.append(Section("Compute efficiency", tuple(compute_sentences(stats.fits, stats.labels, scale)),
                                 "Descriptive fits per arm, not claims of the family."))
@@ -570,11 +611,13 @@ def _claim_tables(stats: ReportStatistics) -> list[Table]:
             scaled=["estimate", "ci_low", "ci_high"], scale=scale.factor,
             digits={"p": 2, "p_holm": 2, "p_tost_holm": 2, "d_z": 2}),
             f"Every claim of the report: difference level − baseline in {unit} with its 95% interval (paired t: on "
-            "the per-seed differences; model t: from the study's linear model), the two-sided p-value, its Holm "
+            "the per-seed differences; model t: from the study's linear model), the two-sided p-value"
+            + (" (the two-stage test's, this study's seeds extended after a report was read)" if run.staged else "")
+            + ", its Holm "
             + (f"adjustment over the family of {fam.size}" if fam.size else
                "adjustment (none here: no claim could be tested, each has fewer than "
                f"{inference.MIN_SEEDS} seeds or no spread)")
-            + ", the TOST p-value at ±min_effect (Holm), d_z (mean / SD of the "
+            + f", the {'two-stage ' if run.staged_tost else ''}TOST p-value at ±min_effect (Holm), d_z (mean / SD of the "
             "per-seed differences), the seeds on which the level improved (ties left out), and the seeds a paired "
             "test at the family's Bonferroni level would need for 80% power at the min_effect (or, without one, at "
             "the observed difference).", "claims"))
@@ -662,10 +705,17 @@ def _context_tables(stats: ReportStatistics) -> list[Table]:
     return tables
 
 
+def claim_tables(stats: ReportStatistics) -> list[Table]:
+    """The report's tables of claims (each marked ``claims``): per contrast across contexts, the objective per
+    arm, the family of claims and the analysis of variance. Computed from the trials' objectives alone, as
+    ``ablate ledger`` re-renders them (:mod:`ablate.report.verdicts`)."""
+    return [replace(t, claims=True) for t in (*_context_tables(stats), *_claim_tables(stats))]
+
+
 def phrase(stats: ReportStatistics) -> Findings:
     """Step 2: phrase ``stats`` as findings and format its tables."""
     notes = []
     if stats.scale.factor != 1:
         notes.append(f"{stats.metric} is a fraction; differences are shown in percentage points (× 100).")
-    tables = [*_context_tables(stats), *_claim_tables(stats), *_descriptive_tables(stats)]
+    tables = [*claim_tables(stats), *_descriptive_tables(stats)]
     return Findings(tuple(_sections(stats)), tuple(notes), tuple(tables), tuple(answer_sentences(stats)))

@@ -12,12 +12,22 @@ import base64
 import html
 from typing import TYPE_CHECKING
 
-from ablate.report.page import HEADLINE_FIGURE, uncommitted_sentence
+from ablate.report.page import (
+    ANSWER,
+    CLAIM_SECTIONS,
+    CLAIM_TABLES,
+    CLAIMS_FIGURE,
+    HEADLINE_FIGURE,
+    digest_line,
+    uncommitted_sentence,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
 
-    from ablate.report.page import FigureRef, ReportPage, Table
+    from ablate.report.page import FigureRef, ReportPage, Section, Table
 
 STYLE = """
 body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; margin: 0 auto;
@@ -82,6 +92,53 @@ def figure_html(fig: FigureRef, css: str = "") -> str:
             f"<figcaption><b>{e(fig.title)}.</b> {e(fig.caption)} ({links})</figcaption></figure>")
 
 
+def marked(markers: tuple[str, str], parts: Sequence[str]) -> str:
+    """``parts`` (one line each) between the ``(begin, end)`` markers."""
+    return "\n".join([markers[0], *parts, markers[1]])
+
+
+def answer_block(answer: Sequence[str]) -> str:
+    """The answer's list between the :data:`ablate.report.page.ANSWER` markers."""
+    items = "".join(f'<li class="answer">{e(s)}</li>' for s in answer)
+    return marked(ANSWER, [f'<ul class="answer">{items}</ul>'] if answer else [])
+
+
+def claims_figure_block(figures: Sequence[FigureRef], digest: str) -> str:
+    """The claims figure (the headline figure, if drawn), embedded, and the digest of the data it was drawn from,
+    between the :data:`ablate.report.page.CLAIMS_FIGURE` markers."""
+    shown = [figure_html(f, "headline") for f in figures if f.name == HEADLINE_FIGURE]
+    shown = [f for f in shown if f]
+    return marked(CLAIMS_FIGURE, [*shown, digest_line(digest)] if shown else [])
+
+
+def section_parts(sections: Sequence[Section]) -> list[str]:
+    """Sections of findings, each collapsed below its title."""
+    parts = []
+    for sec in sections:
+        parts.append(f"<details><summary>{e(sec.title)}</summary>")
+        if sec.intro:
+            parts.append(f'<p class="intro">{e(sec.intro)}</p>')
+        if sec.items:
+            parts.append("<ul>" + "".join(f'<li class="finding">{e(s)}</li>' for s in sec.items) + "</ul>")
+        parts.append("</details>")
+    return parts
+
+
+def claim_sections_block(sections: Sequence[Section]) -> str:
+    """The sections of claims between the :data:`ablate.report.page.CLAIM_SECTIONS` markers."""
+    return marked(CLAIM_SECTIONS, section_parts(sections))
+
+
+def table_details(table: Table) -> str:
+    """A report table collapsed below its title."""
+    return f"<details><summary>{e(table.title)}</summary>{table_html(table)}</details>"
+
+
+def claim_tables_block(tables: Sequence[Table]) -> str:
+    """The tables of claims between the :data:`ablate.report.page.CLAIM_TABLES` markers."""
+    return marked(CLAIM_TABLES, [table_details(t) for t in tables])
+
+
 def render_html(data: ReportPage) -> str:
     """The whole page."""
     parts = [
@@ -94,11 +151,7 @@ def render_html(data: ReportPage) -> str:
     ]
     if data.description:
         parts.append(f'<p class="question"><b>Question.</b> {e(data.description)}</p>')
-    parts.append("<h2>Findings</h2>")
-    if data.answer:
-        parts.append('<ul class="answer">' + "".join(f'<li class="answer">{e(s)}</li>' for s in data.answer) + "</ul>")
-    headline = [f for f in data.figures if f.name == HEADLINE_FIGURE]
-    parts.extend(figure_html(f, "headline") for f in headline)
+    parts += ["<h2>Findings</h2>", answer_block(data.answer), claims_figure_block(data.figures, data.claims_digest)]
     if data.acknowledged:
         parts.append(f'<p class="acknowledged">{e(data.acknowledged[0].upper() + data.acknowledged[1:])}.</p>')
     if data.provenance:
@@ -112,20 +165,16 @@ def render_html(data: ReportPage) -> str:
     )
     for note in data.notes:
         parts.append(f'<p class="note">{e(note)}</p>')
-    for sec in data.sections:  # method, model, family and details: collapsed below the answer
-        parts.append(f"<details><summary>{e(sec.title)}</summary>")
-        if sec.intro:
-            parts.append(f'<p class="intro">{e(sec.intro)}</p>')
-        if sec.items:
-            parts.append("<ul>" + "".join(f'<li class="finding">{e(s)}</li>' for s in sec.items) + "</ul>")
-        parts.append("</details>")
+    # the claims, method and details: collapsed below the answer
+    parts.append(claim_sections_block([s for s in data.sections if s.claims]))
+    parts += section_parts([s for s in data.sections if not s.claims])
     rest = [f for f in data.figures if f.name != HEADLINE_FIGURE and f.files.get("png") is not None]
     if rest:
         parts.append("<h2>Figures</h2>")
     parts.extend(figure_html(f) for f in rest)
     if data.tables:
-        parts.append("<h2>Tables</h2>")
-        parts.extend(f"<details><summary>{e(t.title)}</summary>{table_html(t)}</details>" for t in data.tables)
+        parts += ["<h2>Tables</h2>", claim_tables_block([t for t in data.tables if t.claims])]
+        parts += [table_details(t) for t in data.tables if not t.claims]
     if data.missing is not None:
         parts.append("<h2>Missing trials</h2>")
         parts.append(table_html(data.missing))

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ablate.metrics import CONTENT_METRICS, content_fingerprint
-from ablate.report import control, scope
+from ablate.report import control, scope, verdicts
 from ablate.report.shared import seed_ranges
 
 if TYPE_CHECKING:
@@ -501,40 +501,54 @@ def report_block(folder: Path) -> Block:
 
 
 def generated_files(reports: Path, root: Path, findings: Path | None = None, *,
-                    claims: ProjectClaims | None = None) -> dict[Path, str]:
+                    claims: ProjectClaims | None = None, draw: bool = False) -> dict[Path, str]:
     """Every file ``ablate ledger`` writes, with its text: SHARED.md, each committed report's README.md and
-    index.html with its block and its positive control (:mod:`ablate.report.control`), and docs/findings.md with its claims table (when ``findings`` exists).
-    ``claims``: :func:`project_claims` of ``reports`` when the caller has it already."""
+    index.html with its block, its positive control (:mod:`ablate.report.control`) and its verdicts (its answer,
+    claims figure, sections and tables of claims, from its results.csv: :mod:`ablate.report.verdicts`), and
+    docs/findings.md with its claims table (when ``findings`` exists). ``claims``: :func:`project_claims` of
+    ``reports`` when the caller has it already. ``draw``: first redraw a report's claims.png whose data changed
+    (:func:`ablate.report.verdicts.redraw_claims`; without it, index.html embeds the claims.png on disk)."""
     trials = committed_trials(reports)
     pairs = shared_pairs(trials)
     claims = project_claims(reports, root) if claims is None else claims
     out = {reports / LEDGER_FILE: ledger_markdown(trials, pairs, same_key_other_content(trials))}
     for folder in report_folders(reports):
-        block = evidence_block(folder.name, trials, pairs, claims)
-        md_path, html_path = folder / "README.md", folder / "index.html"
-        html_text = html_path.read_text(encoding="utf-8") if html_path.is_file() else ""
-        md_new, html_new = spliced_report(md_path.read_text(encoding="utf-8"), html_text, block)
-        md_new, html_new = control.spliced(md_new, html_new, control.committed_block(folder, root))
-        out[md_path] = md_new
-        if html_path.is_file():
-            out[html_path] = html_new
+        out.update(report_files(folder, root, evidence_block(folder.name, trials, pairs, claims), draw=draw))
     if findings is not None and findings.is_file() and not claims.claims.empty:
         out[findings] = _replace_marked(findings.read_text(encoding="utf-8"), findings_block(claims, pairs),
                                         CLAIMS_BEGIN, CLAIMS_END)
     folders = report_folders(reports)
-    verdicts, single = scope.all_context_verdicts(folders, root), scope.one_context_reports(folders, root)
+    across, single = scope.all_context_verdicts(folders, root), scope.one_context_reports(folders, root)
     if findings is not None and findings.is_file() and scope.SCOPE_BEGIN in out.get(findings, findings.read_text(
             encoding="utf-8")):
         out[findings] = _replace_marked(out.get(findings, findings.read_text(encoding="utf-8")),
-                                        scope.findings_scope(verdicts, single), scope.SCOPE_BEGIN, scope.SCOPE_END)
+                                        scope.findings_scope(across, single), scope.SCOPE_BEGIN, scope.SCOPE_END)
     readme = root / "README.md"
     if readme.is_file() and not claims.claims.empty and README_BEGIN in readme.read_text(encoding="utf-8"):
         text = _replace_marked(readme.read_text(encoding="utf-8"), readme_block(claims), README_BEGIN, README_END)
         if scope.README_SCOPE_BEGIN in text:
-            text = _replace_marked(text, scope.readme_scope(verdicts, single), scope.README_SCOPE_BEGIN,
+            text = _replace_marked(text, scope.readme_scope(across, single), scope.README_SCOPE_BEGIN,
                                    scope.README_SCOPE_END)
         out[readme] = text
     return out
+
+
+def report_files(folder: Path, root: Path, block: Block, *, draw: bool = False) -> dict[Path, str]:
+    """The committed report in ``folder``'s README.md and index.html (when it has one) as ``ablate ledger`` writes
+    them: its evidence ``block``, its positive control and its verdicts (its answer, claims figure, sections and
+    tables of claims, re-rendered from its results.csv by today's statistics: :mod:`ablate.report.verdicts`), each
+    in its marked place; ``draw``: redraw its claims.png first where the claims it shows changed."""
+    md_path, html_path = folder / "README.md", folder / "index.html"
+    html_text = html_path.read_text(encoding="utf-8") if html_path.is_file() else ""
+    md_text = md_path.read_text(encoding="utf-8")
+    md_new, html_new = spliced_report(md_text, html_text, block)
+    md_new, html_new = control.spliced(md_new, html_new, control.committed_block(folder, root))
+    found = verdicts.committed_verdicts(folder, root)
+    if found is not None:
+        if draw:
+            verdicts.redraw_claims(folder, found[1], md_text)
+        md_new, html_new = verdicts.spliced(md_new, html_new, found[0], verdicts.claims_figures(folder, found[1]))
+    return {md_path: md_new, **({html_path: html_new} if html_path.is_file() else {})}
 
 
 def _replace_marked(text: str, block: str, begin: str, end: str) -> str:
@@ -553,7 +567,7 @@ def stale_files(reports: Path, root: Path, findings: Path | None = None, *,
 def write_all(reports: Path, root: Path, findings: Path | None = None) -> list[Path]:
     """Write every generated file that changed; returns those written."""
     written = []
-    for p, text in generated_files(reports, root, findings).items():
+    for p, text in generated_files(reports, root, findings, draw=True).items():
         if not p.is_file() or p.read_text(encoding="utf-8") != text:
             p.write_text(text, encoding="utf-8")
             written.append(p)

@@ -11,12 +11,22 @@ import html
 import re
 from typing import TYPE_CHECKING
 
-from ablate.report.page import HEADLINE_FIGURE, uncommitted_sentence
+from ablate.report.page import (
+    ANSWER,
+    CLAIM_SECTIONS,
+    CLAIM_TABLES,
+    CLAIMS_FIGURE,
+    HEADLINE_FIGURE,
+    digest_line,
+    uncommitted_sentence,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
 
-    from ablate.report.page import ReportPage, Table
+    from ablate.report.page import FigureRef, ReportPage, Section, Table
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|#])")
 
@@ -57,22 +67,59 @@ def table_md(table: Table) -> str:
     return "\n".join(parts)
 
 
+def marked(markers: tuple[str, str], lines: Sequence[str]) -> str:
+    """``lines`` between the ``(begin, end)`` markers, a blank line before the end marker (it never continues a
+    list, a table or a paragraph)."""
+    body = "\n".join(lines).strip("\n")
+    return f"{markers[0]}\n{body}\n\n{markers[1]}" if body else f"{markers[0]}\n{markers[1]}"
+
+
+def answer_block(answer: Sequence[str]) -> str:
+    """The answer's bullets between the :data:`ablate.report.page.ANSWER` markers."""
+    return marked(ANSWER, [f"- {md(s)}" for s in answer])
+
+
+def figure_md(fig: FigureRef) -> list[str]:
+    """A figure's PNG, title and caption (no lines without a PNG)."""
+    png = fig.files.get("png")
+    return [] if png is None else [f"![{md(fig.title)}]({png.name})", "", f"*{md(fig.title)}.* {md(fig.caption)}", ""]
+
+
+def claims_figure_block(figures: Sequence[FigureRef], digest: str) -> str:
+    """The claims figure (the headline figure, if drawn) and the digest of the data it was drawn from, between the
+    :data:`ablate.report.page.CLAIMS_FIGURE` markers."""
+    lines = [line for f in figures if f.name == HEADLINE_FIGURE for line in figure_md(f)]
+    return marked(CLAIMS_FIGURE, [*lines, digest_line(digest)] if lines else [])
+
+
+def sections_lines(sections: Sequence[Section]) -> list[str]:
+    """Sections of findings: each a heading, its intro and its bullets."""
+    out: list[str] = []
+    for sec in sections:
+        out += [f"### {md(sec.title)}", ""]
+        if sec.intro:
+            out += [md(sec.intro), ""]
+        out += [f"- {md(s)}" for s in sec.items] + ([""] if sec.items else [])
+    return out
+
+
+def claim_sections_block(sections: Sequence[Section]) -> str:
+    """The sections of claims between the :data:`ablate.report.page.CLAIM_SECTIONS` markers."""
+    return marked(CLAIM_SECTIONS, sections_lines(sections))
+
+
+def claim_tables_block(tables: Sequence[Table]) -> str:
+    """The tables of claims between the :data:`ablate.report.page.CLAIM_TABLES` markers."""
+    return marked(CLAIM_TABLES, [line for t in tables for line in (table_md(t), "")])
+
+
 def render_markdown(data: ReportPage) -> str:
     """The whole README.md."""
     c = data.counts
     out = [f"# Ablation study {md(data.study)}", ""]
     if data.description:
         out += [f"**Question.** {md(data.description)}", ""]
-    out += ["## Findings", ""]
-    out += [f"- {md(s)}" for s in data.answer] + ([""] if data.answer else [])
-
-    def figure(fig) -> list[str]:
-        png = fig.files.get("png")
-        return [] if png is None else [f"![{md(fig.title)}]({png.name})", "", f"*{md(fig.title)}.* {md(fig.caption)}", ""]
-
-    for fig in data.figures:
-        if fig.name == HEADLINE_FIGURE:
-            out += figure(fig)
+    out += ["## Findings", "", answer_block(data.answer), "", claims_figure_block(data.figures, data.claims_digest), ""]
     if data.acknowledged:
         out += [md(data.acknowledged[0].upper() + data.acknowledged[1:]) + ".", ""]
     if data.provenance:
@@ -87,20 +134,18 @@ def render_markdown(data: ReportPage) -> str:
         f"generated {md(data.generated)}. The full page with embedded figures: [index.html](index.html).", "",
     ]
     out += [f"> {md(n)}\n" for n in data.notes]
-    for sec in data.sections:
-        out += [f"### {md(sec.title)}", ""]
-        if sec.intro:
-            out += [md(sec.intro), ""]
-        out += [f"- {md(s)}" for s in sec.items] + ([""] if sec.items else [])
+    out += [claim_sections_block([s for s in data.sections if s.claims]), ""]
+    out += sections_lines([s for s in data.sections if not s.claims])
     rest = [f for f in data.figures if f.name != HEADLINE_FIGURE and f.files.get("png") is not None]
     if rest:
         out += ["## Figures", ""]
     for fig in rest:
-        out += figure(fig)
+        out += figure_md(fig)
     if data.tables:
-        out += ["## Tables", ""]
+        out += ["## Tables", "", claim_tables_block([t for t in data.tables if t.claims]), ""]
         for t in data.tables:
-            out += [table_md(t), ""]
+            if not t.claims:
+                out += [table_md(t), ""]
     if data.missing is not None:
         out += ["## Missing trials", "", table_md(data.missing), ""]
     if data.samples:

@@ -13,6 +13,22 @@ import pandas as pd
 #: The figure both pages show with the answer, at the top (the rest follow under "Figures").
 HEADLINE_FIGURE = "claims"
 
+#: The marked places of a report's body that carry its verdicts, each a (begin, end) pair of HTML comments in
+#: README.md and index.html: the answer at the top, the claims figure under it, the sections of claims and the
+#: tables of claims. Everything between them is computed from the trials' objectives alone (results.csv; the
+#: positive control from curves.csv), so ``ablate ledger`` re-renders them in every committed report
+#: (:mod:`ablate.report.verdicts`) from the same functions a new report uses, beside the evidence block.
+ANSWER = ("<!-- ablate:answer:begin -->", "<!-- ablate:answer:end -->")
+CLAIMS_FIGURE = ("<!-- ablate:claims-figure:begin -->", "<!-- ablate:claims-figure:end -->")
+CLAIM_SECTIONS = ("<!-- ablate:claim-sections:begin -->", "<!-- ablate:claim-sections:end -->")
+CLAIM_TABLES = ("<!-- ablate:claim-tables:begin -->", "<!-- ablate:claim-tables:end -->")
+
+
+def digest_line(digest: str) -> str:
+    """The hidden line of the claims figure's block that names the data it was drawn from
+    (:func:`ablate.report.verdicts.claims_digest`): ``ablate ledger`` redraws claims.png when it changes."""
+    return f"<!-- claims.png drawn from the claims with digest {digest} -->"
+
 
 @dataclass(frozen=True)
 class Table:
@@ -22,6 +38,7 @@ class Table:
     frame: pd.DataFrame
     caption: str = ""
     anchor: str = ""
+    claims: bool = False  # a table of claims (verdicts, p values, intervals): between the CLAIM_TABLES markers
 
 
 #: The files of a report folder that a committed report leaves out (the repository's .gitignore:
@@ -65,6 +82,7 @@ class Section:
     title: str
     items: tuple[str, ...]
     intro: str = ""
+    claims: bool = False  # a section of claims (verdicts, p values, intervals): between the CLAIM_SECTIONS markers
 
 
 @dataclass(frozen=True)
@@ -95,3 +113,4 @@ class ReportPage:
     versions: dict[str, str] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     uncommitted: tuple[str, ...] = ()
+    claims_digest: str = ""  # the data the claims figure was drawn from (:func:`digest_line`)

@@ -196,13 +196,16 @@ def summary_text(objective: object, unit: str | None) -> str:
     return f"{o.mode}imize {o.metric} ({unit or 'unit unknown'}), summarised per trial as {how[o.summary]}"  # type: ignore[attr-defined]
 
 
-def _in_order(frame: pd.DataFrame, order: dict[str, int]) -> pd.DataFrame:
+def in_arm_order(frame: pd.DataFrame, order: dict[str, int]) -> pd.DataFrame:
+    """``frame``'s rows by their ``arm``'s position in ``order`` (arm -> index: the design's order)."""
     if frame.empty:
         return frame
     return frame.sort_values("arm", key=lambda s: s.map(order).fillna(len(order)), kind="stable").reset_index(drop=True)
 
 
-def _warm_start(study: Study, budget: str) -> tuple[str, int | None]:
+def warm_start_of(study: Study, budget: str) -> tuple[str, int | None]:
+    """``(mode, eval problems)``: the study's warm start (``shared``, ``trial`` or ``none``) and its evaluation's
+    problems at ``budget``."""
     if not study.arms:
         return "none", None
     cfg = study.config(study.arms[0], budget if budget in study.budgets else "default")
@@ -444,7 +447,7 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
     curves = learning.objective_curves(table, obj.metric)
     run = judge(study, per_trial, factors, run, curves, context_sizes(study, table, factors))
     order = {a.name: i for i, a in enumerate(study.arms)}
-    arms = _in_order(inference.arm_table(per_trial, list(factors.values())), order)
+    arms = in_arm_order(inference.arm_table(per_trial, list(factors.values())), order)
     diagnostics = []
     speed: list[SpeedRatio] = []
     for metric in study.report_metrics:
@@ -460,9 +463,9 @@ def compute_statistics(study: Study, results: Results, *, fit_boot: int = 200, s
             speed.extend(speed_ratios(table, metric, factors, levels, baseline))
     value_range = (0.0, 1.0) if unit == "fraction" else None
     points = analysis.compute_points(table, obj.metric) if not table.empty else pd.DataFrame()
-    fits = _in_order(analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed, value_range=value_range), order) \
+    fits = in_arm_order(analysis.compute_efficiency(points, n_boot=fit_boot, seed=seed, value_range=value_range), order) \
         if not points.empty else pd.DataFrame()
-    warm, n_problems = _warm_start(study, results.budget)
+    warm, n_problems = warm_start_of(study, results.budget)
     single_eval = obj.summary == "last" and obj.last_n == 1 and obj.metric == "eval/accuracy"
     eval_sd = eval_noise(results.problems, per_trial, run, factors) if single_eval else {}
     mean_acc = float(per_trial["objective"].mean()) if not per_trial.empty else math.nan
