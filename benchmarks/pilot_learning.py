@@ -50,6 +50,9 @@ from ablate.config import TrialConfig  # noqa: E402
 from ablate.machine import cpu_name  # noqa: E402
 
 SEEDS = (0, 1, 2)
+#: Second stage (added 2026-12-07, after the first stage's rows were seen): near misses at n = 3 (mean gain
+#: >= 0.05, lower bound <= 0) get seeds 3 and 4, and the rule is applied to all five (t on 4 df).
+MORE_SEEDS = (3, 4)
 N_EVAL = 200
 MIN_GAIN = 0.05
 BAND = (0.1, 0.9)
@@ -65,6 +68,15 @@ TASK = {
     "countdown-d2": {"task.name": "countdown", "task.difficulty": 2},
     "countdown-d2-n30": {"task.name": "countdown", "task.difficulty": 2, "task.options": {"max_number": 30}},
     "countdown-d3": {"task.name": "countdown", "task.difficulty": 3},
+    # reasoning-gym rungs (added 2026-12-07, after the rows above): a third task for all three architectures,
+    # short answers a character-level model can emit: a word of 3-5 letters spelled backward, a 2-term sum
+    "rg-spell-3to5": {"task.name": "reasoning_gym", "task.dataset": "spell_backward",
+                      "task.options": {"min_word_len": 3, "max_word_len": 5}},
+    "rg-equations": {"task.name": "reasoning_gym", "task.dataset": "simple_equations",
+                     "task.options": {"min_terms": 2, "max_terms": 2, "max_value": 20, "operators": ["+", "-"],
+                                      "operators_weights": [0.5, 0.5]}},
+    "rg-chain-sum": {"task.name": "reasoning_gym", "task.dataset": "chain_sum",
+                     "task.options": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2}},
 }
 #: Task settings whose eval split is too small for the rule: 200 eval problems drawn from a split of fewer
 #: distinct problems repeat them (countdown d2: 20 distinct, chain d1: 17), so a gain is a count of a few
@@ -82,6 +94,16 @@ LADDERS: dict[str, list[tuple[str, int, float]]] = {
     "countdown": [("countdown-d2", 60, LR0), ("countdown-d2", 60, 5e-5), ("countdown-d2", 120, LR0),
                   ("countdown-d2-n30", 60, LR0), ("countdown-d2-n30", 120, LR0), ("countdown-d3", 120, LR0),
                   ("countdown-d2-n30", 150, LR0)],
+    # added last (a third task for all three architectures): reasoning-gym generators with short integer answers
+    "reasoning_gym": [("rg-spell-3to5", 60, LR0), ("rg-spell-3to5", 120, LR0), ("rg-chain-sum", 120, LR0)],
+    # run beside it (a second process, its own --state, merged after): chain_sum from 60 steps
+    "chain_sum": [("rg-chain-sum", 60, LR0), ("rg-chain-sum", 120, LR0)],
+    # a third process (after spell_backward stayed under 5 points): a one-unknown linear equation
+    "equations": [("rg-equations", 60, LR0), ("rg-equations", 120, LR0)],
+    # other sizes of the Llama architecture (--models micro-llama small-llama): each task's first learning rung
+    "addition@size": [("addition-d2", 60, LR0)],
+    "countdown@size": [("countdown-d3", 120, LR0)],
+    "chain@size": [("chain-d3", 120, LR0)],
 }
 
 
@@ -97,7 +119,7 @@ def overrides(model: str, task: str, steps: int, lr: float, seed: int, cache: st
 
 def summarize(trials: dict[str, Any]) -> dict[str, Any]:
     """Paired gains over the seeds measured, the t-interval and the verdict of the rule."""
-    done = [trials[str(s)] for s in SEEDS if str(s) in trials and "acc0" in trials[str(s)]]
+    done = [trials[k] for k in sorted(trials, key=int) if "acc0" in trials[k]]
     out: dict[str, Any] = {"n": len(done)}
     if not done:
         return {**out, "verdict": "failed" if trials else "not run"}
@@ -115,7 +137,7 @@ def summarize(trials: dict[str, Any]) -> dict[str, Any]:
     in_band = BAND[0] <= out["acc0"] <= BAND[1]
     if len(done) == 1 and gains[0] < SCREEN:
         out["verdict"] = "screened out (seed 0)"
-    elif len(done) < len(SEEDS):
+    elif len(done) < len(SEEDS) or len(done) not in (len(SEEDS), len(SEEDS) + len(MORE_SEEDS)):
         out["verdict"] = "incomplete"
     elif out["gain"] >= MIN_GAIN and out["lo"] > 0 and in_band:
         out["verdict"] = "LEARNS"
@@ -126,10 +148,11 @@ def summarize(trials: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_rung(state: dict[str, Any], model: str, task: str, steps: int, lr: float, cache: str, save) -> dict[str, Any]:
+def run_rung(state: dict[str, Any], model: str, task: str, steps: int, lr: float, cache: str, save,
+             seeds: tuple[int, ...] = SEEDS) -> dict[str, Any]:
     key = rung_key(model, task, steps, lr)
     entry = state.setdefault(key, {"model": model, "task": task, "steps": steps, "lr": lr, "trials": {}})
-    for seed in SEEDS:
+    for seed in seeds:
         if str(seed) in entry["trials"]:
             continue
         if seed > 0 and summarize(entry["trials"])["verdict"].startswith("screened"):
@@ -156,14 +179,33 @@ def run_rung(state: dict[str, Any], model: str, task: str, steps: int, lr: float
 #: Run after the search, whatever the ladders found: one countdown setting for all three models
 #: (tiny-gpt2 learned at countdown-d2-n30 first; does it at d3, 120 steps, as the other two?).
 EXTRA: list[tuple[str, str, int, float]] = [("tiny-gpt2", "countdown-d3", 120, LR0)]
+#: Second stage, run first when ``--second-stage``: the near misses get MORE_SEEDS; addition on tiny-qwen2,
+#: which fell at lr 2e-5 and 5e-5, gets one lower learning rate.
+NEAR_MISSES: list[tuple[str, str, int, float]] = [("tiny-gpt2", "addition-d2", 60, LR0),
+                                                  ("tiny-qwen2", "chain-d3", 120, LR0),
+                                                  # added last, when the third task stayed flat on the others
+                                                  ("tiny-llama", "countdown-d2-n30", 120, LR0),
+                                                  ("tiny-qwen2", "countdown-d2-n30", 120, LR0)]
+NEW_RUNGS: list[tuple[str, str, int, float]] = [("tiny-qwen2", "addition-d2", 60, 1e-5)]
 
 
-def search(state: dict[str, Any], cache: str, save, deadline: float) -> None:
-    """Breadth first: rung r of every unfinished context before rung r + 1."""
+def second_stage(state: dict[str, Any], cache: str, save) -> None:
+    """The near misses' seeds 3 and 4, then the new rungs at seeds 0-2."""
+    for model, task, steps, lr in NEAR_MISSES:
+        run_rung(state, model, task, steps, lr, cache=cache, save=save, seeds=SEEDS + MORE_SEEDS)
+    for model, task, steps, lr in NEW_RUNGS:
+        run_rung(state, model, task, steps, lr, cache=cache, save=save)
+
+
+def search(state: dict[str, Any], cache: str, save, deadline: float, families: list[str] | None = None,
+           models: tuple[str, ...] = MODELS) -> None:
+    """Breadth first: rung r of every unfinished context before rung r + 1 (only ``families`` when given)."""
     depth = max(len(v) for v in LADDERS.values())
     for r in range(depth):
-        for _family, ladder in LADDERS.items():
-            for model in MODELS:
+        for family, ladder in LADDERS.items():
+            if families and family not in families:
+                continue
+            for model in models:
                 if r >= len(ladder):
                     continue
                 prior = [state.get(rung_key(model, *ladder[i])) for i in range(r)]
@@ -175,7 +217,7 @@ def search(state: dict[str, Any], cache: str, save, deadline: float) -> None:
                     return
                 run_rung(state, model, *ladder[r], cache=cache, save=save)
     for model, task, steps, lr in EXTRA:
-        if time.time() <= deadline:
+        if time.time() <= deadline and not families:
             run_rung(state, model, task, steps, lr, cache=cache, save=save)
 
 
@@ -293,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(HERE / "pilot_learning.md"))
     p.add_argument("--minutes", type=float, default=45.0, help="stop starting rungs after this many minutes")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--second-stage", action="store_true", help="first run NEAR_MISSES' seeds 3-4 and NEW_RUNGS")
+    p.add_argument("--models", nargs="+", help=f"the zoo models to search (default: {' '.join(MODELS)})")
+    p.add_argument("--family", action="append", choices=sorted(LADDERS), help="search only these ladders")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     path = Path(args.state)
@@ -307,8 +352,10 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(state, indent=1, default=str))
         out.write_text(render(state, args))
 
+    if args.second_stage and not args.report_only:
+        second_stage(state, args.cache, save)
     if not args.report_only:
-        search(state, args.cache, save, time.time() + 60 * args.minutes)
+        search(state, args.cache, save, time.time() + 60 * args.minutes, args.family, tuple(args.models or MODELS))
     save()
     for key, e in state.items():
         s = summarize(e["trials"])
