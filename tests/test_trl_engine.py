@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 
 import pytest
+import servers
 import torch
 from tolerance import MODEL, assert_close, is_close
 
@@ -269,6 +271,50 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
     assert all(known_metric(k) for k in child.data.metrics), sorted(child.data.metrics)  # the glossary has them
     assert not trial.exists() or not (trial / "trl").exists()  # finished: TRL's checkpoints dropped
     assert (workdir / "reports" / "trlkill" / "index.html").exists()
+    # the resumed trial computed what the same trial computes unkilled, value by value (issue 55)
+    ref = _unkilled_histories(workdir, study_file)
+    got = _histories(c, child.info.run_id)
+    assert sorted(got) == sorted(ref) and len(got) > 20, sorted(set(got) ^ set(ref))
+    differ = [m for m in got if not _same_history(got[m], ref[m])]
+    assert not differ, {m: (got[m], ref[m]) for m in differ}
+
+
+#: Metrics that depend on the clock or the process, not on what the trial computes.
+_TIMING = ("compute/seconds", "perf/", "time/", "trl/step_time", "system/")
+
+
+def _histories(client, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """Every metric of an MLflow run but the timings: name -> [(step, value)] by step."""
+    run = client.get_run(run_id)
+    return {k: sorted((m.step, m.value) for m in client.get_metric_history(run_id, k))
+            for k in run.data.metrics if not k.startswith(_TIMING)}
+
+
+def _same_history(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> bool:
+    """The same steps and bit-identical values (NaN equal to NaN: a metric with no sample at a step)."""
+    return len(a) == len(b) and all(sa == sb and (va == vb or (math.isnan(va) and math.isnan(vb)))
+                                    for (sa, va), (sb, vb) in zip(a, b))
+
+
+def _unkilled_histories(workdir, study_file) -> dict[str, list[tuple[int, float]]]:
+    """The same study run once more, unkilled, in its own folder and MLflow store: its trial's histories."""
+    import shutil
+    import subprocess
+    import sys
+
+    from mlflow import MlflowClient
+    from test_runner import mlflow_runs, sub_env
+
+    ref = workdir / "unkilled"
+    ref.mkdir()
+    shutil.copy(study_file, ref / study_file.name)
+    servers.fresh_mlflow_db(ref)
+    env = {**sub_env(workdir), "ABLATE_CACHE": str(workdir / "cache")}  # the same warm start
+    subprocess.run([sys.executable, "-m", "ablate", "run", study_file.name, "--no-progress", "--threads", "1"],
+                   cwd=ref, env=env, check=True, capture_output=True)
+    uri = f"sqlite:///{ref / 'mlflow.db'}"
+    _, (child,) = mlflow_runs(uri, "trlkill")
+    return _histories(MlflowClient(uri), child.info.run_id)
 
 
 def _rank_pids() -> set[int]:
