@@ -30,7 +30,7 @@
 # come as wheels). Without the staged half, or on a hash mismatch (the machine went cold between the
 # two calls), the steps run SmolLM2-135M's architecture with random weights; summary.txt says which.
 #
-# `run` does, each step under its own time limit so that the whole stays under 9 minutes (8.8 at worst, the install aside):
+# `run` does, each step under its own time limit so that the whole stays under 9.5 minutes (9.2 at worst, the install aside):
 #   1. installs the carried wheels (what the machine's image lacks: pydantic, TRL, datasets, gguf, accelerate) into
 #      /tmp/site and puts ablate itself on PYTHONPATH (no build);
 #   2. writes the environment (nvidia-smi, torch/CUDA/transformers versions) to env.txt;
@@ -44,6 +44,8 @@
 #      steps of 64 completions, 64 evaluation problems) -> smollm2-trial.json: the pretrained weights when both
 #      halves arrived (above), else SmolLM2-135M's exact architecture and tokenizer with random
 #      weights (the same shapes and work, not its learning);
+#   5b. the same trial in bfloat16 on ablate's engine (no CUDA graphs) and on TRL's GRPOTrainer (engine.name=trl,
+#      TRL bf16=True) -> smollm2-trial-bf16-ablate.json, smollm2-trial-bf16-trl.json: tokens/s and eval accuracy;
 #   6. benchmarks/bench_rl_step.py on the GPU against TRL with the same model, float32 on both sides, ablate
 #      decoding through CUDA graphs with fused AdamW (TRL's default optimizer); prompts as plain text on both
 #      sides, ablate's with the BOS token first, TRL's without: its same_prompt_ids check says False for that
@@ -241,11 +243,22 @@ EOF
     step bench_rollout 110 "$PY" benchmarks/bench_rollout.py --device "$DEVICE" --model "$model" --threads 1 --skip-memory \
         --cuda-graph --hf-compile --repeats "$REPEATS" --prompts "$PROMPTS" --group-size "$GROUP" \
         --max-new-tokens "$NEW_TOKENS" --write-results "$OUTDIR/bench_rollout.md"
-    step smollm2-trial 50 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
+    step smollm2-trial 40 "$PY" -m ablate train --json --no-progress --set "model.name=$model" --set "device=$DEVICE" \
         --set warmstart.enabled=false --set "train.steps=$STEPS" --set eval.every=5 --set "eval.n_problems=$((PROMPTS * GROUP))" \
         --set "rollout.prompts_per_step=$PROMPTS" --set "rollout.group_size=$GROUP" --set "rollout.max_new_tokens=$NEW_TOKENS" \
         --set rollout.cuda_graph=true
     cp "$OUTDIR/smollm2-trial.txt" "$OUTDIR/smollm2-trial.json"
+    # issue 55: the same trial on TRL's GRPOTrainer (engine.name=trl) in bf16, beside ablate's engine in bf16 without
+    # CUDA graphs (TRL has none): tokens/s and eval accuracy of both engines, same model, steps and problems
+    local engine
+    for engine in ablate trl; do
+        step "smollm2-trial-bf16-$engine" 35 "$PY" -m ablate train --json --no-progress --set "model.name=$model" \
+            --set "device=$DEVICE" --set "engine.name=$engine" --set model.dtype=bfloat16 --set warmstart.enabled=false \
+            --set "train.steps=$STEPS" --set eval.every=5 --set "eval.n_problems=$((PROMPTS * GROUP))" \
+            --set "rollout.prompts_per_step=$PROMPTS" --set "rollout.group_size=$GROUP" \
+            --set "rollout.max_new_tokens=$NEW_TOKENS"
+        cp "$OUTDIR/smollm2-trial-bf16-$engine.txt" "$OUTDIR/smollm2-trial-bf16-$engine.json"
+    done
 
     local dtype name
     for dtype in float32 bfloat16; do
@@ -254,9 +267,9 @@ EOF
             --steps "$BENCH_STEPS" --warmup 2 --max-new-tokens "$NEW_TOKENS" --prompts "$PROMPTS" --group-size "$GROUP" \
             --dtype "$dtype" --cuda-graph --optim fused --write "$OUTDIR/$name.md"
     done
-    step bench_population 50 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
+    step bench_population 40 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$POP_K" --steps "$POP_STEPS" \
         --write "$OUTDIR/bench_population.md"
-    step bench_population_smollm2 90 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$SMOL_K" \
+    step bench_population_smollm2 60 "$PY" benchmarks/bench_population.py --device "$DEVICE" --k "$SMOL_K" \
         --steps "$SMOL_STEPS" --study studies/smollm2_granularity.yaml --set "model.name=$model" \
         --set "eval.n_problems=$((PROMPTS * GROUP))" --set "rollout.prompts_per_step=$PROMPTS" \
         --set "rollout.group_size=$GROUP" --set "rollout.max_new_tokens=$NEW_TOKENS" \

@@ -20,7 +20,7 @@ import torch
 from tolerance import MODEL, assert_close, is_close
 
 from ablate.config import TrialConfig
-from ablate.config.trl_map import AGGREGATION_LOSS_TYPES, grpo_arguments, trl_refusals
+from ablate.config.trl_map import AGGREGATION_LOSS_TYPES, grpo_arguments, trl_bf16, trl_refusals
 from ablate.rl import kl_penalty
 from ablate.rl.losses import aggregate_loss, policy_loss_from_config
 
@@ -491,6 +491,43 @@ def test_a_trl_trial_is_a_function_of_its_configuration(tmp_path):
         assert len(rows) == c.eval.n_problems and acc == sum(r["correct"] for r in rows) / len(rows)
     assert a.samples and {"prompt", "completion", "correct", "reward/final_answer"} <= set(a.samples[0])
     assert a.final["trl/reward"] == dict(logged_a)[3]["reward/total"]  # TRL's reward mean is ablate's (weight 1)
+
+
+def test_model_dtype_maps_to_trl_s_bf16_where_ablate_autocasts():
+    from ablate.config.device import autocast_dtype
+
+    for dtype in ("auto", "float32", "bfloat16"):
+        for device in ("cpu", "cuda"):
+            c = micro_config(**{"model.dtype": dtype})
+            assert trl_bf16(c, device) == (autocast_dtype(c, torch.device(device)) == torch.bfloat16), (dtype, device)
+    assert trl_refusals(micro_config(**{"model.dtype": "bfloat16"})) == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_trl_trial_computes_in_the_precision_model_dtype_names(dtype):
+    """The policy's linear layers, in TRL's generation (no grad) and in its loss (grad), compute in bfloat16
+    under model.dtype=bfloat16 and in float32 under float32 (a global forward hook on every nn.Linear)."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    from ablate.engine import EngineJob, engine_for
+
+    c = micro_config(**{"model.name": "micro-llama", "task.difficulty": 1, "train.steps": 1, "eval.every": 0,
+                        "model.dtype": dtype})
+    seen: set[tuple[bool, torch.dtype]] = set()
+
+    def hook(module, args, output):
+        if isinstance(module, torch.nn.Linear) and torch.is_tensor(output):
+            seen.add((torch.is_grad_enabled(), output.dtype))
+
+    handle = register_module_forward_hook(hook)
+    try:
+        engine_for(c).train(EngineJob(c, lambda m, s: None))
+    finally:
+        handle.remove()
+    want = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    assert (False, want) in seen and (True, want) in seen, seen  # sampled and trained in that precision
+    if dtype == "float32":
+        assert {d for _, d in seen} == {torch.float32}
 
 
 @pytest.mark.parametrize(("override", "needle"), [

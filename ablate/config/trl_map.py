@@ -20,7 +20,7 @@ from ablate.config.problems import ConfigProblem
 if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
 
-__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments", "loss_type",
+__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments", "loss_type", "trl_bf16",
            "optimizer_steps_per_rl_step", "reward_weights", "trl_refusals"]
 
 #: ablate's loss aggregation -> TRL's ``loss_type`` with the same normalizer (one process, no gradient
@@ -98,6 +98,11 @@ TRL_MAP: tuple[MapRow, ...] = (
     MapRow("engine.positions", "(a forward pre-hook on the policy and reference)",
            "exact to rounding: mask passes the position ids counted over the attention mask, what generation used "
            "(a left-padded prompt is trained where it was sampled); trl: TRL's own forward (none passed)"),
+    MapRow("model.dtype", "bf16 (with fp16 off)",
+           "bf16 mixed precision where ablate autocasts to bfloat16 (auto: on CUDA only; bfloat16: on every device), "
+           "off for float32; float32 weights and optimizer state either way, as ablate's (accelerate autocasts the "
+           "model's forward, in generation and in the loss; ablate autocasts its own forward calls)",
+           verdict="same precision; values to bfloat16 rounding"),
     MapRow("seed, stream", "seed", "the trial's random stream (the same seed gives the same TRL run)"),
     MapRow("model, warmstart, task, eval", "model, processing_class, train_dataset, callbacks",
            "the same (warm-started) model and tokenizer, the task's train problems as a datasets.Dataset, "
@@ -115,6 +120,13 @@ def reward_weights(c: TrialConfig) -> dict[str, float]:
 def optimizer_steps_per_rl_step(c: TrialConfig) -> int:
     """TRL global (optimizer) steps per ablate RL step: ``algo.ppo_epochs x algo.minibatches``."""
     return c.algo.ppo_epochs * c.algo.minibatches
+
+
+def trl_bf16(c: TrialConfig, device_type: str) -> bool:
+    """Whether TRL's trainer runs in bf16 mixed precision (``TrainingArguments.bf16``) for trial ``c`` on a
+    device of type ``device_type`` ("cpu", "cuda", ...): where ablate autocasts to bfloat16
+    (:func:`ablate.config.device.autocast_dtype`: ``model.dtype`` bfloat16 on every device, auto on CUDA)."""
+    return c.model.dtype == "bfloat16" or (c.model.dtype == "auto" and device_type == "cuda")
 
 
 def _kl_beta(c: TrialConfig) -> float:
@@ -248,8 +260,6 @@ def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
         _refuse(out, "rollout.cuda_graph", "ablate's CUDA-graph decode")
     if c.model.lm_head_dtype is not None:
         _refuse(out, "model.lm_head_dtype", "model.lm_head_dtype as ablate applies it")
-    if c.model.dtype not in ("auto", "float32"):
-        _refuse(out, "model.dtype", f"model.dtype={c.model.dtype} (not mapped yet)", "model.dtype=float32")
     minibatch = c.completions_per_step // c.algo.minibatches
     if minibatch % c.engine.processes:
         _refuse(out, "engine.processes", f"minibatches of {minibatch} completions split "

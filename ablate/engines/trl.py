@@ -32,7 +32,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ablate.config.trl_map import grpo_arguments, optimizer_steps_per_rl_step, reward_weights
+from ablate.config.trl_map import grpo_arguments, optimizer_steps_per_rl_step, reward_weights, trl_bf16
 from ablate.errors import ConfigError
 
 if TYPE_CHECKING:  # the trainer's modules (torch) load when a trial trains, not when ablate.engine does
@@ -205,7 +205,8 @@ def _grpo_config(c: Any, output_dir: Path, device: Any, save: bool) -> Any:
     checkpointing = "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
     return GRPOConfig(
         output_dir=str(output_dir), **grpo_arguments(c),
-        seed=derive_seed(*trial_stream(c), "trl") % (2**31), use_cpu=device.type == "cpu", bf16=False, fp16=False,
+        seed=derive_seed(*trial_stream(c), "trl") % (2**31), use_cpu=device.type == "cpu", bf16=trl_bf16(c, device.type),
+        fp16=False,
         **{checkpointing: False}, disable_dropout=True, report_to=[], logging_steps=1, disable_tqdm=True,
         save_strategy="steps" if save else "no", save_only_model=False, save_total_limit=2, eval_strategy="no",
         dataloader_num_workers=0, log_completions=False, shuffle_dataset=True,
