@@ -159,8 +159,8 @@ def test_baseline_arms_of_a_context_study_are_its_baseline_levels_in_each_contex
 
     study = load_study(ROOT / "studies" / "generalization.yaml")
     arms = C.baseline_arms(study)
-    assert len(arms) == 12 and arms["task=addition,model=tiny-qwen2"] == (
-        "loss_norm=sequence,ratio=token,reward=final,task=addition,model=tiny-qwen2")
+    assert len(arms) == 10 and arms["context=countdown2/tiny-qwen2"] == (
+        "loss_norm=sequence,ratio=token,reward=final,context=countdown2/tiny-qwen2")
     plain = load_study(ROOT / "studies" / "aa_control.yaml")
     assert C.baseline_arms(plain) == {"": next(a.name for a in plain.arms if a.baseline)}
 

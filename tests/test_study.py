@@ -742,7 +742,7 @@ def test_a_bad_acknowledgment_is_one_clear_problem(tmp_path, cli, value, fragmen
 
 #: Context studies run before the entry rule existed (issue 54): their files commit no learning threshold, and
 #: adding one now would be a rule chosen after their results were read; they warn until they are rerun.
-NO_ENTRY_RULE_YET = ("generalization.yaml", "generalization_scale.yaml")
+NO_ENTRY_RULE_YET = ("generalization_scale.yaml",)
 
 
 def test_the_predefined_studies_print_no_warning(cli):
@@ -940,6 +940,22 @@ def test_contexts_cross_every_compared_arm_with_every_context(tmp_path):
         assert sum(study.context_of(a.levels) == ctx for a in study.arms) == 3
     base = next(a for a in study.arms if a.baseline)
     assert base.levels == {"loss_norm": "sequence", "ratio": "token", "task": "addition", "model": "tiny-llama"}
+
+
+def test_only_a_size_ladder_gets_a_trend_in_model_size(tmp_path):
+    """A context factor whose levels set model.name and nothing else is a size ladder (its contrasts get a trend
+    in log parameters); contexts that also set the task confound task with size and get none."""
+    from ablate.report.statistics import ladder_sizes
+
+    params = {"tiny-llama": 8e5, "tiny-gpt2": 9e5, "tiny-qwen2": 7e5}
+    ladder = load_study(write(tmp_path, CONTEXTS.replace("contexts: [task, model]", "contexts: [model]")
+                              .replace("primary: [loss_norm, ratio]", "primary: [loss_norm, ratio]\nexclude: [{task: chain}]")))
+    assert ladder_sizes(ladder, params) == {f"model={m}": v for m, v in params.items()}
+    mixed = CONTEXTS.replace("  task: {path: task.name, values: [addition, chain]}\n", "").replace(
+        "  model: {path: model.name, values: [tiny-llama, tiny-gpt2, tiny-qwen2]}",
+        "  model:\n    levels:\n" + "".join(f"      {m}: {{model.name: {m}, task.name: chain}}\n" for m in params))
+    mixed = mixed.replace("contexts: [task, model]", "contexts: [model]").replace(", task: addition", "")
+    assert ladder_sizes(load_study(write(tmp_path, mixed, "mixed.yaml")), params) == {}
 
 
 def test_layer_overrides_puts_context_levels_below_the_budget():

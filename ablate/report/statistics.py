@@ -297,8 +297,11 @@ def context_sizes(study: Study, table: pd.DataFrame, factors: Mapping[str, str])
 
 
 def ladder_sizes(study: Study, params: Mapping[Any, float]) -> dict[str, float]:
-    """:func:`context_sizes` from ``params`` (level of the study's one context factor -> parameters)."""
-    if len(study.contexts) != 1 or "model.name" not in study.factor(study.contexts[0]).paths():
+    """:func:`context_sizes` from ``params`` (level of the study's one context factor -> parameters): only when
+    every level of that factor sets ``model.name`` and nothing else (a size ladder; a context that also sets
+    the task or the steps confounds them with the size, so its contexts get no trend)."""
+    if len(study.contexts) != 1 or any(set(lv.overrides) != {"model.name"}
+                                       for lv in study.factor(study.contexts[0]).levels):
         return {}
     sizes = {str(level): float(v) for level, v in params.items() if v == v}
     if len(set(sizes.values())) < 3:
