@@ -225,19 +225,21 @@ def test_every_committed_report_states_whether_its_baseline_learned(folder):
         assert "uninformative" in block
 
 
-def test_the_audit_generalization_s_baseline_learned_in_2_of_12_contexts():
-    """The numbers of issue 54's table: addition / tiny-llama +12.6 and tiny-gpt2 +6.0 learned, addition /
-    tiny-qwen2 -13.9 collapsed, the other nine did not learn."""
+def test_the_rerun_generalization_s_baseline_learned_in_7_of_its_10_contexts():
+    """Issue 54's rerun on the 10 contexts where the pilot saw the baseline learn, at seeds the pilot did not use
+    (10-14): it learned in 7; addition / tiny-llama (+5.0 [-9.76, 19.8]), addition / tiny-gpt2 (+4.76) and
+    countdown2 / tiny-gpt2 (+2.12) did not, and none collapsed."""
     from ablate.study import load_study
 
     study = load_study(ROOT / "studies" / "generalization.yaml")
     controls = C.study_controls(study, pd.read_csv(REPORTS / "generalization" / "curves.csv", dtype={"arm": str}))
     by = {c.context: c for c in controls}
-    assert sum(c.verdict == C.LEARNED for c in controls) == 2 and len(controls) == 12
-    assert round(100 * by["task=addition,model=tiny-llama"].gain, 1) == 12.6
-    assert round(100 * by["task=addition,model=tiny-gpt2"].gain, 1) == 6.0
-    assert by["task=addition,model=tiny-qwen2"].verdict == C.COLLAPSED
-    assert round(100 * by["task=addition,model=tiny-qwen2"].gain, 1) == -13.9
+    assert sum(c.verdict == C.LEARNED for c in controls) == 7 and len(controls) == 10
+    assert {k for k, c in by.items() if c.verdict != C.LEARNED} == {
+        "context=addition/tiny-llama", "context=addition/tiny-gpt2", "context=countdown2/tiny-gpt2"}
+    assert round(100 * by["context=addition/small-llama"].gain, 1) == 21.9
+    assert round(100 * by["context=countdown2/tiny-gpt2"].gain, 2) == 2.12
+    assert all(c.n == 5 for c in controls) and not any(c.verdict == C.COLLAPSED for c in controls)
 
 
 # ------------------------------------------------------------------------- uninformative equivalences
@@ -302,7 +304,7 @@ def test_an_equivalence_across_contexts_needs_the_baseline_to_learn_in_every_poo
 def test_a_context_study_has_one_verdict_per_contrast_wherever_it_is_printed(report):
     """Issue 54: a context study's claim is its verdict across contexts, the same word in ablate.load(...).claims,
     the report's evidence block, docs/findings.md's claims table and its scope table, and README's 'does a verdict
-    travel' line; generalization's token-mean equivalence is uninformative (its baseline learned in 2 of 12)."""
+    travel' line; generalization's token-mean equivalence is uninformative (its baseline learned in 7 of 10)."""
     import ablate
     from ablate.report.markdown import md
 
@@ -333,10 +335,10 @@ def test_ablate_load_gives_a_context_study_s_table_per_context_with_its_pooled_a
     res = ablate.load(REPORTS / "generalization")
     t = res.contexts
     assert list(t.columns) == ["claim", "row", "seeds", "estimate", "ci_low", "ci_high", "verdict"]
-    assert len(t) == 3 * (12 + 2) and set(t["claim"]) == set(res.claims["claim"])
+    assert len(t) == 3 * (10 + 2) and set(t["claim"]) == set(res.claims["claim"])
     pooled = t[t["row"] == "pooled"].set_index("claim")
     claims = res.claims.set_index("claim")
     assert (pooled["verdict"] == claims.loc[pooled.index, "verdict"]).all()
     assert_close(pooled["estimate"].to_numpy(float), claims.loc[pooled.index, "estimate"].to_numpy(float), EXACT)
-    assert (pooled["seeds"] == 72).all()  # 6 seeds x 12 contexts
+    assert (pooled["seeds"] == 50).all()  # 5 seeds x 10 contexts
     assert ablate.load(REPORTS / "ratio_level").contexts.empty
