@@ -212,8 +212,10 @@ def write_trl_study(folder, name: str, processes: int = 1) -> object:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("processes", [1, 2], ids=["one-process", "two-processes"])
-def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_checkpoint(workdir, capsys, processes):
+@pytest.mark.parametrize(("processes", "group"), [(1, True), (2, False), (2, True)],
+                         ids=["one-process", "two-processes", "two-processes-group-kill"])
+def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_checkpoint(workdir, capsys, processes,
+                                                                                           group):
     """The same store, MLflow run, evaluation and report path as ablate's trainer; killed after its RL step 2
     checkpoint, the same command resumes from it (TRL's resume_from_checkpoint) and every (metric, step) is
     in the trial's one MLflow run once. With 2 processes the trial runs under torchrun (gloo on CPU), the
@@ -237,18 +239,20 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
                             cwd=workdir, env=sub_env(workdir), stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     checkpoint = trial / "trl" / "checkpoint-4" / "ablate_history.json"
-    if processes > 1:  # issue 55: SIGKILL of the worker alone; torchrun and its ranks die with it
+    if processes > 1 and not group:  # issue 55: SIGKILL of the worker alone; torchrun and its ranks die with it
         _no_rank_survives(trial, _kill_the_worker_once_written(proc, checkpoint, workdir / "first.log"))
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-    else:
+    else:  # SIGKILL of the whole group (what a resume test does); with 2 processes no rank may outlive it
         kill_once_written(proc, [checkpoint], workdir / "first.log")
+        if processes > 1:
+            _no_rank_survives(trial, sorted(p.name for p in (trial / "trl").iterdir()))
     log.close()
     storage = str(workdir / "runs" / "trlkill" / STORE_FILE)
     assert [a.state for a in attempts_by_key(storage, "trlkill")[key]] == ["running"]
 
     assert main(["run", str(study_file), "--no-progress", "--threads", "1"]) == 0
-    if processes > 1:  # the killed worker's launch folder is gone: the rerun's trl trial swept it
+    if processes > 1 and not group:  # the killed worker's launch folder is gone: the rerun's trl trial swept it
         assert _KILLED_FOLDERS and not any(f.exists() for f in _KILLED_FOLDERS)
     err = capsys.readouterr().err
     assert "1 of them left by dead workers: they resume from their checkpoints" in err
