@@ -228,6 +228,20 @@ def pct(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:+.1f}"
 
 
+def second_stage_text() -> list[str]:
+    """The markdown's lines on the second stage and the later ladders."""
+    return [
+        "**Second stage (2026-12-07, after the rows of the first stage were seen; same rule).** The near misses",
+        "(mean gain >= 0.05 with the lower bound <= 0 at n = 3) ran seeds 3 and 4, and the rule was applied to all",
+        "five (t on 4 df): " + "; ".join(f"{m}, {t}, {st} steps" for m, t, st, _ in NEAR_MISSES) + ". New rungs: "
+        + "; ".join(f"{m}, {t}, {st} steps, lr {lr:g}" for m, t, st, lr in NEW_RUNGS) + "; the reasoning-gym,",
+        "chain_sum and equations ladders (a third task for all three architectures, each run in its own process",
+        "with its own state, merged after; the spell_backward and equations ladders were stopped when their",
+        "rungs stayed under 5 points); and the `@size` ladders on micro-llama and small-llama (the Llama",
+        "architecture at 0.2M and 2.9M parameters).",
+    ]
+
+
 def render(state: dict[str, Any], args) -> str:
     base_cmd = (f"ablate train --json --set model.name=M <task overrides> "
                 f"{pc.set_args({**pc.BASE, 'warmstart.cache_dir': args.cache})} {pc.set_args(pc.BASELINE_ARM)} "
@@ -266,14 +280,7 @@ def render(state: dict[str, Any], args) -> str:
         "problems), 120-step rungs of it and of countdown d3 (the task's default), chain d3 at 120 steps and the",
         "extra rung were added after the earlier rungs' results were seen.",
         "",
-        "**Second stage (2026-12-07, after the rows of the first stage were seen; same rule).** The near misses",
-        "(mean gain >= 0.05 with the lower bound <= 0 at n = 3) ran seeds 3 and 4, and the rule was applied to all",
-        "five (t on 4 df): " + "; ".join(f"{m}, {t}, {st} steps" for m, t, st, _ in NEAR_MISSES) + ". New rungs: "
-        + "; ".join(f"{m}, {t}, {st} steps, lr {lr:g}" for m, t, st, lr in NEW_RUNGS) + "; the reasoning-gym,",
-        "chain_sum and equations ladders (a third task for all three architectures, each run in its own process",
-        "with its own state, merged after; the spell_backward and equations ladders were stopped when their",
-        "rungs stayed under 5 points); and the `@size` ladders on micro-llama and small-llama (the Llama",
-        "architecture at 0.2M and 2.9M parameters).",
+        *second_stage_text(),
     ]
     lines += [
         "",
