@@ -43,7 +43,7 @@ from ablate.report.learning import (
     objective_curves,
     study_controls,
 )
-from ablate.report.page import ANSWER
+from ablate.report.page import ANSWER, replace_marked
 
 if TYPE_CHECKING:
     from ablate.study import Study
@@ -263,9 +263,9 @@ def _html_at(text: str) -> int:
 
 
 def _splice(text: str, block: str, at: int, sep: str) -> str:
-    i, j = text.find(BEGIN), text.find(END)
-    if i >= 0 and j > i:
-        return text[:i] + block + text[j + len(END):]
+    replaced = replace_marked(text, BEGIN, END, block)
+    if replaced is not None:
+        return replaced
     if at < 0:
         return text.rstrip() + "\n\n" + block + "\n"
     return text[:at] + block + sep + text[at:]

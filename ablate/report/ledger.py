@@ -32,6 +32,7 @@ import pandas as pd
 
 from ablate.metrics import CONTENT_METRICS, content_fingerprint
 from ablate.report import control, scope, verdicts
+from ablate.report.page import replace_marked
 from ablate.report.shared import seed_ranges
 
 if TYPE_CHECKING:
@@ -473,9 +474,9 @@ def findings_block(project: ProjectClaims, pairs: pd.DataFrame) -> str:
 def _splice(text: str, block: str, anchors: Sequence[str]) -> str:
     """``text`` with its generated block replaced by ``block`` (or inserted before the first anchor,
     else appended)."""
-    i, j = text.find(BEGIN), text.find(END)
-    if i >= 0 and j > i:
-        return text[:i] + block + text[j + len(END):]
+    replaced = replace_marked(text, BEGIN, END, block)
+    if replaced is not None:
+        return replaced
     for a in anchors:
         k = text.find(a)
         if k >= 0:
@@ -553,8 +554,8 @@ def report_files(folder: Path, root: Path, block: Block, *, draw: bool = False) 
 
 def _replace_marked(text: str, block: str, begin: str, end: str) -> str:
     """``text`` with the span from ``begin`` to ``end`` replaced by ``block`` (appended when absent)."""
-    i, j = text.find(begin), text.find(end)
-    return (text[:i] + block + text[j + len(end):]) if i >= 0 and j > i else text.rstrip() + "\n\n" + block + "\n"
+    replaced = replace_marked(text, begin, end, block)
+    return text.rstrip() + "\n\n" + block + "\n" if replaced is None else replaced
 
 
 def stale_files(reports: Path, root: Path, findings: Path | None = None, *,

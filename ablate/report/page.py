@@ -24,6 +24,13 @@ CLAIM_SECTIONS = ("<!-- ablate:claim-sections:begin -->", "<!-- ablate:claim-sec
 CLAIM_TABLES = ("<!-- ablate:claim-tables:begin -->", "<!-- ablate:claim-tables:end -->")
 
 
+def replace_marked(text: str, begin: str, end: str, block: str) -> str | None:
+    """``text`` with the span from ``begin`` to the end of ``end`` replaced by ``block``; None when the markers are
+    absent (or out of order), where each caller has its own place for a first block."""
+    i, j = text.find(begin), text.find(end)
+    return text[:i] + block + text[j + len(end):] if i >= 0 and j > i else None
+
+
 def digest_line(digest: str) -> str:
     """The hidden line of the claims figure's block that names the data it was drawn from
     (:func:`ablate.report.verdicts.claims_digest`): ``ablate ledger`` redraws claims.png when it changes."""

@@ -39,6 +39,7 @@ from ablate.report.page import (
     Section,
     Table,
     digest_line,
+    replace_marked,
 )
 
 if TYPE_CHECKING:
@@ -198,9 +199,9 @@ Locate = Callable[[str], "tuple[int, int, str] | None"]
 def _replace(text: str, markers: tuple[str, str], block: str, locate: Locate) -> str:
     """``text`` with the span between ``markers`` replaced by ``block``; in a report written before the markers,
     the span :func:`locate` finds (its start, end and what follows the block), else ``text`` unchanged."""
-    i, j = text.find(markers[0]), text.find(markers[1])
-    if i >= 0 and j > i:
-        return text[:i] + block + text[j + len(markers[1]):]
+    replaced = replace_marked(text, *markers, block)
+    if replaced is not None:
+        return replaced
     span = locate(text)
     return text if span is None else text[:span[0]] + block + span[2] + text[span[1]:]
 
