@@ -52,7 +52,8 @@ BUILTIN_NAMES: dict[str, tuple[str, ...]] = {
         "balanced-mean",
     ),
     "task": ("addition", "chain", "countdown", "jsonl", "reasoning_gym"),
-    "model": ("micro-llama", "tiny-llama", "small-llama", "base-llama", "tiny-gpt2", "tiny-qwen2", "smollm2-135m"),
+    "model": ("micro-llama", "tiny-llama", "small-llama", "base-llama", "tiny-gpt2", "tiny-qwen2", "small-gpt2",
+              "small-qwen2", "smollm2-135m"),
     "reward component": ("final_answer", "prm", "kl", "format", "partial", "missing_eos", "soft_overlong"),
 }
 
@@ -60,7 +61,7 @@ BUILTIN_NAMES: dict[str, tuple[str, ...]] = {
 #: torch, so that validation can check ``rollout.max_new_tokens`` (a test checks them against the zoo).
 BUILTIN_MODEL_POSITIONS: dict[str, int] = {
     "micro-llama": 256, "tiny-llama": 256, "small-llama": 512, "base-llama": 512, "tiny-gpt2": 256,
-    "tiny-qwen2": 256, "smollm2-135m": 8192,
+    "tiny-qwen2": 256, "small-gpt2": 512, "small-qwen2": 512, "smollm2-135m": 8192,
 }
 
 _builtins_loaded = False

@@ -270,6 +270,20 @@ _register_config_entry(
     qwen2_config(layers=4, hidden=128, heads=4, kv_heads=2, intermediate=344),
     (600_000, 1_000_000),
 )
+_register_config_entry(
+    "small-gpt2",
+    "GPT2LMHeadModel",
+    "GPT-2, 6 layers x 192 wide, 6 heads, learned positions (512): tiny-gpt2 at small-llama's shape",
+    gpt2_config(layers=6, hidden=192, heads=6, inner=768, max_positions=512),
+    (2_000_000, 4_000_000),
+)
+_register_config_entry(
+    "small-qwen2",
+    "Qwen2ForCausalLM",
+    "Qwen2, 6 layers x 192 wide, 6 query / 2 key-value heads (GQA), q/k/v biases, 512 positions",
+    qwen2_config(layers=6, hidden=192, heads=6, kv_heads=2, intermediate=576, max_positions=512),
+    (2_000_000, 4_000_000),
+)
 
 
 def _build_smollm2(**kwargs) -> Policy:
