@@ -49,7 +49,10 @@ def test_readme_is_short_and_has_no_findings_prose():
 
 
 def _numbers(text: str) -> list[Decimal]:
-    return [Decimal(x) for x in re.findall(r"[-+]?\d+(?:\.\d+)?", text.replace("−", "-").replace("\\", ""))]
+    """Every number of ``text``: ``1,120`` (thousands separators), ``1.12e+03`` (an exponent), ``-0.5``."""
+    found = re.findall(r"[-+]?\d{1,3}(?:,\d{3})+(?![\d.])|[-+]?\d+(?:\.\d+)?(?:e[-+]\d{1,3}(?![\d.]))?",
+                       text.replace("−", "-").replace("\\", ""))
+    return [Decimal(x.replace(",", "")) for x in found]
 
 
 def _printed_as(value: Decimal, shown: Decimal) -> bool:
@@ -116,7 +119,7 @@ def test_every_number_of_a_finding_is_in_its_report(report, measured):
     linked = {report, *re.findall(r"\(\.\./(reports/[^)]+/README\.md)\)", measured)}
     have = [x for r in sorted(linked) for x in _numbers((ROOT / r).read_text(encoding="utf-8"))] + _numbers(statistics)
     text = measured.split("|")[-2].replace("−", "-")
-    shown = [Decimal(x) for x in re.findall(r"[-+]?\d+\.\d+|\d+(?=%)", text)]
+    shown = [Decimal(x.replace(",", "")) for x in re.findall(r"\d{1,3}(?:,\d{3})+(?![\d.])|[-+]?\d+\.\d+(?:e[-+]\d{1,3})?|\d+(?=%)", text)]
     have = [abs(h) for h in have]  # a sentence may turn a difference's sign into words ("shorter by")
     missing = [str(x) for x in shown if not any(_printed_as(h, abs(x)) or _printed_as(100 * h, abs(x)) for h in have)]
     assert not missing, f"docs/findings.md's row for {report} quotes numbers its report does not hold: {missing}"

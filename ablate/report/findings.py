@@ -34,14 +34,22 @@ def num(x: Any, digits: int = 3) -> str:
         return "yes" if x else "no"
     if isinstance(x, (int, np.integer)):
         return str(int(x))
-    return f"{float(x):.{digits}g}"
+    return _grouped(float(x), digits, "") or f"{float(x):.{digits}g}"
+
+
+def _grouped(x: float, digits: int, sign: str) -> str | None:
+    """``x`` at ``digits`` significant digits with thousands separators (``1,120``, ``+25,700``) where the g
+    format would print a positive exponent (|x| rounds to >= 10**digits, |x| < 1e15); None elsewhere."""
+    if not (math.isfinite(x) and abs(x) < 1e15) or "e+" not in f"{x:.{digits}g}":
+        return None
+    return f"{round(x, digits - 1 - math.floor(math.log10(abs(x)))):{sign},.0f}"
 
 
 def signed(x: float, digits: int = 3) -> str:
     """``+3.1`` / ``-0.42``; a float's rounding residue of an exact 0 (|x| < 1e-12) is ``+0``."""
     if math.isfinite(x) and abs(x) < 1e-12:
         x = 0.0
-    return f"{x:+.{digits}g}" if math.isfinite(x) else "–"
+    return (_grouped(x, digits, "+") or f"{x:+.{digits}g}") if math.isfinite(x) else "–"
 
 
 def p_text(p: float) -> str:
