@@ -80,6 +80,8 @@ TASK = {
     # third stage, second part (GPT-2 learned nowhere): addition from a stronger warm start (SFT until 35% of
     # its 128 problems, where tiny-gpt2's default warm start stopped at 20%, 0.195 on the pilot's 200)
     "addition-d2-ws35": {"task.name": "addition", "task.difficulty": 2, "warmstart.target_min": 0.35},
+    "countdown-d2-n30-ws35": {"task.name": "countdown", "task.difficulty": 2, "task.options": {"max_number": 30},
+                              "warmstart.target_min": 0.35},
 }
 #: Task settings whose eval split is too small for the rule: 200 eval problems drawn from a split of fewer
 #: distinct problems repeat them (countdown d2: 20 distinct, chain d1: 17), so a gain is a count of a few
@@ -208,7 +210,9 @@ THIRD_STAGE: list[tuple[str, str, int, float]] = [("small-gpt2", "addition-d2", 
 #: Third stage, second part, added when small-gpt2 stayed flat on addition (+0.0 at seed 0) and countdown
 #: (n = 3: +2.0, +1.0, -5.5) while small-qwen2 learned addition: GPT-2 from a stronger warm start.
 THIRD_STAGE_B: list[tuple[str, str, int, float]] = [("tiny-gpt2", "addition-d2-ws35", 60, LR0),
-                                                    ("small-gpt2", "addition-d2-ws35", 60, LR0)]
+                                                    ("small-gpt2", "addition-d2-ws35", 60, LR0),
+                                                    # added when tiny-gpt2 learned addition from it (n = 5)
+                                                    ("tiny-gpt2", "countdown-d2-n30-ws35", 120, LR0)]
 
 
 def third_stage(state: dict[str, Any], cache: str, save, models: tuple[str, ...] | None,
