@@ -67,7 +67,8 @@ def disagreements(text: str) -> list[str]:
     lines = [_plain(line[2:]) for line in body.splitlines() if line.startswith("- ")]
     out = []
     for name, ev in block.items():
-        verdict = "detected" if ev["verdict"].startswith("detected") else ev["verdict"]
+        word = ev["verdict"].split(";")[0].removesuffix(" here")  # "detected here; a lead project-wide" -> detected
+        verdict = "detected" if word in L.DETECTIONS else word
         mine = table.get(name)
         if mine is None:
             out.append(f"{name}: not in the body's claims table")
