@@ -173,8 +173,8 @@ def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default
 
     prepare_environment()
     from ablate.report import build_report
-    from ablate.runner import record_command, run_study
-    from ablate.session import RunOptions, make_settings
+    from ablate.running.runner import record_command, run_study
+    from ablate.running.session import RunOptions, make_settings
 
     s = _from_mapping(study, Path(runs) / str(study.get("name", "study"))) if isinstance(study, Mapping) else \
         validate(study)

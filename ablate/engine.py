@@ -1,6 +1,6 @@
 """The trial engine seam: what trains one prepared trial, behind a small typed interface.
 
-The attempt path (:mod:`ablate.attempt`) owns everything around a trial — the claimed attempt, its
+The attempt path (:mod:`ablate.running.attempt`) owns everything around a trial — the claimed attempt, its
 heartbeats, the MLflow run, the outbox, the store's record — and hands the training itself to an engine::
 
     engine = engine_for(config)

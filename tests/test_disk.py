@@ -15,8 +15,8 @@ from test_runner import TINY, write_study
 
 from ablate.cli import main
 from ablate.config import TrialConfig
-from ablate.footprint import checkpoint_bytes, checkpoint_copies, estimate_disk, parameter_count
 from ablate.plan import Plan
+from ablate.running.footprint import checkpoint_bytes, checkpoint_copies, estimate_disk, parameter_count
 from ablate.study import load_study
 from ablate.train import run_trial
 

@@ -23,8 +23,8 @@ from ablate import inference, planning
 from ablate.cli import main
 from ablate.paths import STORE_FILE
 from ablate.plan import TAG_SEEDS, Plan
-from ablate.runner import adaptive_rounds, run_study
-from ablate.session import RunSettings
+from ablate.running.runner import adaptive_rounds, run_study
+from ablate.running.session import RunSettings
 from ablate.store import StudyStore
 from ablate.study import StudyError, load_study
 
@@ -292,7 +292,7 @@ def test_a_rerun_reuses_a_decision_kept_in_the_store(ran):
     folder = ran["folder"]
     store = StudyStore(settings(folder, ran["adaptive"]).storage, "adaptive", create=False)
     (decision,) = adaptive_rounds(store, "default")
-    from ablate.runner import adaptive_round
+    from ablate.running.runner import adaptive_round
 
     study = load_study(ran["adaptive"])  # seeds 0-2: the n of the recorded decision
     log = io.StringIO()

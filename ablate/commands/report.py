@@ -114,7 +114,7 @@ def check_out_writable(folder: Path) -> None:
     Raises:
         AblateError: one line naming the folder and the OS error.
     """
-    from ablate.preflight import check_writable
+    from ablate.running.preflight import check_writable
 
     check_writable(folder, "the report folder", "--out", {}, "or pass --out DIR with a writable folder")
 
@@ -129,7 +129,7 @@ def report_parent(study_name: str, budget: str, tracking_uri: str | None) -> tup
     """
     from urllib.parse import urlparse
 
-    from ablate.preflight import check_writable
+    from ablate.running.preflight import check_writable
     from ablate.tracking import Tracker
 
     tracker = Tracker(tracking_uri)

@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ablate.session import RunSettings
+    from ablate.running.session import RunSettings
     from ablate.study import Study
 
 HELP = "run a study: every trial, resumable, on N local workers, logged to MLflow"
@@ -111,8 +111,8 @@ def prepare_environment() -> None:
 
 
 def settings_from_args(args: argparse.Namespace, study: Study) -> RunSettings:
-    """Check the shared options and build the run settings (creates nothing; :func:`ablate.session.make_settings`)."""
-    from ablate.session import RunOptions, make_settings
+    """Check the shared options and build the run settings (creates nothing; :func:`ablate.running.session.make_settings`)."""
+    from ablate.running.session import RunOptions, make_settings
 
     return make_settings(study, args.budget, RunOptions(
         storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs, threads=args.threads,
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     """Validate, run the study, build the report; print where the results are."""
     prepare_environment()
     from ablate.commands.validate import print_warnings
-    from ablate.runner import record_command, run_study
+    from ablate.running.runner import record_command, run_study
     from ablate.study import load_study
     from ablate.tracking import Tracker, tracking_location
 

@@ -15,7 +15,7 @@ DESCRIPTION = """\
 Validate a study file and print what it would run: the arms as a table (one row per arm, one column
 per factor), the baseline and excluded arms, the levels with their overrides, the seeds, the number
 of trials and the estimated time of every budget, the objective, and for a fractional design which
-effects are aliased, and the study's estimated peak disk use (ablate/footprint.py: the running
+effects are aliased, and the study's estimated peak disk use (ablate/running/footprint.py: the running
 trials' checkpoints, a local MLflow store, the report). Nothing is run or written.
 
 Estimated times come from ablate/timing.py: constants measured per zoo model on one CPU thread
@@ -64,14 +64,14 @@ def _workers_phrase(disk: dict[str, Any]) -> str:
 
 def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
-    from ablate.footprint import estimate_disk
     from ablate.plan import Plan
+    from ablate.running.footprint import estimate_disk
     from ablate.timing import estimate_study_seconds
     from ablate.tracking import resolve_tracking_uri
 
     specs = Plan.of(study, budget).specs
     seconds = estimate_study_seconds(specs)
-    from ablate.footprint import pack_size
+    from ablate.running.footprint import pack_size
 
     members = max((pack_size(pack, s.config) for s in specs if s.config.train.packed), default=1)
     disk = estimate_disk(list(specs), workers=workers, tracking_uri=resolve_tracking_uri(), pack=members)
@@ -133,7 +133,7 @@ def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "aut
 def packing(specs: Sequence[TrialSpec]) -> dict[str, Any]:
     """Which trials train as populations (``train.packed``) and in how many shapes (each shape packs
     apart, :func:`ablate.train.population.population_shape`); ``auto``: the ``--pack auto`` size here."""
-    from ablate.footprint import pack_size
+    from ablate.running.footprint import pack_size
     from ablate.train.population import population_shape
 
     packed = [s for s in specs if s.config.train.packed]

@@ -68,7 +68,7 @@ Keys, one by one:
   false by default and needing low > 0), ``trials`` (int >= 1, per arm), ``budget`` (an existing
   budget, default ``default``), ``seeds`` (as ``seeds``, default 1). A tuned path may not be a factor.
   At ``--budget smoke`` (plumbing only) every arm is tuned with one trial at the smoke budget instead,
-  in Optuna studies of their own (``<study>/tune@smoke/<arm>``, see :func:`ablate.tuner.tuning_for_budget`).
+  in Optuna studies of their own (``<study>/tune@smoke/<arm>``, see :func:`ablate.running.tuner.tuning_for_budget`).
 - ``report``: ``metrics``: logged metric names (docs/metrics.md) that the report also compares level
   by level against the baseline, each summarised per trial as the mean of its last 10% of logged
   values, with the same paired CIs as the objective but no "better" or "worse" (a diagnostic such as

@@ -4,17 +4,17 @@
 
     refuse a runs folder that cannot be written, and a store holding none of the trials that MLflow
         holds finished at the budget (an emptied or deleted store would train them all again)
-    tune every arm first (a study with ``tune:``; ablate.tuner, its trials logged to MLflow)
+    tune every arm first (a study with ``tune:``; ablate.running.tuner, its trials logged to MLflow)
     plan = the study's Plan at the budget (tuned values, the seeds the store holds)
     the store checks the plan against its frozen design and enqueues what must run
     find or create the MLflow parent run; tag it with the plan's tuned values and seed count
     repeat (one round; a study with seeds: {min, max} may run several):
-        run ablate.worker.run_worker in N local processes until nothing is pending or running
+        run ablate.running.worker.run_worker in N local processes until nothing is pending or running
         an adaptive study: re-estimate the seeds needed (ablate.planning); more -> plan.with_seeds, enqueue
 
-The refusals before anything is written are :mod:`ablate.preflight`; the local pool of ``workers``
-processes is :mod:`ablate.pool` (with ``workers=1`` the worker loop runs in the calling process); each
-round opens a :class:`ablate.session.Session` (the plan, store, tracking store, parent run).
+The refusals before anything is written are :mod:`ablate.running.preflight`; the local pool of ``workers``
+processes is :mod:`ablate.running.pool` (with ``workers=1`` the worker loop runs in the calling process); each
+round opens a :class:`ablate.running.session.Session` (the plan, store, tracking store, parent run).
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ablate.attempt import run_unqueued
 from ablate.paths import trial_dir
 from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
-from ablate.pool import run_pool, threads_per_worker
-from ablate.preflight import check_reports_writable, preflight
-from ablate.progress import Progress
-from ablate.session import (
+from ablate.running.attempt import run_unqueued
+from ablate.running.pool import run_pool, threads_per_worker
+from ablate.running.preflight import check_reports_writable, preflight
+from ablate.running.progress import Progress
+from ablate.running.session import (
     EventFn,
     RunSettings,
     Session,
@@ -41,14 +41,14 @@ from ablate.session import (
     parent_run_id,
     record_stale,
 )
+from ablate.running.worker import WorkerStats, run_worker
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
 from ablate.tracking.outbox import upload_unsent
-from ablate.worker import WorkerStats, run_worker
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
     from ablate.planning import AdaptiveRound
-    from ablate.session import Event
+    from ablate.running.session import Event
     from ablate.study import Arm, Study
     from ablate.tracking import Tracker
     from ablate.train import TrialResult
@@ -68,7 +68,7 @@ def tuning_trainer(study: Study, settings: RunSettings, store: StudyStore,
                    tracker: Tracker) -> tuple[Callable[..., TrialResult], str]:
     """The trial function the tuner trains with, and the MLflow parent run of the tuning trials:
     each tuning trial is a child run of ``<study> (tune:<budget>)``, trained through the same logged path as
-    a main trial (:func:`ablate.attempt.run_unqueued`)."""
+    a main trial (:func:`ablate.running.attempt.run_unqueued`)."""
     from ablate.store import describe_storage
     from ablate.study import TrialSpec
 
@@ -86,10 +86,10 @@ def tuning_trainer(study: Study, settings: RunSettings, store: StudyStore,
 def tune_study(study: Study, settings: RunSettings, store: StudyStore, tracker: Tracker,
                stream: TextIO) -> dict[str, dict[str, Any]] | None:
     """Tune every arm of a study with ``tune:`` (arms already tuned are not run again; see
-    :mod:`ablate.tuner`); arm -> best values. None for a study without ``tune:``."""
+    :mod:`ablate.running.tuner`); arm -> best values. None for a study without ``tune:``."""
     if study.tune is None:
         return None
-    from ablate.tuner import Tuner, tuning_for_budget, tuning_seeds
+    from ablate.running.tuner import Tuner, tuning_for_budget, tuning_seeds
 
     study = tuning_for_budget(study, settings.budget)  # --budget smoke: one trial per arm at smoke
 

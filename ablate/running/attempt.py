@@ -11,7 +11,7 @@ One path for every trial a study trains (:func:`run_attempt`; the tuning trials 
     done in the store, checkpoint dropped                        run_attempt
     an exception: its traceback on the attempt and the run       record_failure
 
-Every function takes the worker's :class:`ablate.session.Session` (study, plan, store, tracker, parent run,
+Every function takes the worker's :class:`ablate.running.session.Session` (study, plan, store, tracker, parent run,
 worker, events) rather than those one by one. A population (``--pack K``): :func:`claim_mates` claims up
 to K - 1 more packed trials of one shape, and :func:`run_population_attempts` runs each member's
 ordinary :func:`run_attempt` in a thread (:func:`ablate.train.population.run_members`).
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.disk import disk_full_error, is_disk_full
 from ablate.engine import EngineJob, engine_for, has_checkpoint
-from ablate.footprint import pack_size
 from ablate.metrics import content_fingerprint
 from ablate.objective import summarize_history
 from ablate.paths import trial_dir
-from ablate.session import Session
+from ablate.running.footprint import pack_size
+from ablate.running.session import Session
 from ablate.store import Attempt, Heartbeat
 
 if TYPE_CHECKING:
