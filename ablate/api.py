@@ -32,7 +32,7 @@ from ablate.study.checker import StudyError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.planning import SeedPlan
+    from ablate.stats.planning import SeedPlan
     from ablate.study import Study
 
 __all__ = ["AblateError", "StudyError", "StudyResults", "load", "plan_seeds", "run", "validate"]
@@ -47,7 +47,7 @@ class StudyResults:
             ``state``, ``objective``, ``fingerprint`` and each trial's last logged value of every metric.
         curves: the objective metric per trial and step (curves.csv): ``key, arm, seed``, one column per factor
             (its level, as in ``trials``), ``step, value``.
-        claims: one row per claim of the report's family (:meth:`ablate.inference.Family.table`): ``claim,
+        claims: one row per claim of the report's family (:meth:`ablate.stats.inference.Family.table`): ``claim,
             primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method, seeds_needed`` (estimate and
             interval in the objective's units, e.g. a fraction for eval/accuracy; ``method`` the interval's:
             paired t or the linear model; ``seeds_needed`` for 80% power at ``min_effect``). In a study with
@@ -141,8 +141,8 @@ def plan_seeds(study: str | Path | Study | Mapping[str, Any], *, budget: str = "
     Raises:
         AblateError: the report folder holds no finished trial of the study.
     """
-    from ablate import planning
     from ablate.paths import report_dir_for
+    from ablate.stats import planning
 
     s = validate(study)
     folder = Path(report) if report is not None else report_dir_for(s.name, budget)
@@ -221,8 +221,8 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
     """A report folder's results; the study and budget from its provenance line when not given."""
     import pandas as pd
 
-    from ablate.planning import read_report_pilot
     from ablate.report.shared import committed_report
+    from ablate.stats.planning import read_report_pilot
 
     if not (folder / "results.csv").is_file():
         raise AblateError(f"{folder}: no results.csv there: not a report folder (`ablate report` writes one)")

@@ -27,8 +27,7 @@ LAYERS: dict[str, int] = {
 }
 #: Modules on their own paths (read and write results, never train): they may import the foundations
 #: (layers 0-2) and each other, never the chain above the study (train, worker, tuner, runner, commands).
-SIDE = {"store", "tracking", "results", "analysis", "inference", "intervals", "sequential", "meta",
-        "planning", "report"}
+SIDE = {"store", "tracking", "results", "stats", "report"}
 #: The longest a function may be, in lines (its ``def`` to its last line).
 MAX_FUNCTION_LINES = 80
 #: Parameter names that carry a central object, and may therefore never be typed ``Any``.

@@ -1,4 +1,4 @@
-"""ablate.inference: hand-computed values of every public function, the linear model against statsmodels'
+"""ablate.stats.inference: hand-computed values of every public function, the linear model against statsmodels'
 own model comparisons, model contrasts against cell means, and small calibration checks (coverage of the
 95% intervals, family-wise false detections) on a realistic seed-level generator."""
 
@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 from tolerance import EXACT, assert_close, is_close
 
-from ablate import inference as inf
+from ablate.stats import inference as inf
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = math.nan
@@ -136,7 +136,7 @@ def test_seeds_for_power_where_statsmodels_power_is_nan():
     5 points, d = 4.66, alpha 0.05): 3 seeds have power 0.96, 2 seeds 0.39, so 3 are needed. statsmodels'
     TTestPower.power is NaN at 3-6 seeds there (and 8), and the report said 5. By hand from scipy's
     noncentral t: at n = 3 its upper tail alone (the lower tail is NaN in scipy, and below 1e-12) is 0.960."""
-    from ablate.planning import read_report_pilot
+    from ablate.stats.planning import read_report_pilot
     from ablate.study import load_study
 
     pilot = read_report_pilot(load_study(ROOT / "studies" / "behaviour_logp.yaml"), ROOT / "reports" / "behaviour_logp")
@@ -659,7 +659,7 @@ def test_contrasts_within_each_context_and_none_of_a_context_factor():
     """A study over 2 tasks x 2 models (contexts) comparing loss_norm: each context's contrast is the paired
     mean of its own seeds' differences (by hand), the family holds no 'task' or 'model' contrast and no
     interaction with a context, and the contrast over all contexts averages the matched cells."""
-    from ablate.inference import context_contrasts, infer
+    from ablate.stats.inference import context_contrasts, infer
 
     rng = np.random.default_rng(0)
     effect = {("addition", "llama"): 0.02, ("addition", "gpt2"): 0.04, ("chain", "llama"): -0.01,

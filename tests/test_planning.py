@@ -1,4 +1,4 @@
-"""Seed planning (ablate.planning, ``ablate plan``) and adaptive seeds in the runner: the planner on
+"""Seed planning (ablate.stats.planning, ``ablate plan``) and adaptive seeds in the runner: the planner on
 hand-made per-trial tables with known SDs (textbook seed counts), the variance-only rule, and, end to
 end on a tiny real study, ``ablate run``'s rounds (3 -> 5 seeds), a rerun that does not decide again,
 ``ablate status`` and ``ablate plan`` on what ran, and bad input (exit code 2, nothing written)."""
@@ -19,12 +19,12 @@ import torch
 import yaml
 from mlflow import MlflowClient
 
-from ablate import inference, planning
 from ablate.cli import main
 from ablate.paths import STORE_FILE
 from ablate.plan import TAG_SEEDS, Plan
 from ablate.running.runner import adaptive_rounds, run_study
 from ablate.running.session import RunSettings
+from ablate.stats import inference, planning
 from ablate.store import StudyStore
 from ablate.study import StudyError, load_study
 

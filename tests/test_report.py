@@ -18,8 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate import inference as inf
-from ablate.analysis import saturating_curve
 from ablate.plan import Plan
 from ablate.report.build import write_report
 from ablate.report.figures import pareto_front
@@ -30,6 +28,8 @@ from ablate.report.page import ReportPage, Section
 from ablate.report.shared import computation_key, seed_ranges
 from ablate.report.statistics import Scale, compute_statistics, metric_unit
 from ablate.results import Results, build_table, level_column
+from ablate.stats import inference as inf
+from ablate.stats.analysis import saturating_curve
 from ablate.study import load_study
 from ablate.tracking import history_csv
 
@@ -576,9 +576,9 @@ def test_an_equivalence_where_the_baseline_did_not_learn_is_reported_as_uninform
     """Issue 54: every evaluation flat at ~0.3 (nothing learned): the contrasts are inside ±min_effect, but the
     report's claims, answer and claims figure say *uninformative*, with the positive control's reason, and
     the same word comes back from the saved folder (ablate.load / the ledger's reader)."""
-    from ablate.inference import UNINFORMATIVE
-    from ablate.planning import read_report_pilot
     from ablate.report import control
+    from ablate.stats.inference import UNINFORMATIVE
+    from ablate.stats.planning import read_report_pilot
 
     path = tmp_path / "synth.yaml"
     path.write_text(STUDY + "primary: [loss_norm]\nmin_effect: 0.05\n")
@@ -747,7 +747,7 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     """loss_norm compared across 3 contexts (clip_high's values): the report's first lines are the verdict
     across contexts with the pooled estimate, τ, I² and the prediction interval; a forest per contrast; a
     table per contrast with each context and the pooled row; no claim contrasts a context factor."""
-    from ablate import meta
+    from ablate.stats import meta
 
     path = tmp_path / "ctx.yaml"
     path.write_text(STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
@@ -841,10 +841,10 @@ def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp
 @pytest.mark.parametrize("sizes", [4, 3])
 def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(tmp_path, sizes):
     """One context factor setting model.name over 4 sizes (each trial logs model/params at step 0): each
-    contrast gets a weighted trend in log10 parameters (ablate.meta.scale_trend on the per-context estimates),
+    contrast gets a weighted trend in log10 parameters (ablate.stats.meta.scale_trend on the per-context estimates),
     and the report extends it to 135M parameters as an extrapolation, not a result. Over 3 sizes (1 residual
     df) no trend is fitted, and the report says why (issue 54)."""
-    from ablate import meta
+    from ablate.stats import meta
 
     names = ["micro-llama", "tiny-llama", "small-llama", "base-llama"][:sizes]
     path = tmp_path / "ladder.yaml"

@@ -27,7 +27,7 @@ the run is refused with the differences, unless it only adds trials and --extend
 A study with `seeds: {min: a, max: b}` (adaptive seeds; it needs `min_effect:`) runs seeds 0..a-1
 first, then, in rounds, re-estimates from the finished trials how many seeds its primary contrasts
 (every contrast when it declares none) need for 80% power at min_effect (from their SD only, never from
-the observed difference: see ablate/planning.py and `ablate plan --help`), adds seeds up to that count
+the observed difference: see ablate/stats/planning.py and `ablate plan --help`), adds seeds up to that count
 (at most b) and runs them, until the count stops growing. Each round's decision is printed as one line,
 kept in the store (a rerun reuses it) and tagged on the MLflow parent run (ablate.adaptive_seeds,
 ablate.adaptive_seeds.n).

@@ -149,7 +149,7 @@ def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
     arms = len(study.arms) // len(per)
     out = [f"contexts ({', '.join(study.contexts)}): {len(per)}, each {arms} compared arm{'s' if arms != 1 else ''} "
            f"x {len(d['seeds'])} seed{'s' if len(d['seeds']) != 1 else ''}; each contrast is estimated within each "
-           "context and pooled across them (ablate.meta):"]
+           "context and pooled across them (ablate.stats.meta):"]
     width = max(len(c) for c in per)
     for ctx, c in per.items():
         t = c["estimated_seconds"]

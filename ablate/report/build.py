@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ablate import analysis
 from ablate.errors import UnloggedObjectiveError
 from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir_for
@@ -53,6 +52,7 @@ from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table, split_files
 from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
 from ablate.results import Results
+from ablate.stats import analysis
 from ablate.study.model import DEFAULT_BUDGET
 
 if TYPE_CHECKING:
@@ -179,7 +179,7 @@ def trial_summary(results: Results, per_trial: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kl_and_reward(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """Each trial's final KL to the reference and final total reward (:func:`ablate.analysis.final_values`),
+    """Each trial's final KL to the reference and final total reward (:func:`ablate.stats.analysis.final_values`),
     and the two merged by trial (None when either is missing)."""
     kl = analysis.final_values(table, figs.KL_METRIC)
     rw = analysis.final_values(table, figs.REWARD_METRIC)

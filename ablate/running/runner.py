@@ -10,7 +10,7 @@
     find or create the MLflow parent run; tag it with the plan's tuned values and seed count
     repeat (one round; a study with seeds: {min, max} may run several):
         run ablate.running.worker.run_worker in N local processes until nothing is pending or running
-        an adaptive study: re-estimate the seeds needed (ablate.planning); more -> plan.with_seeds, enqueue
+        an adaptive study: re-estimate the seeds needed (ablate.stats.planning); more -> plan.with_seeds, enqueue
 
 The refusals before anything is written are :mod:`ablate.running.preflight`; the local pool of ``workers``
 processes is :mod:`ablate.running.pool` (with ``workers=1`` the worker loop runs in the calling process); each
@@ -47,8 +47,8 @@ from ablate.tracking.outbox import upload_unsent
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
-    from ablate.planning import AdaptiveRound
     from ablate.running.session import Event
+    from ablate.stats.planning import AdaptiveRound
     from ablate.study import Arm, Study
     from ablate.tracking import Tracker
     from ablate.train import TrialResult
@@ -110,8 +110,8 @@ def tune_study(study: Study, settings: RunSettings, store: StudyStore, tracker: 
 
 
 def adaptive_rounds(store: StudyStore, budget: str) -> list[AdaptiveRound]:
-    """The adaptive-seed decisions kept in the store for ``budget`` (:class:`ablate.planning.AdaptiveRound`)."""
-    from ablate.planning import STORE_NOTE, AdaptiveRound
+    """The adaptive-seed decisions kept in the store for ``budget`` (:class:`ablate.stats.planning.AdaptiveRound`)."""
+    from ablate.stats.planning import STORE_NOTE, AdaptiveRound
 
     note = store.note(STORE_NOTE + budget) or {}
     return [AdaptiveRound.from_dict(d) for d in note.get("rounds", [])]
@@ -120,8 +120,8 @@ def adaptive_rounds(store: StudyStore, budget: str) -> list[AdaptiveRound]:
 def tag_plan(tracker: Tracker, parent: str, plan: Plan, rounds: list[AdaptiveRound]) -> None:
     """Record on the parent run what a report needs to rebuild the plan that ran (:meth:`Plan.recorded`):
     the tuned values (:data:`~ablate.plan.TAG_TUNED`) and an adaptive study's rule and seed count
-    (:data:`~ablate.planning.TAG_ADAPTIVE`, :data:`~ablate.plan.TAG_SEEDS`)."""
-    from ablate.planning import TAG_ADAPTIVE, adaptive_summary
+    (:data:`~ablate.stats.planning.TAG_ADAPTIVE`, :data:`~ablate.plan.TAG_SEEDS`)."""
+    from ablate.stats.planning import TAG_ADAPTIVE, adaptive_summary
 
     study = plan.study
     tags = {}
@@ -144,14 +144,14 @@ def adaptive_round(plan: Plan, store: StudyStore, settings: RunSettings, counts:
 
     The decision at the current seed count n is taken once and kept in the store: a decision found
     there (a rerun) is reused, never taken again. Otherwise, when every trial of seeds 0..n-1 is
-    done, n < max and fewer than :data:`ablate.planning.MAX_ROUNDS` rounds ran, the seeds needed
+    done, n < max and fewer than :data:`ablate.stats.planning.MAX_ROUNDS` rounds ran, the seeds needed
     are re-estimated from the finished trials (the report's inference, read from MLflow) for the
-    study's ``min_effect`` (:func:`ablate.planning.reestimate`: variance only).
+    study's ``min_effect`` (:func:`ablate.stats.planning.reestimate`: variance only).
 
     Returns:
         The round (its ``n_new`` may exceed n: run those seeds), or None: no more seeds.
     """
-    from ablate.planning import MAX_ROUNDS
+    from ablate.stats.planning import MAX_ROUNDS
 
     study = plan.study
     n, top = len(plan.seeds), study.seed_range.max
@@ -178,8 +178,8 @@ def adaptive_round(plan: Plan, store: StudyStore, settings: RunSettings, counts:
 def _reestimate(plan: Plan, store: StudyStore, settings: RunSettings, rounds: list[AdaptiveRound], *,
                 stream: TextIO) -> AdaptiveRound | None:
     """Re-estimate the seeds needed from the finished trials, keep the decision in the store, print it."""
-    from ablate.inference import ALPHA, POWER
-    from ablate.planning import STORE_NOTE, plan_seeds, read_pilot, reestimate
+    from ablate.stats.inference import ALPHA, POWER
+    from ablate.stats.planning import STORE_NOTE, plan_seeds, read_pilot, reestimate
 
     study = plan.study
     n = len(plan.seeds)
@@ -254,7 +254,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
 
     A study with ``seeds: {min: a, max: b}`` runs in rounds: the seeds the store holds (at first
     0..a-1), then, as long as :func:`adaptive_round` asks for more, the added seeds (see
-    :mod:`ablate.planning`); the rounds' decisions are printed, kept in the store and tagged on the
+    :mod:`ablate.stats.planning`); the rounds' decisions are printed, kept in the store and tagged on the
     MLflow parent run.
 
     Args:

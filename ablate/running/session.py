@@ -124,13 +124,13 @@ def current_plan(study: Study, settings: RunSettings, store: StudyStore,
 
     A study with ``seeds: {min, max}`` runs seeds 0..n-1, n = the largest of ``min``, the seed
     count of the design frozen in the store and the study's own (adaptive rounds add seeds; see
-    :mod:`ablate.planning`). A study with ``tune:`` runs each arm at its tuned values: ``tuned``
+    :mod:`ablate.stats.planning`). A study with ``tune:`` runs each arm at its tuned values: ``tuned``
     when given, else read from the store's tuning studies (:class:`ablate.running.tuner.Tuner`; an error
     naming the fix while tuning is unfinished).
     """
     plan = Plan.of(study, settings.budget)
     if study.seed_range is not None:
-        from ablate.planning import seeds_in_design
+        from ablate.stats.planning import seeds_in_design
 
         n = max(study.seed_range.min, seeds_in_design(store.frozen_design(settings.budget)), len(study.seeds))
         plan = plan.with_seeds(range(n))

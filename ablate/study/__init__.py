@@ -52,7 +52,7 @@ Keys, one by one:
 - ``seeds``: ``n`` (a positive int: seeds 0, 1, ..., n-1) or a list of distinct ints. Every arm runs
   the same seeds, so arms can be compared seed by seed (paired). ``{min: a, max: b}`` (1 <= a <= b)
   makes the seed count adaptive: the study runs seeds 0..a-1 first, and ``ablate run`` adds seeds in
-  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.planning`); it
+  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.stats.planning`); it
   needs ``min_effect``, the effect the seeds are planned for.
 - ``budgets``: budget name (``[a-z0-9_-]+``) -> dotted overrides (e.g. ``train.steps``), chosen with
   ``--budget``; ``default`` always exists (``{}`` unless given). A budget may also set ``seeds: n``
@@ -84,12 +84,12 @@ Keys, one by one:
 - ``extended_after``: the seed counts (increasing, from 2 to below the study's ``seeds: n``; fixed seeds
   only) at which a report of the study was read before its seeds were extended. The report then tests
   each contrast as a two-stage design: the seeds up to the last count, then the rest
-  (:mod:`ablate.sequential`; docs/statistics.md). Neither the study's identity nor its trial keys change.
+  (:mod:`ablate.stats.sequential`; docs/statistics.md). Neither the study's identity nor its trial keys change.
 - ``contexts``: factor names the study replicates over rather than compares (a task, a model, a model
   size: anything its levels set as dotted overrides). The design runs over the other (compared)
   factors, and every arm it gives runs in every combination of the contexts' levels at the same seeds,
   so each contrast is paired within each context; the report estimates it per context and pools the
-  estimates (:mod:`ablate.meta`). Chosen as a top-level list beside ``primary:`` rather than a
+  estimates (:mod:`ablate.stats.meta`). Chosen as a top-level list beside ``primary:`` rather than a
   ``role:`` on each factor because it is one decision about the study's question (which factors the
   answer must travel across), read in one place, like ``primary:``. A context may not be primary,
   every factor may not be a context, and the contexts must give at least two combinations.

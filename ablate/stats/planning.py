@@ -2,13 +2,13 @@
 in rounds while a study with ``seeds: {min: a, max: b}`` runs (``ablate run``).
 
 The unit of replication is the seed, and every comparison is paired by seed (see
-:mod:`ablate.inference`). What decides how many seeds a contrast needs is the **standard deviation
+:mod:`ablate.stats.inference`). What decides how many seeds a contrast needs is the **standard deviation
 of one seed's difference** (level - baseline), ``Contrast.sd_per_seed``: with n seeds the
 difference's standard error is ``sd / sqrt(n)``. From it:
 
 - **Seeds per arm** for a two-sided paired t-test to detect a true difference ``effect`` with
-  probability ``power`` (:func:`ablate.inference.seeds_for_power`, the exact power of
-  :func:`ablate.inference.paired_t_power`);
+  probability ``power`` (:func:`ablate.stats.inference.seeds_for_power`, the exact power of
+  :func:`ablate.stats.inference.paired_t_power`);
   ``effect`` is the study's ``min_effect`` (the smallest difference worth finding), or, when the
   study declares none, each contrast's observed difference (which makes the plan only as good as
   a noisy pilot estimate: say ``min_effect:``).
@@ -20,7 +20,7 @@ difference's standard error is ``sd / sqrt(n)``. From it:
   Bonferroni test power the report's Holm test too. The contrasts planned for are the study's
   ``primary:`` contrasts, or every contrast when it declares none.
 - **The recommendation** is the largest count over the planned contrasts (the contrast with the
-  largest SD relative to its effect *drives* it), and never below :data:`~ablate.inference.MIN_SEEDS`
+  largest SD relative to its effect *drives* it), and never below :data:`~ablate.stats.inference.MIN_SEEDS`
   (the report gives no interval below 3 seeds).
 
 **Adaptive seeds** (``seeds: {min: a, max: b}``, which needs ``min_effect``): ``ablate run`` runs
@@ -61,7 +61,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
-from ablate.inference import (
+from ablate.states import DONE
+from ablate.stats.inference import (
     ALPHA,
     MAX_SEEDS,
     MIN_SEEDS,
@@ -70,14 +71,13 @@ from ablate.inference import (
     contrast_resolvable_effect,
     seeds_for_power,
 )
-from ablate.states import DONE
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.inference import StudyInference
     from ablate.plan import Plan
     from ablate.results import Results
+    from ablate.stats.inference import StudyInference
     from ablate.study import Study
 
 #: MLflow tag of the study's parent run: the adaptive rule and its seed counts, in words
@@ -106,10 +106,10 @@ class ContrastPlan:
         estimate: the pilot's difference, level - baseline (objective units).
         effect: the (positive) difference planned for: ``min_effect`` or ``|estimate|``.
         seeds_needed: seeds per arm for the planned power at the planned level (NaN without an SD,
-            ``inf`` when no count up to :data:`ablate.inference.MAX_SEEDS` is enough, e.g. an
+            ``inf`` when no count up to :data:`ablate.stats.inference.MAX_SEEDS` is enough, e.g. an
             observed difference of 0).
         resolvable: the smallest true difference the pilot's own design detects with the planned power
-            at the planned level (:func:`ablate.inference.contrast_resolvable_effect`: the contrast's
+            at the planned level (:func:`ablate.stats.inference.contrast_resolvable_effect`: the contrast's
             standard error and df; NaN without an SD).
         verdict: the report's verdict on the pilot's trials (detected / equivalent / not resolved; ""
             when the plan was made from contrasts alone).
@@ -185,7 +185,7 @@ def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None
     """The seeds per arm that give each planned contrast ``power`` at the Bonferroni level alpha / m.
 
     Args:
-        contrasts: every contrast of the pilot (:attr:`ablate.inference.StudyInference.contrasts`);
+        contrasts: every contrast of the pilot (:attr:`ablate.stats.inference.StudyInference.contrasts`);
             the primary ones are planned for, or all when none is primary.
         min_effect: the study's minimum effect (objective units); None: plan each contrast for its
             observed difference.
@@ -301,7 +301,7 @@ def reestimate(plan: SeedPlan, n: int, max_seeds: int, round_: int) -> AdaptiveR
 
     ``plan`` must plan for the study's ``min_effect`` (:func:`plan_seeds` with ``min_effect``): the
     decision then depends on the pilot's SD alone, never on its observed difference. Without an SD
-    (fewer than 2 seeds) the next count is :data:`~ablate.inference.MIN_SEEDS`, which uses no data.
+    (fewer than 2 seeds) the next count is :data:`~ablate.stats.inference.MIN_SEEDS`, which uses no data.
     A count already above ``max_seeds`` (the file's max was lowered) stays.
     """
     if plan.effect_from != FROM_MIN_EFFECT or plan.min_effect is None:
@@ -409,10 +409,10 @@ class Pilot:
 def pilot_inference(study: Study, results: Results) -> StudyInference:
     """The inference a report makes on ``results`` (what
     :func:`ablate.report.statistics.compute_statistics` puts in ``.inference``): one objective value
-    per finished trial (:func:`ablate.analysis.trial_objectives`), then
-    :func:`ablate.inference.infer` with the study's design, mode, ``min_effect`` and ``primary:``.
+    per finished trial (:func:`ablate.stats.analysis.trial_objectives`), then
+    :func:`ablate.stats.inference.infer` with the study's design, mode, ``min_effect`` and ``primary:``.
     The report's other statistics (the compute-efficiency fits, seconds per arm) are not computed."""
-    from ablate.inference import study_inference
+    from ablate.stats.inference import study_inference
 
     return study_inference(study, results)[1]
 
@@ -437,7 +437,7 @@ def report_inference(study: Study, folder: str | Path,
     and a committed report's re-rendered claims (:mod:`ablate.report.verdicts`) read."""
     import pandas as pd
 
-    from ablate.inference import infer_study
+    from ablate.stats.inference import infer_study
 
     done = report_trials(study, folder) if done is None else done
     names = [f.name for f in study.factors]

@@ -35,7 +35,7 @@ per trial (arm x seed) and every comparison is paired by seed. What is computed,
   (the pooled F-test reached 6.3% family-wise at nominal 5% in benchmarks/RESULTS.md). It needs
   m + 1 seeds for m = (levels of a - 1)(levels of b - 1) degrees of freedom.
 - **An extended study** (``extended_after:``, its seeds extended after a report of its first ones was
-  read) tests every claim as a two-stage design (:mod:`ablate.sequential`): each contrast, each TOST
+  read) tests every claim as a two-stage design (:mod:`ablate.stats.sequential`): each contrast, each TOST
   and each interaction on stage 1's seeds and on the extension's alone, combined with fixed weights.
 - **Below 3 seeds no interval** is given: the per-seed values are shown and the claim is "not
   resolved at n seeds".
@@ -66,12 +66,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.intervals import ALPHA, CONFIDENCE, MIN_SEEDS, t_interval
-from ablate.intervals import finite as _finite
+from ablate.stats.intervals import ALPHA, CONFIDENCE, MIN_SEEDS, t_interval
+from ablate.stats.intervals import finite as _finite
 
 if TYPE_CHECKING:
     from ablate.results import Results
-    from ablate.sequential import OneSided, TwoStageTost
+    from ablate.stats.sequential import OneSided, TwoStageTost
     from ablate.study import Study
 
 #: Power that the seed planning aims for.
@@ -786,7 +786,7 @@ class StagedTerm:
     Attributes:
         term: ``a:b``; n1, n2: seeds in stage 1 and in the extension alone.
         first, extension: the paired interaction test (:func:`paired_interaction`) on each stage's seeds alone.
-        test: their combination (:class:`ablate.sequential.OneSided`): ``z_k = Phi^{-1}(1 - p_k)`` of each
+        test: their combination (:class:`ablate.stats.sequential.OneSided`): ``z_k = Phi^{-1}(1 - p_k)`` of each
             stage's p, ``Z = w1 z1 + sqrt(1 - w1^2) z2``, one-sided boundaries and p.
     """
 
@@ -818,10 +818,10 @@ def staged_interaction(test: TermTest, contrasts: pd.DataFrame, n1: int, *, w1: 
     The paired interaction test (:func:`paired_interaction`: Hotelling's T² on the per-seed interaction
     contrasts, the paired t at 1 df) runs on stage 1's seeds (``0..n1-1``) and on the extension's seeds alone;
     each stage's p-value ``p_k`` (direction-free, uniform under no interaction) becomes the normal score
-    ``z_k = Phi^{-1}(1 - p_k)`` (:func:`ablate.sequential.p_score`), and the two are combined as the contrasts
+    ``z_k = Phi^{-1}(1 - p_k)`` (:func:`ablate.stats.sequential.p_score`), and the two are combined as the contrasts
     are, ``Z = w1 z1 + sqrt(1 - w1^2) z2`` with the stage-1 weight fixed before stage 2
-    (:data:`ablate.sequential.EXTENSION_W1`), against one-sided O'Brien-Fleming-type boundaries at alpha
-    (:func:`ablate.sequential.one_sided`: 2.326 at stage 1 and 1.685 at the end at equal weights). That p replaces
+    (:data:`ablate.stats.sequential.EXTENSION_W1`), against one-sided O'Brien-Fleming-type boundaries at alpha
+    (:func:`ablate.stats.sequential.one_sided`: 2.326 at stage 1 and 1.685 at the end at equal weights). That p replaces
     the test's.
 
     Args:
@@ -834,7 +834,7 @@ def staged_interaction(test: TermTest, contrasts: pd.DataFrame, n1: int, *, w1: 
         be tested and stage 1 did not cross its boundary) and its :class:`StagedTerm`; ``(test, None)``
         unchanged without seeds beyond ``n1`` or when all seeds give no test.
     """
-    from ablate.sequential import EXTENSION_W1, one_sided, p_score
+    from ablate.stats.sequential import EXTENSION_W1, one_sided, p_score
 
     seeds = contrasts.index.to_numpy(dtype=int)
     first, later = contrasts[seeds < n1], contrasts[seeds >= n1]
@@ -865,8 +865,8 @@ class Claim:
             at ``min_effect`` (or, without one, at the observed difference); NaN for terms.
         primary: the study's ``primary:`` names it.
         pooled: in a study with ``contexts:``, the contrast pooled across its contexts
-            (:class:`ablate.meta.Pooled`): the claim is then its verdict across contexts (one of
-            :data:`ablate.meta.VERDICTS`, or uninformative), with ``p_holm`` and ``p_tost_holm`` the pooled
+            (:class:`ablate.stats.meta.Pooled`): the claim is then its verdict across contexts (one of
+            :data:`ablate.stats.meta.VERDICTS`, or uninformative), with ``p_holm`` and ``p_tost_holm`` the pooled
             tests' Holm adjustments over the family; ``contrast`` stays the equal-weight average over the
             contexts, a description (:func:`ablate.report.statistics.judge`). None otherwise.
     """
@@ -1014,7 +1014,7 @@ class StudyInference:
     contrasts: tuple[Contrast, ...]
     model: LinearModel | None
     family: Family
-    staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.sequential.TwoStage
+    staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.stats.sequential.TwoStage
     staged_tost: Mapping[str, TwoStageTost] = field(default_factory=dict)  # claim name -> its two-stage TOST
     staged_terms: Mapping[str, StagedTerm] = field(default_factory=dict)  # term ``a:b`` -> its two-stage test
     across: tuple[Any, ...] = ()  # a study with contexts: ablate.report.statistics.AcrossContexts per contrast
@@ -1043,12 +1043,12 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         extended_after: the seeds of the report that was read before the study's seeds were extended
             (the last of the study's ``extended_after:``): every test is then a two-stage design, stage 1 its
             first seeds and stage 2 the extension's alone: each contrast
-            (:func:`ablate.sequential.staged_contrasts`), its TOST (:func:`ablate.sequential.staged_equivalence`)
+            (:func:`ablate.stats.sequential.staged_contrasts`), its TOST (:func:`ablate.stats.sequential.staged_equivalence`)
             and each interaction, by the paired test of each stage whatever ``contrasts`` is
             (:func:`staged_interaction`). Estimates and intervals stay those of all seeds.
         contexts: the factors replicated over (``contexts:``): they are matched cells, never contrasted, and
             no interaction with them enters the family (how a contrast varies across contexts is
-            :func:`context_contrasts`' question, pooled by :mod:`ablate.meta`).
+            :func:`context_contrasts`' question, pooled by :mod:`ablate.stats.meta`).
     """
     if contrasts not in CONTRAST_METHODS:
         raise ValueError(f"contrasts={contrasts!r}: one of {', '.join(CONTRAST_METHODS)}")
@@ -1084,7 +1084,7 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
     staged_tost: dict[str, TwoStageTost] = {}
     staged_terms: dict[str, StagedTerm] = {}
     if extended_after:
-        from ablate.sequential import staged_contrasts, staged_equivalence
+        from ablate.stats.sequential import staged_contrasts, staged_equivalence
 
         out, staged = staged_contrasts(out, extended_after)
         out, staged_tost = staged_equivalence(out, extended_after, min_effect)
@@ -1099,15 +1099,15 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
 
 
 def study_inference(study: Study, results: Results) -> tuple[pd.DataFrame, StudyInference]:
-    """A study's objective per trial (:func:`ablate.analysis.trial_objectives`) and its inference
+    """A study's objective per trial (:func:`ablate.stats.analysis.trial_objectives`) and its inference
     (:func:`infer` with the study's factors, levels, baseline, design, mode, ``min_effect`` and
     ``primary:``): what the report (:mod:`ablate.report.statistics`) and the seed planner
-    (:mod:`ablate.planning`) both read.
+    (:mod:`ablate.stats.planning`) both read.
 
     Returns:
         ``(per_trial, inference)``.
     """
-    from ablate.analysis import trial_objectives
+    from ablate.stats.analysis import trial_objectives
 
     obj = study.objective
     factors = {f: results.columns[f] for f in results.factors}

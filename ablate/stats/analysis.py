@@ -1,6 +1,6 @@
 """Reductions of a study's results table, and the compute-efficiency fits: pure functions over pandas
 DataFrames and numpy arrays. The inference on the reduced values (intervals, the linear model,
-claims) is :mod:`ablate.inference`.
+claims) is :mod:`ablate.stats.inference`.
 
 - :func:`trial_objectives`: one objective value per trial, as the study's ``objective:`` says
   (:func:`ablate.objective.summarize`, the one implementation of the summaries).
