@@ -207,8 +207,8 @@ def load(source: str | Path, *, budget: str = "default", tracking_uri: str | Non
     if path.is_dir():
         return _read_folder(path, validate(study) if study is not None else None, budget if study else None)
     from ablate.commands.report import check_store, resolve_study
-    from ablate.plan import Plan
     from ablate.report import build_report
+    from ablate.study.plan import Plan
 
     check_store(str(source), tracking_uri)  # reading must not create an empty MLflow store
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,12 +21,12 @@ from mlflow import MlflowClient
 
 from ablate.cli import main
 from ablate.paths import STORE_FILE
-from ablate.plan import TAG_SEEDS, Plan
 from ablate.running.runner import adaptive_rounds, run_study
 from ablate.running.session import RunSettings
 from ablate.stats import inference, planning
 from ablate.store import StudyStore
 from ablate.study import StudyError, load_study
+from ablate.study.plan import TAG_SEEDS, Plan
 
 # ----------------------------------------------------------------------------------- hand-made data
 
@@ -157,7 +157,7 @@ def test_round_lines_and_the_summary_tag():
 def test_pilot_inference_is_the_reports(tmp_path):
     """planning.pilot_inference computes the report's contrasts (compute_statistics(...).inference)."""
     from ablate.report.statistics import compute_statistics
-    from ablate.results import Results
+    from ablate.tracking.results import Results
 
     study = load_study(write_study(tmp_path, "cross", seeds=4, min_effect=0.05, primary=["a"],
                                    factors={"a": {"path": "rollout.temperature", "values": [1.0, 0.5]},

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.plan import Plan
 from ablate.report.build import write_report
 from ablate.report.figures import pareto_front
 from ablate.report.findings import claim_sentence, phrase
@@ -27,11 +26,12 @@ from ablate.report.markdown import md
 from ablate.report.page import ReportPage, Section
 from ablate.report.shared import computation_key, seed_ranges
 from ablate.report.statistics import Scale, compute_statistics, metric_unit
-from ablate.results import Results, build_table, level_column
 from ablate.stats import inference as inf
 from ablate.stats.analysis import saturating_curve
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import history_csv
+from ablate.tracking.results import Results, build_table, level_column
 
 STUDY = """\
 name: synth

@@ -23,11 +23,11 @@ from mlflow import MlflowClient
 
 from ablate.cli import main
 from ablate.paths import STORE_FILE
-from ablate.plan import Plan
 from ablate.running.pool import gpu_for_worker, threads_per_worker
 from ablate.running.progress import Progress, format_seconds
 from ablate.store import StudyStore
 from ablate.study import Objective, load_study
+from ablate.study.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 

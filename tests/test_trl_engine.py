@@ -228,8 +228,8 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
 
     from ablate.cli import main
     from ablate.paths import STORE_FILE
-    from ablate.plan import Plan
     from ablate.study import load_study
+    from ablate.study.plan import Plan
 
     study_file = write_trl_study(workdir, "trlkill", processes)
     (key,) = [s.key for s in Plan.of(load_study(study_file), "default").specs]

@@ -15,12 +15,12 @@ from optuna.trial import TrialState
 from ablate.cli import main
 from ablate.config import TrialConfig
 from ablate.paths import STORE_FILE
-from ablate.plan import Plan
-from ablate.results import load_results
 from ablate.running.tuner import TUNE_SEED_OFFSET, Tuner, tuning_seeds, tuning_study_name
 from ablate.store import StudyStore, open_storage
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import Tracker, study_runs
+from ablate.tracking.results import load_results
 
 TINY = {
     "model.name": "micro-llama", "task.difficulty": 1, "warmstart.enabled": False,

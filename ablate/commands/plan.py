@@ -166,7 +166,7 @@ def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> 
     """The seed count, what drives it, what it costs, and how the study file should change."""
     from ablate.stats.inference import MIN_SEEDS
     from ablate.stats.planning import at_level, context_seconds, format_duration, study_seconds
-    from ablate.timing import parallel_seconds
+    from ablate.study.timing import parallel_seconds
 
     n = int(plan.seeds)
     driver = plan.driver
@@ -242,10 +242,10 @@ def render(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: See
 def run(args: argparse.Namespace) -> int:
     """Read the pilot, plan the seeds, print the table and the recommendation; writes nothing."""
     from ablate.errors import AblateError
-    from ablate.plan import Plan
     from ablate.registry import nearest
     from ablate.stats.planning import plan_seeds, read_pilot, read_report_pilot
     from ablate.study import load_study
+    from ablate.study.plan import Plan
     from ablate.tracking import missing_local_store, resolve_tracking_uri
 
     study = load_study(args.file)

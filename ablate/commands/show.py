@@ -18,7 +18,7 @@ of trials and the estimated time of every budget, the objective, and for a fract
 effects are aliased, and the study's estimated peak disk use (ablate/running/footprint.py: the running
 trials' checkpoints, a local MLflow store, the report). Nothing is run or written.
 
-Estimated times come from ablate/timing.py: constants measured per zoo model on one CPU thread
+Estimated times come from ablate/study/timing.py: constants measured per zoo model on one CPU thread
 (benchmarks/calibrate_timing.py), for trials whose warm start is already cached; they lean high
 (every completion is counted at full length). On a GPU a study runs much faster than printed.
 
@@ -64,9 +64,9 @@ def _workers_phrase(disk: dict[str, Any]) -> str:
 
 def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
-    from ablate.plan import Plan
     from ablate.running.footprint import estimate_disk
-    from ablate.timing import estimate_study_seconds
+    from ablate.study.plan import Plan
+    from ablate.study.timing import estimate_study_seconds
     from ablate.tracking import resolve_tracking_uri
 
     specs = Plan.of(study, budget).specs
@@ -143,7 +143,7 @@ def packing(specs: Sequence[TrialSpec]) -> dict[str, Any]:
 
 def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
     """``ablate show``'s lines for a study with contexts: each context's trials and estimated time."""
-    from ablate.timing import parallel_seconds
+    from ablate.study.timing import parallel_seconds
 
     per = d["contexts"]["per_context"]
     arms = len(study.arms) // len(per)
@@ -160,7 +160,7 @@ def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
 
 def render(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> str:
     """The text that ``ablate show`` prints."""
-    from ablate.timing import parallel_seconds
+    from ablate.study.timing import parallel_seconds
 
     d = describe(study, budget, workers, pack)
     out = [f"study {study.name} ({study.path})"]

@@ -3,7 +3,7 @@ trial, the options TRL cannot honour (refused at validation), and the table ``do
 
 Pure: nothing here imports TRL, so that ``ablate validate`` refuses an unmappable trial without it.
 :func:`grpo_arguments` applies the map and :data:`TRL_MAP` says it in words; both are kept in one
-place so that the table cannot drift from the code (``python -m ablate.config_docs`` renders it).
+place so that the table cannot drift from the code (``python -m ablate.config.docs`` renders it).
 
 The unit of ``train.steps`` differs: one ablate RL step (a rollout, then ``algo.ppo_epochs`` x
 ``algo.minibatches`` optimizer steps) is :func:`optimizer_steps_per_rl_step` of TRL's global steps,

@@ -8,7 +8,7 @@ drawn only where there are at least 3 seeds; with fewer, each seed is drawn as i
 The first figure, :func:`forest_plot`, shows the report's claims with the intervals the claims used.
 
 Common arguments:
-    table: the tidy results table (:mod:`ablate.results`).
+    table: the tidy results table (:mod:`ablate.tracking.results`).
     factors: factor name -> its column in ``table`` / ``per_trial``.
     levels: factor name -> level order.
 """

@@ -1,4 +1,4 @@
-"""Read the results a report folder holds back into :class:`ablate.results.Results`, so a committed
+"""Read the results a report folder holds back into :class:`ablate.tracking.results.Results`, so a committed
 report can be analysed again by today's code without the MLflow store that produced it
 (``ablate report STUDY --from reports/<study>``).
 
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ablate.errors import AblateError
-from ablate.plan import TAG_TUNED
-from ablate.results import Results, level_column
+from ablate.study.plan import TAG_TUNED
+from ablate.tracking.results import Results, level_column
 
 if TYPE_CHECKING:
     from ablate.study import Study

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ablate.results import Results, count_states
 from ablate.stats import analysis, inference
+from ablate.tracking.results import Results, count_states
 
 if TYPE_CHECKING:
     from ablate.study import Study

@@ -132,9 +132,9 @@ def committed_statistics(folder: Path, root: Path) -> ReportStatistics | None:
         summary_text,
         warm_start_of,
     )
-    from ablate.results import count_states
     from ablate.stats.inference import arm_table
     from ablate.stats.planning import report_inference, report_trials
+    from ablate.tracking.results import count_states
 
     rep = committed_report(folder, root)
     if rep is None:

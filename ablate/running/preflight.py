@@ -14,9 +14,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ablate.disk import disk_full_error, is_disk_full
-from ablate.plan import Plan
 from ablate.running.session import RunSettings, current_plan
 from ablate.store import StudyStore
+from ablate.study.plan import Plan
 
 if TYPE_CHECKING:
     from ablate.study import Study

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ablate.paths import trial_dir
-from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.running.attempt import run_unqueued
 from ablate.running.pool import run_pool, threads_per_worker
 from ablate.running.preflight import check_reports_writable, preflight
@@ -43,6 +42,7 @@ from ablate.running.session import (
 )
 from ablate.running.worker import WorkerStats, run_worker
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
+from ablate.study.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.tracking.outbox import upload_unsent
 
 if TYPE_CHECKING:
@@ -119,8 +119,8 @@ def adaptive_rounds(store: StudyStore, budget: str) -> list[AdaptiveRound]:
 
 def tag_plan(tracker: Tracker, parent: str, plan: Plan, rounds: list[AdaptiveRound]) -> None:
     """Record on the parent run what a report needs to rebuild the plan that ran (:meth:`Plan.recorded`):
-    the tuned values (:data:`~ablate.plan.TAG_TUNED`) and an adaptive study's rule and seed count
-    (:data:`~ablate.stats.planning.TAG_ADAPTIVE`, :data:`~ablate.plan.TAG_SEEDS`)."""
+    the tuned values (:data:`~ablate.study.plan.TAG_TUNED`) and an adaptive study's rule and seed count
+    (:data:`~ablate.stats.planning.TAG_ADAPTIVE`, :data:`~ablate.study.plan.TAG_SEEDS`)."""
     from ablate.stats.planning import TAG_ADAPTIVE, adaptive_summary
 
     study = plan.study

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.objective import direction
 from ablate.paths import RUNS_DIR
-from ablate.plan import Plan
 from ablate.store import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -29,6 +28,7 @@ from ablate.store import (
     StudyStore,
     WorkerInfo,
 )
+from ablate.study.plan import Plan
 
 if TYPE_CHECKING:
     from ablate.study import Study

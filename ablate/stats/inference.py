@@ -70,9 +70,9 @@ from ablate.stats.intervals import ALPHA, CONFIDENCE, MIN_SEEDS, t_interval
 from ablate.stats.intervals import finite as _finite
 
 if TYPE_CHECKING:
-    from ablate.results import Results
     from ablate.stats.sequential import OneSided, TwoStageTost
     from ablate.study import Study
+    from ablate.tracking.results import Results
 
 #: Power that the seed planning aims for.
 POWER = 0.8

@@ -46,7 +46,7 @@ looks promising") inflates the error rate badly, which is why the rule never loo
 Each round's decision is kept in the study store, so that running the same command again reuses it
 for the seeds already enqueued (the seeds in the store count as the current n), and is recorded as
 the MLflow tags :data:`TAG_ADAPTIVE` (the rule and the seed counts, in words) and
-:data:`ablate.plan.TAG_SEEDS` (the seed count) of the study's parent run. Only ``ablate run`` decides;
+:data:`ablate.study.plan.TAG_SEEDS` (the seed count) of the study's parent run. Only ``ablate run`` decides;
 ``ablate worker`` runs the seeds the store holds.
 
 The functions in the first part take and return data; :func:`read_pilot` (MLflow) is the edge.
@@ -75,10 +75,10 @@ from ablate.stats.inference import (
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.plan import Plan
-    from ablate.results import Results
     from ablate.stats.inference import StudyInference
     from ablate.study import Study
+    from ablate.study.plan import Plan
+    from ablate.tracking.results import Results
 
 #: MLflow tag of the study's parent run: the adaptive rule and its seed counts, in words
 #: (``variance-only re-estimation: 3 -> 5 (max 5), ...``).
@@ -343,9 +343,9 @@ def seeds_in_design(design: Mapping[str, Any] | None) -> int:
 
 def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
     """The estimated one-worker time of ``study`` at ``budget`` with ``seeds`` seeds per arm
-    (:mod:`ablate.timing`; a trial's time does not depend on its seed); None without timing constants."""
-    from ablate.plan import Plan
-    from ablate.timing import estimate_study_seconds
+    (:mod:`ablate.study.timing`; a trial's time does not depend on its seed); None without timing constants."""
+    from ablate.study.plan import Plan
+    from ablate.study.timing import estimate_study_seconds
 
     one = estimate_study_seconds(Plan.of(study.with_seeds([0]), budget).specs)
     return None if one is None else one * seeds
@@ -354,8 +354,8 @@ def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
 def context_seconds(study: Study, budget: str, seeds: int) -> dict[str, float | None]:
     """Per context of a study with ``contexts:``, the estimated one-worker time of its trials at ``budget``
     with ``seeds`` seeds per arm (as :func:`study_seconds`); empty without contexts."""
-    from ablate.plan import Plan
-    from ablate.timing import estimate_study_seconds
+    from ablate.study.plan import Plan
+    from ablate.study.timing import estimate_study_seconds
 
     by_context: dict[str, list] = {}
     for spec in Plan.of(study.with_seeds([0]), budget).specs:
@@ -395,7 +395,7 @@ class Pilot:
     """The finished trials of a study at one budget and their inference (the report's).
 
     Attributes:
-        results: what :func:`ablate.results.load_results` read (None for a pilot read from a report
+        results: what :func:`ablate.tracking.results.load_results` read (None for a pilot read from a report
             folder's results.csv, :func:`read_report_pilot`).
         inference: the objective's contrasts and family (:func:`pilot_inference`).
         finished: trials with a result.
@@ -482,9 +482,9 @@ def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:
 
 
 def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
-    """Read a plan's finished trials from MLflow (:func:`ablate.results.load_results`) and make the
+    """Read a plan's finished trials from MLflow (:func:`ablate.tracking.results.load_results`) and make the
     report's inference on them (:func:`pilot_inference`), so that the SDs planned with are the report's."""
-    from ablate.results import load_results
+    from ablate.tracking.results import load_results
 
     results = load_results(plan, tracking_uri=tracking_uri, allow_fewer=True)  # a pilot: what there is
     finished = int((results.trials["state"] == DONE).sum()) if not results.trials.empty else 0

@@ -41,8 +41,8 @@ from ablate.store.storage import (
 )
 
 if TYPE_CHECKING:
-    from ablate.plan import Plan
     from ablate.study import Study
+    from ablate.study.plan import Plan
 
 #: Seconds between two heartbeats of a running attempt.
 DEFAULT_HEARTBEAT_INTERVAL = 15.0

@@ -44,7 +44,7 @@ Keys, one by one:
   not contain ``,`` or ``=`` (they make up arm names). Two factors may not set the same path.
 - ``design``: ``full`` | ``one_at_a_time`` | ``fractional`` | ``random`` | a plugin's design; as a
   mapping, ``name`` plus the design's options: ``{name: fractional, resolution: 4}`` (3, 4, 5 or
-  III, IV, V; default 4), ``{name: random, n: 6, seed: 0}``. See :mod:`ablate.designs`.
+  III, IV, V; default 4), ``{name: random, n: 6, seed: 0}``. See :mod:`ablate.study.designs`.
 - ``baseline``: factor -> level (a level name, or the value of a shorthand factor), one for every
   factor. The control arm; may not be excluded.
 - ``exclude``: a list of mappings factor -> level. Every arm that matches all the given levels is

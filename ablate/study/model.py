@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigWarning, TrialConfig
-from ablate.designs import AliasStructure, Design
 from ablate.errors import AblateError
 from ablate.registry import nearest
+from ablate.study.designs import AliasStructure, Design
 
 DEFAULT_BUDGET = "default"
 SEED_PATH = "seed"
@@ -297,7 +297,7 @@ class Study:
 
     def arm_config(self, arm: Arm, budget: str = DEFAULT_BUDGET) -> TrialConfig:
         """The TrialConfig of ``arm`` at ``budget`` as :func:`load_study` validated it (built again only
-        for a study made without it); its seed is the default: :class:`ablate.plan.Plan` sets each trial's."""
+        for a study made without it); its seed is the default: :class:`ablate.study.plan.Plan` sets each trial's."""
         config = self.configs.get((arm.name, budget))
         return config if config is not None else self.config(arm, budget)
 

@@ -4,8 +4,8 @@ The page is generated from the field descriptions in :mod:`ablate.config`, so it
 the code; ``tests/test_config.py`` fails when the file on disk differs from :func:`render_markdown`.
 Regenerate it after changing a field::
 
-    .venv/bin/python -m ablate.config_docs            # writes docs/config.md
-    .venv/bin/python -m ablate.config_docs --check    # exit 1 if docs/config.md is stale
+    .venv/bin/python -m ablate.config.docs            # writes docs/config.md
+    .venv/bin/python -m ablate.config.docs --check    # exit 1 if docs/config.md is stale
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from ablate.config import KEY_EXCLUDED_PATHS, RULES, TrialConfig
 from ablate.config.paths import default_of, describe_type, is_section
 
 #: Where the reference lives, relative to the repository root.
-DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 _INTRO = """\
 # Trial configuration reference
 
-<!-- Generated from ablate/config/ (the sections and rules) by `python -m ablate.config_docs`; do not edit by hand. -->
+<!-- Generated from ablate/config/ (the sections and rules) by `python -m ablate.config.docs`; do not edit by hand. -->
 
 A trial is one `TrialConfig` plus its seed. Every field below is set by its dotted path, from
 a study's `base:`, a factor level, a budget, `ablate train --set path=value`, or a YAML file with
@@ -116,7 +116,7 @@ def render_markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or with ``--check`` compare) ``docs/config.md``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m ablate.config_docs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ablate.config.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the schema")
     parser.add_argument("--out", type=Path, default=DOC_PATH, help=f"file to write (default {DOC_PATH})")
     args = parser.parse_args(argv)
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
-            print(f"{args.out} is stale: run python -m ablate.config_docs", file=sys.stderr)
+            print(f"{args.out} is stale: run python -m ablate.config.docs", file=sys.stderr)
             return 1
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)
