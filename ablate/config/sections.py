@@ -825,7 +825,7 @@ class TrainConfig(Section):
 
 
 class EngineConfig(Section):
-    """``engine``: the trainer that runs the trial (see ablate.engine)."""
+    """``engine``: the trainer that runs the trial (see ablate.engines.base)."""
 
     name: Literal["ablate", "trl"] = Field(
         "ablate",

@@ -6,7 +6,7 @@ One path for every trial a study trains (:func:`run_attempt`; the tuning trials 
     config = the spec's, with the worker's thread count          trial_config
     heartbeat from a thread until the attempt is recorded        ablate.store.Heartbeat
     open the trial's MLflow child run (an outage: offline)        train_logged
-    train through the trial's engine                             ablate.engine (EngineJob -> TrialResult)
+    train through the trial's engine                             ablate.engines.base (EngineJob -> TrialResult)
     files + FINISHED in MLflow, or the outbox                    finish_logged
     done in the store, checkpoint dropped                        run_attempt
     an exception: its traceback on the attempt and the run       record_failure
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.disk import disk_full_error, is_disk_full
-from ablate.engine import EngineJob, engine_for, has_checkpoint
+from ablate.engines.base import EngineJob, engine_for, has_checkpoint
 from ablate.metrics import content_fingerprint
 from ablate.objective import summarize_history
 from ablate.paths import trial_dir
@@ -102,7 +102,7 @@ class Trained:
 def train_logged(session: Session, spec: TrialSpec, config: TrialConfig, *, workdir: Path | None = None,
                  hooks: Hooks | None = None) -> Trained:
     """Train one trial as a child run of the session's parent run, logging every step, through the
-    trial's engine (:func:`ablate.engine.engine_for`).
+    trial's engine (:func:`ablate.engines.base.engine_for`).
 
     A tracking store that does not answer never stops the trial: when its run cannot be opened the trial
     trains with an offline logger, and metrics it cannot send wait in the logger (:class:`TrialLogger`);

@@ -310,7 +310,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
 
 def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int], runs: str) -> str:
     """The line that opens a round: trials, done, to run, and what dead workers left."""
-    from ablate.engine import has_checkpoint
+    from ablate.engines.base import has_checkpoint
 
     msg = (f"study {plan.study.name}, budget {plan.budget}: {prepared.total} trials; {counts['done']} already done, "
            f"{counts['pending']} to run")

@@ -14,7 +14,7 @@ The worker loop::
         the logged attempt (ablate.running.attempt.run_attempt):
         heartbeat from a thread until the attempt is recorded (opening, training, finishing its run)
         open its MLflow child run (a tracking outage: train anyway, offline)
-        train through the trial's engine (ablate.engine): ablate's own run_trial(config, log,
+        train through the trial's engine (ablate.engines.base): ablate's own run_trial(config, log,
             workdir=runs/<study>/trials/<key>/)
             (resumes from the checkpoint a killed attempt left there; metrics the tracking store
             does not take wait in memory and are sent when it answers again)
