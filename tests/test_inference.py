@@ -16,6 +16,7 @@ from scipy import stats
 from tolerance import EXACT, assert_close, is_close
 
 from ablate.stats import inference as inf
+from ablate.stats.contrast import Contrast
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = math.nan
@@ -276,7 +277,7 @@ def test_a_single_untied_seed_is_said():
     assert "only 1 of the 5 seeds differs at all, so the interval rests on that one seed" in text
 
 
-def _contrast(d, name: str, min_effect: float | None = None) -> inf.Contrast:
+def _contrast(d, name: str, min_effect: float | None = None) -> Contrast:
     d = np.asarray(d, float)
     return inf.paired_contrast(d, np.zeros_like(d), range(d.size), factor="f", level=name, baseline="base",
                                min_effect=min_effect)

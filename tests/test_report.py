@@ -28,6 +28,7 @@ from ablate.report.shared import computation_key, seed_ranges
 from ablate.report.statistics import Scale, compute_statistics, metric_unit
 from ablate.stats import inference as inf
 from ablate.stats.analysis import saturating_curve
+from ablate.stats.contrast import Contrast, Improvement
 from ablate.study import load_study
 from ablate.study.plan import Plan
 from ablate.tracking import history_csv
@@ -106,8 +107,8 @@ def _contrast(**kw):
     base = dict(factor="loss_norm", level="token-mean", baseline="seq-mean", method=inf.PAIRED, n_seeds=5, cells=1,
                 level_mean=0.6, baseline_mean=0.569, estimate=0.031, se=0.01, df=4.0, ci_low=0.004, ci_high=0.059,
                 p=0.02, p_tost=math.nan, seeds=(0, 1, 2, 3, 4), per_seed=(0.02, 0.03, 0.04, 0.03, 0.035),
-                d_z=1.26, improved=inf.Improvement(5, 5, 1.0, 0.478, 1.0))
-    return inf.Contrast(**{**base, **kw})
+                d_z=1.26, improved=Improvement(5, 5, 1.0, 0.478, 1.0))
+    return Contrast(**{**base, **kw})
 
 
 def test_claim_sentences_hand_examples():
@@ -483,10 +484,10 @@ def test_evaluation_noise_from_per_problem_records(tmp_path):
 
 def _claim(verdict: str, estimate: float, lo: float, hi: float, n: int, per_seed=(), need: float = math.nan,
            method: str = inf.PAIRED) -> inf.Claim:
-    c = inf.Contrast(factor="loss_norm", level="token", baseline="sequence", method=method, n_seeds=n, cells=1,
+    c = Contrast(factor="loss_norm", level="token", baseline="sequence", method=method, n_seeds=n, cells=1,
                      level_mean=0.5, baseline_mean=0.5 - estimate, estimate=estimate, se=0.0 if per_seed and not any(per_seed) else 0.01, df=n - 1,
                      ci_low=lo, ci_high=hi, p=0.5, p_tost=math.nan, seeds=tuple(range(n)),
-                     per_seed=tuple(per_seed), d_z=math.nan, improved=inf.Improvement(0, 0, math.nan, math.nan, math.nan))
+                     per_seed=tuple(per_seed), d_z=math.nan, improved=Improvement(0, 0, math.nan, math.nan, math.nan))
     return inf.Claim(c.name, c, None, 0.5, math.nan, verdict, "", need, True)
 
 

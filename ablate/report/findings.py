@@ -21,6 +21,7 @@ import pandas as pd
 from ablate.report.page import Section, Table
 from ablate.report.statistics import AcrossContexts, ReportStatistics, Scale
 from ablate.stats import inference
+from ablate.stats.contrast import Contrast
 from ablate.stats.meta import MIN_CONTEXTS_PI
 
 # ------------------------------------------------------------------------------------- formatting
@@ -60,7 +61,7 @@ def seeds_text(n: int) -> str:
     return f"{n} seed{'s' if n != 1 else ''}"
 
 
-def interval_kind(c: inference.Contrast) -> str:
+def interval_kind(c: Contrast) -> str:
     """What a contrast's interval is, in words, with its n and df."""
     if c.method == inference.MODEL:
         return (f"95% t-interval from the study's linear model ({int(c.df)} residual df; {seeds_text(c.n_seeds)}, "

@@ -53,15 +53,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import integrate, optimize, special
 
+from ablate.stats.contrast import Contrast
 from ablate.stats.intervals import ALPHA, finite, t_interval
-
-if TYPE_CHECKING:
-    from ablate.stats.inference import Contrast
 
 __all__ = ["EXTENSION_W1", "OneSided", "TwoStage", "TwoStageTost", "boundaries", "default_w1", "one_sided",
            "one_sided_boundaries", "p_score", "stage_z", "staged_contrasts", "staged_equivalence", "two_stage",
