@@ -142,11 +142,12 @@ def plan_seeds(study: str | Path | Study | Mapping[str, Any], *, budget: str = "
         AblateError: the report folder holds no finished trial of the study.
     """
     from ablate.paths import report_dir_for
+    from ablate.report.folder import read_report_pilot
     from ablate.stats import planning
 
     s = validate(study)
     folder = Path(report) if report is not None else report_dir_for(s.name, budget)
-    pilot = planning.read_report_pilot(s, folder)
+    pilot = read_report_pilot(s, folder)
     verdicts = {c.name: c.verdict for c in pilot.inference.family.claims if c.contrast is not None}
     return planning.plan_seeds(pilot.inference.contrasts, min_effect=s.min_effect,
                       family_size=len(pilot.inference.family.claims), verdicts=verdicts)
@@ -221,8 +222,8 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
     """A report folder's results; the study and budget from its provenance line when not given."""
     import pandas as pd
 
+    from ablate.report.folder import read_report_pilot
     from ablate.report.shared import committed_report
-    from ablate.stats.planning import read_report_pilot
 
     if not (folder / "results.csv").is_file():
         raise AblateError(f"{folder}: no results.csv there: not a report folder (`ablate report` writes one)")

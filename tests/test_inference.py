@@ -137,7 +137,7 @@ def test_seeds_for_power_where_statsmodels_power_is_nan():
     5 points, d = 4.66, alpha 0.05): 3 seeds have power 0.96, 2 seeds 0.39, so 3 are needed. statsmodels'
     TTestPower.power is NaN at 3-6 seeds there (and 8), and the report said 5. By hand from scipy's
     noncentral t: at n = 3 its upper tail alone (the lower tail is NaN in scipy, and below 1e-12) is 0.960."""
-    from ablate.stats.planning import read_report_pilot
+    from ablate.report.folder import read_report_pilot
     from ablate.study import load_study
 
     pilot = read_report_pilot(load_study(ROOT / "studies" / "behaviour_logp.yaml"), ROOT / "reports" / "behaviour_logp")

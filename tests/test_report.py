@@ -578,8 +578,8 @@ def test_an_equivalence_where_the_baseline_did_not_learn_is_reported_as_uninform
     report's claims, answer and claims figure say *uninformative*, with the positive control's reason, and
     the same word comes back from the saved folder (ablate.load / the ledger's reader)."""
     from ablate.report import control
+    from ablate.report.folder import read_report_pilot
     from ablate.stats.inference import UNINFORMATIVE
-    from ablate.stats.planning import read_report_pilot
 
     path = tmp_path / "synth.yaml"
     path.write_text(STUDY + "primary: [loss_norm]\nmin_effect: 0.05\n")

@@ -419,7 +419,7 @@ def test_an_extended_factorial_tests_its_interaction_in_two_stages():
 def _committed(name: str):
     from pathlib import Path
 
-    from ablate.stats.planning import read_report_pilot
+    from ablate.report.folder import read_report_pilot
     from ablate.study import load_study
 
     root = Path(__file__).resolve().parent.parent

@@ -243,7 +243,8 @@ def run(args: argparse.Namespace) -> int:
     """Read the pilot, plan the seeds, print the table and the recommendation; writes nothing."""
     from ablate.errors import AblateError
     from ablate.registry import nearest
-    from ablate.stats.planning import plan_seeds, read_pilot, read_report_pilot
+    from ablate.report.folder import read_report_pilot
+    from ablate.stats.planning import plan_seeds, read_pilot
     from ablate.study import load_study
     from ablate.study.plan import Plan
     from ablate.tracking import missing_local_store, resolve_tracking_uri

@@ -564,7 +564,7 @@ def claim_sections(stats: ReportStatistics) -> list[Section]:
     if stats.contexts:
         sections.insert(0, Section("Across contexts", tuple(context_sentence(a, scale) for a in stats.contexts), (
             "Each contrast estimated within each context (the paired t over that context's seeds) and pooled across "
-            "contexts by a random-effects model (ablate.stats.meta): the pooled estimate is the mean effect over contexts "
+            "contexts by a random-effects model (ablate.meta): the pooled estimate is the mean effect over contexts "
             "like these, τ the spread of the true effect between them, and the prediction interval where a new "
             "context's effect would fall. Verdicts: holds across contexts, equivalent on average across contexts, "
             "context-dependent, not resolved (docs/statistics.md), each at its pooled tests' Holm adjustment over the "

@@ -23,7 +23,7 @@ A study with ``contexts:`` gets one control per context, of the baseline levels'
 :func:`judged` and :func:`judged_across` apply it to the verdicts: an *equivalent* claim, or an
 *equivalent on average across contexts*, where the baseline did not learn in every context it rests on becomes
 *uninformative*. The report's statistics (:func:`ablate.report.statistics.compute_statistics`) and every
-reader of a saved report folder (:func:`ablate.stats.planning.read_report_pilot`: ``ablate.load``, the ledger,
+reader of a saved report folder (:func:`ablate.report.folder.read_report_pilot`: ``ablate.load``, the ledger,
 ``ablate plan --from``; :func:`ablate.report.scope.context_verdicts`) call them, so a claim carries one
 word wherever it is printed.
 """

@@ -170,8 +170,8 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
     today's statistics (what ``ablate plan --from`` reads); None when its study file cannot be read or its
     results.csv does not hold the study's trials."""
     from ablate.errors import AblateError
+    from ablate.report.folder import read_report_pilot
     from ablate.report.shared import committed_report
-    from ablate.stats.planning import read_report_pilot
 
     rep = committed_report(folder, root)
     if rep is None:

@@ -63,9 +63,9 @@ def context_verdicts(folder: Path, root: Path) -> pd.DataFrame:
     converts them to printed units; ``up``/``down``: contexts whose own 95% interval excludes 0)."""
     from ablate.errors import AblateError
     from ablate.report.findings import trend_sentence
+    from ablate.report.folder import read_report_pilot, report_trials
     from ablate.report.shared import committed_report
     from ablate.report.statistics import Scale
-    from ablate.stats.planning import read_report_pilot, report_trials
 
     rep = committed_report(folder, root)
     if rep is None or not rep.plan.study.contexts:

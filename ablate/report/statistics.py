@@ -400,7 +400,7 @@ def judge(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str], run
     ``curves``: ``key, arm, seed, step, value``; None: not known) makes an equivalence where it did not
     *uninformative* (:mod:`ablate.report.learning`), and in a study with ``contexts:`` each contrast's claim
     is its verdict across contexts (:func:`across_contexts`, :func:`context_family`; ``run.across``).
-    :func:`compute_statistics` and :func:`ablate.stats.planning.read_report_pilot` (``ablate.load``, the ledger,
+    :func:`compute_statistics` and :func:`ablate.report.folder.read_report_pilot` (``ablate.load``, the ledger,
     ``ablate plan --from``) both call it, so a claim has one verdict wherever it appears."""
     from ablate.report import learning
 

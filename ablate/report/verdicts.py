@@ -8,7 +8,7 @@ contrast across contexts, the objective per arm, the family, the analysis of var
 computed from the trials' objectives alone: a new report from its results (:func:`verdicts_of` over
 :func:`ablate.report.statistics.compute_statistics`), a committed one from its results.csv and curves.csv
 (:func:`committed_statistics`, the inference ``ablate ledger`` reads for the evidence block:
-:func:`ablate.stats.planning.report_inference`). The same functions phrase both (:func:`ablate.report.findings.claim_sections`,
+:func:`ablate.report.folder.report_inference`). The same functions phrase both (:func:`ablate.report.findings.claim_sections`,
 :func:`~ablate.report.findings.claim_tables`, :func:`~ablate.report.findings.answer_sentences`) and the same
 renderers write them, so ``ablate ledger`` re-renders them in every committed report (:func:`spliced`) and a
 report's body cannot disagree with its evidence block. The figures that need every logged step (learning
@@ -122,6 +122,7 @@ def committed_statistics(folder: Path, root: Path) -> ReportStatistics | None:
     curves.csv alone (every logged step is not committed: no diagnostics, speed, compute-efficiency fits or
     evaluation noise); None when its study file cannot be read or its results.csv does not hold its trials."""
     from ablate.errors import AblateError
+    from ablate.report.folder import report_inference, report_trials
     from ablate.report.shared import committed_report
     from ablate.report.statistics import (
         ReportStatistics,
@@ -133,7 +134,6 @@ def committed_statistics(folder: Path, root: Path) -> ReportStatistics | None:
         warm_start_of,
     )
     from ablate.stats.inference import arm_table
-    from ablate.stats.planning import report_inference, report_trials
     from ablate.tracking.results import count_states
 
     rep = committed_report(folder, root)

@@ -57,7 +57,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
@@ -73,7 +72,6 @@ from ablate.stats.inference import (
 )
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from ablate.stats.inference import StudyInference
     from ablate.study import Study
@@ -417,70 +415,6 @@ def pilot_inference(study: Study, results: Results) -> StudyInference:
     return study_inference(study, results)[1]
 
 
-def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
-    """The finished trials of a report folder's ``results.csv`` (one row per trial, with the objective
-    the report computed) as a pilot, with the report's inference on them: plans and checks from a
-    committed report without its MLflow store.
-
-    Raises:
-        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
-    """
-    done = report_trials(study, folder)
-    return Pilot(None, report_inference(study, folder, done)[1], len(done))
-
-
-def report_inference(study: Study, folder: str | Path,
-                     done: pd.DataFrame | None = None) -> tuple[pd.DataFrame, StudyInference]:
-    """The objective per trial (``key, arm, seed, <factor names>, objective``) of a report folder's finished
-    trials (``done``: :func:`report_trials`, read when None) and the report's inference on them: its verdicts
-    as the report computed them (:func:`ablate.report.statistics.judge`), what :func:`read_report_pilot`
-    and a committed report's re-rendered claims (:mod:`ablate.report.verdicts`) read."""
-    import pandas as pd
-
-    from ablate.stats.inference import infer_study
-
-    done = report_trials(study, folder) if done is None else done
-    names = [f.name for f in study.factors]
-    per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
-    # the report's own verdicts (issue 54): its positive control from its curves.csv, and a context study's
-    # verdicts across contexts, as the report computed them
-    from ablate.report.learning import CURVES_FILE
-    from ablate.report.statistics import PARAMS_METRIC, judge, ladder_sizes
-
-    factors = {n: n for n in names}
-    curves_file = Path(folder) / CURVES_FILE
-    curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else None
-    sizes = {}
-    if len(study.contexts) == 1 and PARAMS_METRIC in done.columns:
-        sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
-    return per_trial, judge(study, per_trial, factors, infer_study(study, per_trial, factors), curves, sizes)
-
-
-def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:
-    """The finished trials of a report folder's ``results.csv``, every column (level columns named by the
-    study's factors, as text; ``seed`` an int).
-
-    Raises:
-        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
-    """
-    import pandas as pd
-
-    path = Path(folder) / "results.csv"
-    if not path.is_file():
-        raise AblateError(f"--from {folder}: no results.csv there (a report folder written by `ablate report`)")
-    names = [f.name for f in study.factors]
-    df = pd.read_csv(path, dtype={"key": str, "arm": str, **{n: str for n in names}})
-    lacking = [c for c in ("key", "arm", "seed", "state", "objective", *names) if c not in df.columns]
-    if lacking:
-        raise AblateError(f"{path}: no column {', '.join(lacking)}: it is not a report of study {study.name!r} "
-                          f"(factors {', '.join(names)})")
-    done = df[df["state"] == DONE].copy()
-    if done.empty:
-        raise AblateError(f"{path}: no finished trial to plan from")
-    done["seed"] = done["seed"].astype(int)
-    return done.reset_index(drop=True)
-
-
 def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
     """Read a plan's finished trials from MLflow (:func:`ablate.tracking.results.load_results`) and make the
     report's inference on them (:func:`pilot_inference`), so that the SDs planned with are the report's."""
@@ -506,9 +440,7 @@ __all__ = [
     "pilot_inference",
     "planned_contrasts",
     "read_pilot",
-    "read_report_pilot",
     "reestimate",
-    "report_trials",
     "seeds_in_design",
     "study_seconds",
 ]
