@@ -32,7 +32,7 @@ from ablate.study.checker import StudyError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ablate.planning import SeedPlan
+    from ablate.stats.planning import SeedPlan
     from ablate.study import Study
 
 __all__ = ["AblateError", "StudyError", "StudyResults", "load", "plan_seeds", "run", "validate"]
@@ -47,7 +47,7 @@ class StudyResults:
             ``state``, ``objective``, ``fingerprint`` and each trial's last logged value of every metric.
         curves: the objective metric per trial and step (curves.csv): ``key, arm, seed``, one column per factor
             (its level, as in ``trials``), ``step, value``.
-        claims: one row per claim of the report's family (:meth:`ablate.inference.Family.table`): ``claim,
+        claims: one row per claim of the report's family (:meth:`ablate.stats.inference.Family.table`): ``claim,
             primary, n, estimate, ci_low, ci_high, p, p_holm, verdict, method, seeds_needed`` (estimate and
             interval in the objective's units, e.g. a fraction for eval/accuracy; ``method`` the interval's:
             paired t or the linear model; ``seeds_needed`` for 80% power at ``min_effect``). In a study with
@@ -141,12 +141,13 @@ def plan_seeds(study: str | Path | Study | Mapping[str, Any], *, budget: str = "
     Raises:
         AblateError: the report folder holds no finished trial of the study.
     """
-    from ablate import planning
     from ablate.paths import report_dir_for
+    from ablate.report.folder import read_report_pilot
+    from ablate.stats import planning
 
     s = validate(study)
     folder = Path(report) if report is not None else report_dir_for(s.name, budget)
-    pilot = planning.read_report_pilot(s, folder)
+    pilot = read_report_pilot(s, folder)
     verdicts = {c.name: c.verdict for c in pilot.inference.family.claims if c.contrast is not None}
     return planning.plan_seeds(pilot.inference.contrasts, min_effect=s.min_effect,
                       family_size=len(pilot.inference.family.claims), verdicts=verdicts)
@@ -173,8 +174,8 @@ def run(study: str | Path | Study | Mapping[str, Any], *, budget: str = "default
 
     prepare_environment()
     from ablate.report import build_report
-    from ablate.runner import record_command, run_study
-    from ablate.session import RunOptions, make_settings
+    from ablate.running.runner import record_command, run_study
+    from ablate.running.session import RunOptions, make_settings
 
     s = _from_mapping(study, Path(runs) / str(study.get("name", "study"))) if isinstance(study, Mapping) else \
         validate(study)
@@ -207,8 +208,8 @@ def load(source: str | Path, *, budget: str = "default", tracking_uri: str | Non
     if path.is_dir():
         return _read_folder(path, validate(study) if study is not None else None, budget if study else None)
     from ablate.commands.report import check_store, resolve_study
-    from ablate.plan import Plan
     from ablate.report import build_report
+    from ablate.study.plan import Plan
 
     check_store(str(source), tracking_uri)  # reading must not create an empty MLflow store
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,7 +222,7 @@ def _read_folder(folder: Path, study: Study | None, budget: str | None) -> Study
     """A report folder's results; the study and budget from its provenance line when not given."""
     import pandas as pd
 
-    from ablate.planning import read_report_pilot
+    from ablate.report.folder import read_report_pilot
     from ablate.report.shared import committed_report
 
     if not (folder / "results.csv").is_file():

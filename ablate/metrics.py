@@ -239,7 +239,7 @@ def metrics_glossary_markdown() -> str:
         "",
         "Besides its `eval/*` means, every evaluation records each eval problem; a finished trial uploads them",
         "as the MLflow artifact `eval_problems.csv` (next to `history.csv` and `samples.json`), one row per",
-        "evaluation x eval problem, and `ablate.results.load_results` reads them into `Results.problems`",
+        "evaluation x eval problem, and `ablate.tracking.results.load_results` reads them into `Results.problems`",
         "(`key, arm, seed`, the factor columns, then these columns). The eval problems depend on the task",
         "settings and `task.data_seed` only, never on the trial seed, so arms and seeds can be paired problem",
         "by problem.",

@@ -2,7 +2,7 @@
 
 :func:`summarize` is the one implementation: the study store records it when a trial completes, the
 tuner ranks tuning trials by it, and the report's inference reads it per trial
-(:func:`ablate.analysis.trial_objectives`).
+(:func:`ablate.stats.analysis.trial_objectives`).
 """
 
 from __future__ import annotations

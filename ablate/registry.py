@@ -86,6 +86,20 @@ def load_builtin_registries() -> None:
     _builtins_loaded = True
 
 
+#: The module whose import registers the trial engines in the engine seam's registry (kind ``engine``,
+#: :data:`ablate.engines.base.ENGINES`); it imports neither torch nor TRL, so validation may load it.
+ENGINES_MODULE = "ablate.engines"
+
+
+def engine_registry() -> Registry:
+    """The trial engines by name (``engine.name``), importing :data:`ENGINES_MODULE` if none is registered
+    yet: how the layers below the engines (the configuration's rules, its reference page) ask an engine what
+    it refuses or says, without importing the engines."""
+    if "engine" not in ALL_REGISTRIES:
+        importlib.import_module(ENGINES_MODULE)
+    return ALL_REGISTRIES["engine"]
+
+
 def builtins_loaded() -> bool:
     """Whether :func:`load_builtin_registries` has run (the registries are then the whole truth)."""
     return _builtins_loaded

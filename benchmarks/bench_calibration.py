@@ -1,7 +1,7 @@
-"""Calibration of the report's intervals and verdicts: simulated studies through ``ablate.inference.infer``.
+"""Calibration of the report's intervals and verdicts: simulated studies through ``ablate.stats.inference.infer``.
 
 Each draw is one whole study, analysed exactly as ``ablate report`` analyses a real one
-(:func:`ablate.inference.infer` with ``design="full"``, ``mode="max"``, the study's ``min_effect``,
+(:func:`ablate.stats.inference.infer` with ``design="full"``, ``mode="max"``, the study's ``min_effect``,
 family-wise alpha 0.05). Run from the repository root::
 
     .venv/bin/python benchmarks/bench_calibration.py                  # 2000 draws per scenario (about 30 min on 1 core)
@@ -37,18 +37,18 @@ the paired t (percentile bootstrap over seeds) at 2-5 seeds.
 Extended when not resolved (section vi, :func:`run_two_stage`; issue: ratio_level ran 20 seeds, was not
 resolved, was extended to 47 and all 47 were tested at alpha): stage 1 runs n1 seeds; a study with a claim
 neither *detected* nor *equivalent* is extended to the N seeds its report says it needs, and decided either
-the naive way (all N seeds at alpha, for comparison) or by the two-stage tests of :mod:`ablate.sequential`
+the naive way (all N seeds at alpha, for comparison) or by the two-stage tests of :mod:`ablate.stats.sequential`
 (stage-1 weight ``sqrt(n1 / N)`` fixed when the extension is committed, or ``sqrt(1/2)`` fixed before stage
-1), the TOST included (:func:`ablate.sequential.two_stage_tost`). Reported: any false *detected* (target <= 5%),
+1), the TOST included (:func:`ablate.stats.sequential.two_stage_tost`). Reported: any false *detected* (target <= 5%),
 a false *equivalent* on a claim whose true effect lies exactly on +-min_effect (target <= 5%; issue 54), the
 power at min_effect, the seeds run; and (:func:`run_two_stage_interaction`) the two-stage interaction test
-(:func:`ablate.inference.staged_interaction`) under no interaction in a 3 x 2 factorial (target <= 5%).
+(:func:`ablate.stats.inference.staged_interaction`) under no interaction in a 3 x 2 factorial (target <= 5%).
 
 Verdicts across contexts (section vii, :func:`run_contexts`; issue 44): one contrast run in k = 3, 6 and 9
 contexts at 8 seeds each, the contexts' true effects spread with SD tau = 0, 2.5 and 5 points around the pooled
 effect (0 or min_effect), each seed's paired difference simulated directly with the A/A control's SD (5.7
-points); each context's paired estimate pooled by :func:`ablate.meta.pool` and judged by
-:func:`ablate.meta.verdict`. Reported: coverage of the pooled effect (target 93-97%), *holds across contexts*
+points); each context's paired estimate pooled by :func:`ablate.stats.meta.pool` and judged by
+:func:`ablate.stats.meta.verdict`. Reported: coverage of the pooled effect (target 93-97%), *holds across contexts*
 under a pooled effect of 0 (target <= 5%), *context-dependent* at tau = 0 (target <= 5%), the power to declare
 *holds* at min_effect, and the methods the pooling was chosen over, on the same draws.
 
@@ -86,9 +86,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ablate import inference  # noqa: E402
-from ablate.inference import DETECTED, EQUIVALENT, infer, seeds_for_power, t_interval  # noqa: E402
-from ablate.sequential import EXTENSION_W1, default_w1, one_sided, p_score, two_stage, two_stage_tost  # noqa: E402
+from ablate.stats import inference  # noqa: E402
+from ablate.stats.inference import DETECTED, EQUIVALENT, infer, seeds_for_power, t_interval  # noqa: E402
+from ablate.stats.sequential import EXTENSION_W1, default_w1, one_sided, p_score, two_stage, two_stage_tost  # noqa: E402
 
 BEGIN = "<!-- BEGIN calibration (written by benchmarks/bench_calibration.py) -->"
 END = "<!-- END calibration -->"
@@ -151,7 +151,7 @@ class Study:
 
     @property
     def method(self) -> str:
-        """How :func:`ablate.inference.infer` analyses it by default: paired t, every design (issue 26)."""
+        """How :func:`ablate.stats.inference.infer` analyses it by default: paired t, every design (issue 26)."""
         return inference.PAIRED
 
     def template(self, n: int) -> pd.DataFrame:
@@ -288,7 +288,7 @@ def run_scenario(study: Study, scenario: str, means: np.ndarray, n: int, draws: 
 def old_vs_new(rng: np.random.Generator, draws: int, noise: Noise, resamples: int = 2000) -> list[dict[str, float]]:
     """Coverage of the previous interval (percentile bootstrap of the mean per-seed difference,
     ``resamples`` resamples of the seeds with replacement, 2.5 / 97.5 percentiles) and of the paired
-    t-interval (:func:`ablate.inference.t_interval`) on the same simulated null differences of the
+    t-interval (:func:`ablate.stats.inference.t_interval`) on the same simulated null differences of the
     one-factor study (level b - baseline), at 2-5 seeds."""
     means = np.full(len(ONE_FACTOR.arms), noise.p0)
     rows = []
@@ -337,7 +337,7 @@ def planned_seeds(sd: np.ndarray, effect: float, alpha: float, max_n: int) -> np
 
     ``seeds_for_power`` is the smallest n whose paired t power at ``effect`` reaches 80%, and the power
     rises with ``effect / sd``, so n <= k exactly when ``sd <= effect / e_k`` with ``e_k`` the effect in SDs
-    that k seeds resolve (:func:`ablate.inference.resolvable_effect`, the same power integral): one
+    that k seeds resolve (:func:`ablate.stats.inference.resolvable_effect`, the same power integral): one
     root per k instead of one search per draw (55 ms each)."""
     key = (alpha, max_n)
     if key not in _SD_LIMITS:  # e_k for k = 2 .. max_n, decreasing in k
@@ -351,7 +351,7 @@ def planned_seeds(sd: np.ndarray, effect: float, alpha: float, max_n: int) -> np
 def paired_tests(x: np.ndarray, min_effect: float) -> tuple[np.ndarray, np.ndarray]:
     """[draws, n, claims] per-seed differences -> ``(p, p_tost)``, each [draws, claims]: the paired t's
     two-sided p-value (scipy's ``ttest_1samp``, the test of ``paired_contrast``) and the TOST p-value at
-    ±min_effect (:func:`ablate.inference.tost_p`)."""
+    ±min_effect (:func:`ablate.stats.inference.tost_p`)."""
     n = x.shape[1]
     p = stats.ttest_1samp(x, 0.0, axis=1).pvalue
     est, se = x.mean(axis=1), x.std(axis=1, ddof=1) / math.sqrt(n)
@@ -360,7 +360,7 @@ def paired_tests(x: np.ndarray, min_effect: float) -> tuple[np.ndarray, np.ndarr
 
 
 def holm_rows(p: np.ndarray) -> np.ndarray:
-    """[draws, claims] p-values -> Holm-adjusted within each draw's family (:func:`ablate.inference.holm`)."""
+    """[draws, claims] p-values -> Holm-adjusted within each draw's family (:func:`ablate.stats.inference.holm`)."""
     return np.stack([inference.holm(row) for row in p]) if len(p) else p
 
 
@@ -397,8 +397,8 @@ def _or_one(p: float) -> float:
 def two_stage_extension(d: np.ndarray, n1: int, big_n: np.ndarray, w1: np.ndarray, min_effect: float,
                         alpha: float = inference.ALPHA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The design of issue "extend when not resolved", every test two-stage: at stage 1 a claim is *detected*
-    when it crosses c1 (:func:`ablate.sequential.two_stage` on stage 1 alone) and *equivalent* when both
-    one-sided tests of its TOST cross theirs (:func:`ablate.sequential.two_stage_tost` on stage 1 alone, Holm
+    when it crosses c1 (:func:`ablate.stats.sequential.two_stage` on stage 1 alone) and *equivalent* when both
+    one-sided tests of its TOST cross theirs (:func:`ablate.stats.sequential.two_stage_tost` on stage 1 alone, Holm
     over the family); a study with a claim neither is extended to N seeds, and each claim's two-stage p-value
     and two-stage TOST p (stage 1, the extension alone, inverse-normal combination at ``w1``) enter Holm over
     the family. A claim that did not cross at stage 1 in a study that stopped there gets p = 1 (it keeps its
@@ -527,10 +527,10 @@ INTERACTION_SCENARIOS: tuple[tuple[int, Noise | None], ...] = TWO_STAGE_SCENARIO
 
 def interaction_draw(inter: np.ndarray, n1: int, n: int, alpha: float = inference.ALPHA) -> tuple[bool, ...]:
     """One study's interaction, [cap, m] per-seed interaction contrasts: ``(naive_detected, naive_extended,
-    two_stage_detected, two_stage_extended)``. Naive: the paired test (:func:`ablate.inference.paired_interaction`)
+    two_stage_detected, two_stage_extended)``. Naive: the paired test (:func:`ablate.stats.inference.paired_interaction`)
     of stage 1 at alpha, and when it does not reject, of all ``n`` seeds at alpha. Two-stage: stage 1 rejects
-    only across c1 (:func:`ablate.sequential.one_sided` of its score), and when it does not, the two-stage test
-    of the extended seeds (:func:`ablate.inference.staged_interaction`) at alpha."""
+    only across c1 (:func:`ablate.stats.sequential.one_sided` of its score), and when it does not, the two-stage test
+    of the extended seeds (:func:`ablate.stats.inference.staged_interaction`) at alpha."""
     frame = pd.DataFrame(inter[:n], index=pd.Index(range(n), name="seed"))
     t1 = inference.paired_interaction(frame.iloc[:n1], "A:B")
     naive = t1.p < alpha
@@ -603,14 +603,14 @@ def context_draws(rng: np.random.Generator, draws: int, k: int, tau: float, mu: 
 
 def _context_record(est: np.ndarray, se: np.ndarray, mu: float, new: float, min_effect: float,
                     alpha: float = inference.ALPHA) -> dict[str, object]:
-    """One draw through ablate.meta (pool with the SEs' df, verdict) and, on the same estimates, the methods
+    """One draw through ablate.stats.meta (pool with the SEs' df, verdict) and, on the same estimates, the methods
     it was chosen over: inverse-variance weights with the HKSJ interval and with Knapp and Hartung's floor
     (never narrower than the random-effects interval), Cochran's chi2 test, Welch's F, unadjusted opposite
     detections."""
     from statsmodels.stats.meta_analysis import combine_effects
     from statsmodels.stats.oneway import anova_generic
 
-    from ablate import meta
+    from ablate.stats import meta
 
     k, n = est.size, CONTEXT_SEEDS
     pooled = meta.pool(est, se, np.full(k, n - 1.0), min_effect=min_effect)
@@ -630,14 +630,14 @@ def _context_record(est: np.ndarray, se: np.ndarray, mu: float, new: float, min_
 def run_contexts(rng: np.random.Generator, draws: int, min_effect: float, log=print) -> list[dict]:
     """The "verdicts across contexts" scenarios: k contexts of CONTEXT_SEEDS seeds each, the A/A noise in each
     (and, as robustness, one context NOISY_CONTEXT times noisier), between-context SD tau, the true pooled
-    effect 0 or min_effect. Per draw: each context's paired estimate, then :func:`ablate.meta.pool` (the SEs'
-    df given) and :func:`ablate.meta.verdict`.
+    effect 0 or min_effect. Per draw: each context's paired estimate, then :func:`ablate.stats.meta.pool` (the SEs'
+    df given) and :func:`ablate.stats.meta.verdict`.
 
     Returns:
         One row per scenario: rates over the draws (coverage of the true pooled effect, each verdict, a new
         context's true effect inside the prediction interval, and the comparison methods' rates).
     """
-    from ablate import meta
+    from ablate.stats import meta
 
     meta.pool([0.0, 1.0, 0.5], [1.0, 1.0, 1.0], [7, 7, 7])  # lazy imports before gc.freeze
     gc.freeze()  # statsmodels' Holm runs gc.collect() on every call
@@ -675,11 +675,11 @@ TAU_5PCT_OUT = 0.05 / 1.959964
 
 
 def run_equivalence(rng: np.random.Generator, draws: int, min_effect: float, log=print) -> list[dict]:
-    """How often :func:`ablate.meta.verdict` declares *equivalent on average across contexts*: k contexts of
+    """How often :func:`ablate.stats.meta.verdict` declares *equivalent on average across contexts*: k contexts of
     :data:`EQUIVALENCE_SEEDS` seeds (the A/A noise), the contexts' mean effect on the bound (tau 0 and
     :data:`TAU_5PCT_OUT` scaled to ``min_effect``: the target, at most 5%), or 0 with that tau (5% of contexts
     beyond the bound: information) or 0 with tau 0 (power). One row per scenario."""
-    from ablate import meta
+    from ablate.stats import meta
 
     tau5 = TAU_5PCT_OUT * min_effect / 0.05
     scenarios = [(k, tau, mu, role) for k in EQUIVALENCE_COUNTS for tau, mu, role in (
@@ -716,14 +716,14 @@ def markdown_equivalence(result: dict) -> str:
         lines.append(f"| {r['k']} | {EQUIVALENCE_SEEDS} | {100 * r['tau']:.3g} | {100 * r['mu']:g} | "
                      f"{_pct(r['outside'])} | {_pct(r['rate'], 2)} | {r['role']} | {ok} |")
     return "\n".join([
-        "### (viii) What \"equivalent on average across contexts\" controls (ablate/meta.py)",
+        "### (viii) What \"equivalent on average across contexts\" controls (ablate/stats/meta.py)",
         "",
         f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
         f"{draws} simulated studies per row (seed {result['seed']}); {result['equivalence_seconds']:.0f} s.",
         "",
         "The generator of (vii) at the generalization study's shape: k contexts of "
         f"{EQUIVALENCE_SEEDS} seeds, each seed's paired difference its context's true effect plus N(0, "
-        f"{100 * AA_SD:g} points); `ablate.meta.pool` and `ablate.meta.verdict` at alpha 0.05, min_effect "
+        f"{100 * AA_SD:g} points); `ablate.stats.meta.pool` and `ablate.stats.meta.verdict` at alpha 0.05, min_effect "
         f"{100 * me:g} points. Target: declared at most 5% when the contexts' mean effect lies on +min_effect "
         "(within 2 MC SE). The rows with a mean of 0 and tau = 5 / 1.96 points (5% of the contexts' true effects "
         "beyond ±min_effect) show what the verdict does not control: it speaks of the mean, not of every context "
@@ -869,7 +869,7 @@ def markdown(result: dict) -> str:
         f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
         f"{draws} simulated studies per scenario (seed {result['seed']}); {result['seconds']:.0f} s in all.",
         "",
-        "Each simulated study is analysed by `ablate.inference.infer` (the report's own code: every contrast a "
+        "Each simulated study is analysed by `ablate.stats.inference.infer` (the report's own code: every contrast a "
         "paired t-interval on its per-seed differences, averaged over matched cells in the 2 x 2, whose "
         "interaction is the paired test on its per-seed interaction contrasts; Holm over the family; min_effect "
         f"{me:g}). Generator, per trial: accuracy = Binomial(P = {noise.problems}, m_arm + u_seed + e_arm,seed) / P "
@@ -928,7 +928,7 @@ TWO_STAGE_PROCEDURES = (
     (WEIGHTS[0], f"two-stage test, w1 = {WEIGHTS[0]} fixed when the extension is committed (for comparison)"),
     (WEIGHTS[1], f"two-stage test, w1 = {WEIGHTS[1]} fixed before stage 1 (ablate's: EXTENSION_W1)"),
 )
-#: The weight rule the reports use (ablate.sequential.EXTENSION_W1): the one the target applies to; the
+#: The weight rule the reports use (ablate.stats.sequential.EXTENSION_W1): the one the target applies to; the
 #: other rows are shown for comparison.
 TARGET_RULE = WEIGHTS[1]
 
@@ -1000,7 +1000,7 @@ def markdown_two_stage(result: dict) -> str:
             "every false-detection rate meets <= 5%." if not bad_i else "target NOT met: " + "; ".join(bad_i) + "."))
     se5 = mc_se(FWER_MAX, draws)
     return "\n".join([
-        "### (vi) Extended when not resolved: the two-stage test (ablate/sequential.py)",
+        "### (vi) Extended when not resolved: the two-stage test (ablate/stats/sequential.py)",
         "",
         f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
         f"{draws} simulated studies per row (seed {result['seed']}); {result['two_stage_seconds']:.0f} s.",
@@ -1031,7 +1031,7 @@ def markdown_two_stage(result: dict) -> str:
         "",
         *_two_stage_table(rows, draws),
         "",
-        *(["Interactions (`ablate.inference.staged_interaction`): the 3 x 2 full factorial with every arm at the same "
+        *(["Interactions (`ablate.stats.inference.staged_interaction`): the 3 x 2 full factorial with every arm at the same "
            "accuracy (no interaction, no main effect; its interaction has 2 df: Hotelling's T² on the per-seed "
            "interaction contrasts), the same generator and first stages. The study is extended when its interaction "
            "is not detected at stage 1 (the naive test's worst case), to N seeds planned from stage 1 as above (the "
@@ -1050,7 +1050,7 @@ def contexts_failures(rows: Sequence[dict]) -> list[str]:
     """Where a target of the contexts scenarios is missed: coverage of the pooled effect outside 93-97%,
     *holds* under a true pooled effect of 0 above 5%, *context-dependent* at tau = 0 above 5% (both within
     2 MC SE, :func:`fwer_ok`). The robustness rows (one noisy context) are shown, not targets."""
-    from ablate import meta
+    from ablate.stats import meta
 
     bad = []
     for r in rows:
@@ -1068,7 +1068,7 @@ def contexts_failures(rows: Sequence[dict]) -> list[str]:
 
 def markdown_contexts(result: dict) -> str:
     """The "verdicts across contexts" subsection (its own measured-on line: ``--contexts --write`` writes it alone)."""
-    from ablate import meta
+    from ablate.stats import meta
 
     rows, draws, me = result["contexts"], result["draws"], result["min_effect"]
     lines = ["| contexts | tau (points) | true pooled effect | coverage of the pooled 95% interval | in 93-97% | "
@@ -1099,7 +1099,7 @@ def markdown_contexts(result: dict) -> str:
     bad = contexts_failures(rows)
     se5, se95 = mc_se(FWER_MAX, draws), mc_se(0.95, draws)
     return "\n".join([
-        "### (vii) Verdicts across contexts (ablate/meta.py)",
+        "### (vii) Verdicts across contexts (ablate/stats/meta.py)",
         "",
         f"Measured {result['date']} with `{result['command']}` on {result['machine']}; {result['versions']}. "
         f"{draws} simulated studies per row (seed {result['seed']}); {result['contexts_seconds']:.0f} s.",
@@ -1109,8 +1109,8 @@ def markdown_contexts(result: dict) -> str:
         f"paired difference is its context's true effect plus N(0, {100 * AA_SD:g} points), the SD of one seed's "
         "difference measured on real trials (reports/aa_control, its 24-seed A/A rerun). Each context's estimate "
         "is the report's paired t (mean, sd / sqrt(n), n - 1 df; checked against `paired_contrast`); "
-        "`ablate.meta.pool` (the SEs' df given: sample-size weights, Paule-Mandel tau², Hartung-Knapp t interval "
-        "on k - 1 df, the heterogeneity p by parametric bootstrap) and `ablate.meta.verdict` at alpha 0.05, "
+        "`ablate.stats.meta.pool` (the SEs' df given: sample-size weights, Paule-Mandel tau², Hartung-Knapp t interval "
+        "on k - 1 df, the heterogeneity p by parametric bootstrap) and `ablate.stats.meta.verdict` at alpha 0.05, "
         f"min_effect {100 * me:g} points. Targets: the pooled interval covers the true pooled effect (the mean of "
         "the contexts' distribution) 93-97% of the time; *holds across contexts* when that effect is 0 at most "
         "5%; *context-dependent* when tau = 0 at most 5% (a rate above 5% counts as met within 2 MC SE, "

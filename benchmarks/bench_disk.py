@@ -1,7 +1,7 @@
 """The disk estimate against the measured peak, for packed populations of K trials (issue 46).
 
 ``ablate run`` refuses to start when a disk has less free space than its estimate
-(:func:`ablate.footprint.estimate_disk`); with ``--pack K`` each of the K members of a population saves
+(:func:`ablate.running.footprint.estimate_disk`); with ``--pack K`` each of the K members of a population saves
 its own checkpoints, at the same steps as the others, so the running trials are ``workers x K``. This script
 runs one packed study with ``--pack K`` for each K, each in a fresh folder, sampling every few
 milliseconds what the run has on disk (``runs/``, the SQLite MLflow store's growth, its artefacts and the

@@ -54,7 +54,7 @@ def equivalence_rows() -> list[str]:
     with tempfile.TemporaryDirectory() as tmp:
         for i, options in enumerate(checks.OPTION_SETS):
             c = checks.micro_config(**options)
-            from ablate.config.trl_map import grpo_arguments
+            from ablate.engines.trl_map import grpo_arguments
 
             loss_type = grpo_arguments(c)["loss_type"]
             cells = []
@@ -69,7 +69,7 @@ def equivalence_rows() -> list[str]:
 def cost(steps: int, reps: int) -> dict[str, list[float]]:
     """Median seconds per RL step of each engine's trial, ``reps`` alternated runs each."""
     from ablate.config import TrialConfig
-    from ablate.engine import EngineJob, engine_for
+    from ablate.engines.base import EngineJob, engine_for
 
     base = {"task.difficulty": 2, "model.name": "tiny-llama", "rollout.max_new_tokens": 32,
             "rollout.prompts_per_step": 4, "rollout.group_size": 8, "eval.every": 0, "eval.n_problems": 100,

@@ -46,7 +46,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ablate.config import TrialConfig  # noqa: E402
-from ablate.memory import keep_freed_memory  # noqa: E402
+from ablate.running.memory import keep_freed_memory  # noqa: E402
 from ablate.tracking import machine_tags  # noqa: E402
 from ablate.train import TrialState, setup_trial, train_step  # noqa: E402
 from benchmarks.results_md import write_section  # noqa: E402

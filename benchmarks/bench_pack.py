@@ -27,8 +27,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from ablate.plan import Plan  # noqa: E402
 from ablate.study import load_study  # noqa: E402
+from ablate.study.plan import Plan  # noqa: E402
 
 BEGIN, END = "<!-- bench_pack:begin -->", "<!-- bench_pack:end -->"
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_commits import add_comparison_args, alternate_runs, same_numbers  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from ablate.pool import threads_per_worker  # noqa: E402
+from ablate.running.pool import threads_per_worker  # noqa: E402
 from ablate.tracking import machine_tags  # noqa: E402
 
 BEGIN, END = "<!-- bench_study:begin -->", "<!-- bench_study:end -->"

@@ -1,4 +1,4 @@
-"""Measure the constants of ablate's timing model (ablate/timing.py) and write ablate/timing.json.
+"""Measure the constants of ablate's timing model (ablate/study/timing.py) and write ablate/study/timing.json.
 
 For each zoo model it runs real short trials (no warm start, so that every completion runs to its
 full length, as the model assumes) at two batch sizes, and fits the decode and update costs from
@@ -29,7 +29,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from ablate.config import TrialConfig  # noqa: E402
-from ablate.timing import TIMING_FILE  # noqa: E402
+from ablate.study.timing import TIMING_FILE  # noqa: E402
 from ablate.train import run_trial  # noqa: E402
 
 LENGTH = 32  # max_new_tokens of the calibration trials

@@ -16,7 +16,7 @@ addition (tiny-llama 0.8M, small-llama 2.9M, base-llama 10M). A context is worth
    step 0 and at the end only) with :func:`ablate.train.run_trial`, and records the step-0 and final
    eval accuracy on the same problems (paired: an exact McNemar test on the discordant problems says
    whether RL moved it), its wall seconds split into setup, RL steps and evaluations, and what the
-   timing model of :mod:`ablate.timing` expected.
+   timing model of :mod:`ablate.study.timing` expected.
 
 Everything runs on one torch thread, one job at a time; warm starts are cached under ``--cache``
 (default ``/tmp/ablate-pilot-cache``), so nothing in the repository changes. Results are kept per
@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
 
 from ablate.config import TrialConfig  # noqa: E402
 from ablate.machine import cpu_name  # noqa: E402
-from ablate.timing import estimate_config_seconds  # noqa: E402
+from ablate.study.timing import estimate_config_seconds  # noqa: E402
 from ablate.train import build_policy, run_trial  # noqa: E402
 
 #: The study's base (studies/granularity_cross_kl.yaml's base: without its task and model, which the
@@ -298,7 +298,7 @@ def cpu_load(m: dict[str, Any]) -> str:
 
 def cost_table(rows: list[dict[str, Any]], n_eval: int) -> str:
     """Per timed trial: measured seconds per RL step and per evaluation, where the trial's seconds went,
-    and what the timing model of ablate.timing expected."""
+    and what the timing model of ablate.study.timing expected."""
     lines = [f"| context | steps | s per RL step | s per eval of {n_eval} problems | trial wall = RL + evals + "
              "setup | process CPU s (load avg at end) | timing model's estimate |", "|---|---|---|---|---|---|---|"]
     for r in rows:

@@ -1,4 +1,4 @@
-"""Reductions of ablate.analysis (trial summaries against the store's, tidy-table objectives) and the
+"""Reductions of ablate.stats.analysis (trial summaries against the store's, tidy-table objectives) and the
 compute-efficiency fits: known A and B recovered, intervals that cover, A bounded, failures reported."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from tolerance import EXACT, assert_close
 
-from ablate import analysis as an
 from ablate.objective import summarize, summarize_history
+from ablate.stats import analysis as an
 
 # ---------------------------------------------------------------------------------------- reductions
 

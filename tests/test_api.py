@@ -18,8 +18,9 @@ import servers
 import yaml
 
 import ablate
-from ablate.planning import plan_seeds, read_report_pilot
+from ablate.report.folder import read_report_pilot
 from ablate.report.ledger import report_claims
+from ablate.stats.planning import plan_seeds
 from ablate.store import StudyStore
 from ablate.study import load_study
 

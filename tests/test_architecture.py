@@ -1,35 +1,51 @@
-"""The codebase's shape, checked: the data flow's layers (no module imports one above it), no import
-cycles, no function of 80 lines or more, and no central object typed ``Any`` (docs/architecture.md).
+"""The codebase's shape, checked: the packages as layers (no module imports a package above its own layer,
+and the two columns, training and judging, never import each other), no import cycles, a small top level, no
+function of 80 lines or more, and no central object typed ``Any`` (docs/architecture.md, whose picture of the
+layers is checked against :data:`LAYERS`).
 
-Imports are read with :mod:`ast`, at module level and inside functions alike (a lazy import is still a
-dependency)."""
+Imports are read with :mod:`ast`, at module level, inside functions (a lazy import is still a dependency) and
+under ``if TYPE_CHECKING:`` (a type-only import is a dependency too: it may never close a cycle between
+packages, nor point up the layers)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "ablate"
 
-#: The data flow, top to bottom: commands -> runner -> worker/tuner -> train -> rewards/models/rl/tasks
-#: -> study/plan -> config/registry. A module may import its own layer and the layers below it.
+#: Each top-level module and package of ablate/ -> its layer, top to bottom: the faces, running a study, the
+#: two columns (training: engines, train, the components; judging: report, stats, tracking), the study store,
+#: studies, the configuration, the shared foundations. A module may import its own layer and the layers below.
 LAYERS: dict[str, int] = {
-    "cli": 7, "commands": 7, "__main__": 7, "api": 7,
-    "runner": 6, "pool": 6,
-    "worker": 5, "tuner": 5, "progress": 5, "attempt": 5, "session": 5, "preflight": 5, "footprint": 5,
-    "train": 4, "warmstart": 4, "engine": 4, "engines": 4,
-    "rewards": 3, "models": 3, "rl": 3, "tasks": 3,
-    "timing": 2,
-    "plan": 2, "study": 2, "designs": 2,
-    "config": 1, "registry": 1, "yamlio": 1, "metrics": 1, "cache": 1, "config_docs": 1,
-    "errors": 0, "disk": 0, "paths": 0, "states": 0, "objective": 0, "memory": 0, "machine": 0, "__init__": 0,
+    "cli": 8, "commands": 8, "__main__": 8, "api": 8,
+    "running": 7,
+    "engines": 6, "report": 6,
+    "train": 5, "stats": 5,
+    "tasks": 4, "models": 4, "rewards": 4, "rl": 4, "tracking": 4,
+    "store": 3,
+    "study": 2,
+    "config": 1,
+    "errors": 0, "paths": 0, "disk": 0, "states": 0, "objective": 0, "machine": 0, "registry": 0, "yamlio": 0,
+    "metrics": 0, "cache": 0, "__init__": 0,
 }
-#: Modules on their own paths (read and write results, never train): they may import the foundations
-#: (layers 0-2) and each other, never the chain above the study (train, worker, tuner, runner, commands).
-SIDE = {"store", "tracking", "results", "analysis", "inference", "intervals", "sequential", "meta",
-        "planning", "report"}
+#: The two columns between running a study and the study store: training a trial, and judging the results.
+#: Neither imports the other (running a study uses both).
+COLUMNS: dict[str, set[str]] = {
+    "training": {"engines", "train", "tasks", "models", "rewards", "rl"},
+    "judging": {"report", "stats", "tracking"},
+}
+#: The most modules the top level of ablate/ holds (the small shared foundations and the faces).
+MAX_TOP_LEVEL_MODULES = 15
+#: Type-only imports that close a cycle inside one package, each with its reason (a type-only import never
+#: closes a cycle between packages; a runtime or lazy import never closes one at all).
+TYPE_ONLY_CYCLES_ALLOWED: dict[frozenset[str], str] = {
+    frozenset({"ablate.config.rules", "ablate.config.schema"}):
+        "the schema's validator runs the cross-field rules; the rules annotate the TrialConfig they check",
+}
 #: The longest a function may be, in lines (its ``def`` to its last line).
 MAX_FUNCTION_LINES = 80
 #: Parameter names that carry a central object, and may therefore never be typed ``Any``.
@@ -46,24 +62,31 @@ def modules() -> dict[str, ast.Module]:
     return out
 
 
-def imports(name: str, tree: ast.Module) -> set[str]:
-    """The ``ablate`` modules ``name`` imports (at any depth; ``TYPE_CHECKING`` blocks excluded: they
-    are annotations, not dependencies)."""
-    skip: set[int] = set()
+def import_edges(name: str, tree: ast.Module) -> dict[str, bool]:
+    """The ``ablate`` modules ``name`` imports (at any depth) -> whether only for types (every import of it
+    under ``if TYPE_CHECKING:``)."""
+    typing_only: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
-            skip.update(id(n) for child in node.body for n in ast.walk(child))
-    out = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("ablate"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("ablate"):
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            typing_only.update(id(n) for child in node.body for n in ast.walk(child))
+    out: dict[str, bool] = {}
     known = modules_cache()
-    return {m for m in out if m in known and m != name}
+    for node in ast.walk(tree):
+        found: list[str] = []
+        if isinstance(node, ast.Import):
+            found = [a.name for a in node.names if a.name.startswith("ablate")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("ablate"):
+            found = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        for m in found:
+            if m in known and m != name:
+                out[m] = out.get(m, True) and id(node) in typing_only
+    return out
+
+
+def imports(name: str, tree: ast.Module, *, types: bool = False) -> set[str]:
+    """The ``ablate`` modules ``name`` imports at runtime (module level or lazily), and with ``types`` also
+    those it imports only for annotations."""
+    return {m for m, typing_only in import_edges(name, tree).items() if types or not typing_only}
 
 
 _CACHE: dict[str, ast.Module] = {}
@@ -85,50 +108,120 @@ def level(name: str) -> int | None:
     return LAYERS.get(top(name))
 
 
+def column(name: str) -> str | None:
+    return next((c for c, members in COLUMNS.items() if top(name) in members), None)
+
+
 def test_every_module_has_a_place_in_the_layers():
-    unplaced = sorted({top(m) for m in modules_cache()} - set(LAYERS) - SIDE)
-    assert not unplaced, f"add these to LAYERS or SIDE in {__file__} and docs/architecture.md: {unplaced}"
+    unplaced = sorted({top(m) for m in modules_cache()} - set(LAYERS))
+    assert not unplaced, f"add these to LAYERS in {__file__} and to docs/architecture.md's layers: {unplaced}"
+    assert not set(LAYERS) - {top(m) for m in modules_cache()}, "LAYERS names a module that is gone"
 
 
-def test_no_module_imports_one_above_it_in_the_data_flow():
+def test_no_module_imports_a_package_above_its_layer():
+    """Type-only imports included; the package's lazy re-export of the Python API (``ablate.__getattr__``) is
+    the one exception."""
     bad = []
     for name, tree in modules_cache().items():
-        mine = level(name)
-        for dep in imports(name, tree):
+        for dep in imports(name, tree, types=True):
             if top(dep) == top(name) or (name == "ablate" and dep == "ablate.api"):
-                continue  # the package re-exports the Python API on first use (ablate/__init__.py's __getattr__)
-            theirs = level(dep)
-            if top(name) in SIDE:
-                if theirs is not None and theirs > 2:
-                    bad.append(f"{name} (its own path) imports {dep} (layer {theirs})")
-            elif mine is not None and theirs is not None and theirs > mine:
-                bad.append(f"{name} (layer {mine}) imports {dep} (layer {theirs})")
-            elif mine is not None and mine <= 2 and top(dep) in SIDE:
-                bad.append(f"{name} (layer {mine}) imports {dep} (a results-side module)")
+                continue
+            if level(dep) > level(name):
+                bad.append(f"{name} (layer {level(name)}) imports {dep} (layer {level(dep)})")
+            elif column(name) and column(dep) and column(name) != column(dep):
+                bad.append(f"{name} ({column(name)}) imports {dep} ({column(dep)}): the columns never import each other")
     assert not bad, "\n".join(bad)
 
 
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def import_graph(*, types: bool) -> dict[str, set[str]]:
+    """Module -> the modules it imports; a package's ``__init__`` re-exporting its own submodules (and a
+    submodule importing its package) is not a cycle of jobs."""
+    graph = {name: imports(name, tree, types=types) for name, tree in modules_cache().items()}
+    return {name: {d for d in deps if not (d.startswith(name + ".") or name.startswith(d + "."))}
+            for name, deps in graph.items()}
+
+
 def test_no_import_cycles_between_modules():
-    graph = {name: {d for d in imports(name, tree)} for name, tree in modules_cache().items()}
-    # a package's __init__ re-exporting its own submodules is not a cycle of jobs
-    for name in graph:
-        graph[name] = {d for d in graph[name] if not (d.startswith(name + ".") or name.startswith(d + "."))}
-    state: dict[str, int] = {}
-    cycles = []
+    """Runtime and lazy imports: no cycle at all."""
+    found = cycles(import_graph(types=False))
+    assert not found, "\n".join(" <-> ".join(c) for c in found)
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for dep in sorted(graph.get(node, ())):
-            if state.get(dep) == 1:
-                cycles.append(" -> ".join([*path[path.index(dep):], dep]) if dep in path else f"{node} -> {dep}")
-            elif dep not in state:
-                visit(dep, [*path, dep])
-        state[node] = 2
 
-    for name in sorted(graph):
-        if name not in state:
-            visit(name, [name])
-    assert not cycles, "\n".join(cycles)
+def test_no_type_only_import_closes_a_cycle_between_packages():
+    """With the type-only imports: no cycle between packages, and inside one only those allowed (with reasons)."""
+    found = cycles(import_graph(types=True))
+    between = [c for c in found if len({top(m) for m in c}) > 1]
+    assert not between, "\n".join(" <-> ".join(c) for c in between)
+    assert {frozenset(c) for c in found} == set(TYPE_ONLY_CYCLES_ALLOWED), found
+
+
+def test_the_top_level_is_small():
+    """ablate/ holds at most 15 modules beside its packages: the shared foundations and the faces."""
+    top_level = sorted(p.stem for p in ROOT.glob("*.py"))
+    assert len(top_level) <= MAX_TOP_LEVEL_MODULES, top_level
+    assert set(top_level) <= {k for k, v in LAYERS.items() if v in (0, 8)}, top_level
+
+
+def test_no_module_is_named_as_a_public_api_name():
+    """A subpackage or module becomes an attribute of :mod:`ablate` once imported: one named ``run`` would
+    hide ``ablate.run`` (the API's function, served by ``ablate.__getattr__``)."""
+    import ablate
+
+    names = {p.stem for p in ROOT.glob("*.py")} | {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
+    assert len(names) > 20 and not names & set(ablate.__all__), names & set(ablate.__all__)
+
+
+def test_the_engine_seam_knows_no_engine_and_the_configuration_no_engine_module():
+    """The seam (engines/base.py) reaches its engines through the registry they join; the configuration asks
+    an engine what it refuses through ``registry.engine_registry``, never importing the engines."""
+    tree = modules_cache()
+    assert not [d for d in imports("ablate.engines.base", tree["ablate.engines.base"], types=True)
+                if d.startswith("ablate.engines")]
+    assert not [(n, d) for n, t in tree.items() if top(n) == "config" for d in imports(n, t, types=True)
+                if top(d) == "engines"]
+
+
+def test_the_architecture_page_draws_these_layers():
+    """docs/architecture.md's table of layers names each package and module in the layer :data:`LAYERS` gives."""
+    text = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    drawn: dict[str, int] = {}
+    for row in re.findall(r"^\| (\d) [^|]+\| ([^|]+) \|", text, re.M):
+        for name in re.findall(r"`([\w]+)(?:/|\.py)`", row[1]):
+            drawn[name] = int(row[0])
+    assert drawn == LAYERS, {k: (drawn.get(k), LAYERS.get(k)) for k in set(drawn) | set(LAYERS)
+                             if drawn.get(k) != LAYERS.get(k)}
 
 
 def benchmark_scripts() -> dict[str, ast.Module]:
@@ -151,8 +244,7 @@ def test_no_function_reaches_80_lines():
 
 #: The orchestration: its functions pass the session and small typed values, not long parameter lists (the
 #: pure math in rl/ keeps its keyword options, as verl's core_algos does).
-ORCHESTRATION = ("ablate.runner", "ablate.pool", "ablate.worker", "ablate.session", "ablate.preflight",
-                 "ablate.attempt", "ablate.engine", "ablate.tracking", "ablate.train.population")
+ORCHESTRATION = ("ablate.running", "ablate.engines.base", "ablate.tracking", "ablate.train.population")
 #: The most parameters an orchestration function takes (``self`` and ``cls`` not counted).
 MAX_PARAMETERS = 7
 
@@ -170,14 +262,14 @@ def test_no_orchestration_function_takes_more_than_7_parameters():
                 n = sum(p.arg not in ("self", "cls") for p in params)
                 if n > MAX_PARAMETERS:
                     wide.append(f"{name}.{node.name}: {n} parameters")
-    assert len(modules_cache()) > 50 and any(n.startswith("ablate.attempt") for n in modules_cache())
+    assert len(modules_cache()) > 50 and any(n.startswith("ablate.running.attempt") for n in modules_cache())
     assert not wide, "\n".join(wide)
 
 
 def test_the_runner_the_worker_and_each_tracking_module_stay_under_500_lines():
     """The orchestration's two entry modules hold the loop, not everything around it (session, preflight,
     attempt, pool and engine have their own modules); tracking is a package split by responsibility."""
-    files = [ROOT / "runner.py", ROOT / "worker.py", *sorted((ROOT / "tracking").glob("*.py"))]
+    files = [ROOT / "running" / "runner.py", ROOT / "running" / "worker.py", *sorted((ROOT / "tracking").glob("*.py"))]
     sizes = {f.relative_to(ROOT).as_posix(): len(f.read_text(encoding="utf-8").splitlines()) for f in files}
     assert len(sizes) >= 6 and all(n < 500 for n in sizes.values()), sizes
 

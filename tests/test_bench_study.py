@@ -50,8 +50,8 @@ def test_pack_table_ratios_by_hand():
 def test_pack_study_file_sets_seeds_steps_and_packing(tmp_path):
     from bench_pack import study_file
 
-    from ablate.plan import Plan
     from ablate.study import load_study
+    from ablate.study.plan import Plan
 
     path = study_file(tmp_path, "studies/quickstart.yaml", 3, 5, packed=True)
     specs = Plan.of(load_study(path), "default").specs

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import servers
 
-from ablate.plan import Plan
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import (
     DIFF_FILE,
     TAG_GIT_DIFF,

@@ -15,11 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate.plan import Plan
 from ablate.report.build import trials_provenance
 from ablate.report.folder import parent_tags
 from ablate.report.ledger import report_folders
 from ablate.study import load_study
+from ablate.study.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = report_folders(ROOT / "reports")  # the default budget's reports (a local smoke run's are not committed)

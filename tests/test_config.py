@@ -619,10 +619,10 @@ def test_every_field_has_a_one_line_description():
 
 
 def test_docs_reference_is_in_sync():
-    from ablate.config_docs import DOC_PATH, render_markdown
+    from ablate.config.docs import DOC_PATH, render_markdown
 
     text = render_markdown()
-    assert DOC_PATH.read_text(encoding="utf-8") == text, "run: .venv/bin/python -m ablate.config_docs"
+    assert DOC_PATH.read_text(encoding="utf-8") == text, "run: .venv/bin/python -m ablate.config.docs"
     for path in field_paths():
         assert f"| `{path}` |" in text
 

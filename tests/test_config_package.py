@@ -57,7 +57,7 @@ def test_a_study_plugin_name_is_found_without_loading_the_builtins():
     out = _run("""
 import json, sys
 from ablate.registry import builtins_loaded
-from ablate.plan import Plan
+from ablate.study.plan import Plan
 from ablate.study import load_study
 study = load_study("studies/examples/new_factor.yaml")
 names = sorted({n for s in Plan.of(study).specs for n in s.config.reward.components})

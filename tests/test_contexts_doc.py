@@ -1,5 +1,5 @@
 """docs/contexts.md, the page on studies over contexts: its study file validates as the page says, its
-positive-control snippet prints what the page shows, and it names the verdicts ablate.meta gives."""
+positive-control snippet prints what the page shows, and it names the verdicts ablate.stats.meta gives."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_the_study_file_of_the_page_validates_as_the_page_says(tmp_path):
 
 
 def test_the_page_names_every_verdict_across_contexts_and_the_prediction_interval_s_minimum():
-    from ablate import meta
+    from ablate.stats import meta
 
     for verdict in meta.VERDICTS:
         assert f"**{verdict}**" in PAGE, verdict

@@ -273,7 +273,7 @@ def test_nine_or_more_generalization_contexts_learned_recomputed_from_the_curves
 def _family():
     """A family of two contrasts at 6 seeds, min_effect 0.05: one equivalent (differences within ±0.01),
     one detected (+0.2 on every seed, with spread)."""
-    from ablate.inference import make_family, paired_contrast
+    from ablate.stats.inference import make_family, paired_contrast
 
     y = np.full(6, 0.5)
     flat = paired_contrast(y + [0.01, -0.01, 0.0, 0.005, -0.005, 0.0], y, range(6), factor="a", level="x",
@@ -284,7 +284,7 @@ def _family():
 
 
 def test_an_equivalence_where_the_baseline_did_not_learn_is_uninformative_and_nothing_else_changes():
-    from ablate.inference import DETECTED, EQUIVALENT, UNINFORMATIVE
+    from ablate.stats.inference import DETECTED, EQUIVALENT, UNINFORMATIVE
 
     family = _family()
     assert [c.verdict for c in family.claims] == [EQUIVALENT, DETECTED]
@@ -306,9 +306,9 @@ def test_an_equivalence_where_the_baseline_did_not_learn_is_uninformative_and_no
 
 
 def test_an_equivalence_across_contexts_needs_the_baseline_to_learn_in_every_pooled_context():
-    from ablate import meta
-    from ablate.inference import UNINFORMATIVE
     from ablate.report.statistics import AcrossContexts
+    from ablate.stats import meta
+    from ablate.stats.inference import UNINFORMATIVE
 
     frame = pd.DataFrame({"context": ["task=x", "task=y"]})
     eq = AcrossContexts("a: x vs b", True, frame, None, meta.EQUIVALENT, "pooled +0.1 points")

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from ablate.designs import (
+from ablate.study.designs import (
     DESIGNS,
     Fractional,
     FullFactorial,

@@ -15,9 +15,9 @@ from test_runner import TINY, write_study
 
 from ablate.cli import main
 from ablate.config import TrialConfig
-from ablate.footprint import checkpoint_bytes, checkpoint_copies, estimate_disk, parameter_count
-from ablate.plan import Plan
+from ablate.running.footprint import checkpoint_bytes, checkpoint_copies, estimate_disk, parameter_count
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.train import run_trial
 
 
@@ -45,7 +45,7 @@ def test_checkpoints_are_counted_as_the_trial_saves_them():
 def test_a_population_counts_each_member_s_checkpoint_and_one_being_written_per_worker(tmp_path):
     """--pack K: a worker holds K checkpoints, and one more while a member writes the next (the members
     write one at a time); the trials still to run cap the running ones."""
-    from ablate.plan import Plan as _Plan
+    from ablate.study.plan import Plan as _Plan
 
     study = load_study(write_study(tmp_path, "packed", seeds=8,
                                    base={**TINY, "train.packed": True, "train.steps": 4, "train.checkpoint_every": 2}))

@@ -24,9 +24,9 @@ import pytest
 import servers
 import yaml
 
-from ablate.plan import Plan
 from ablate.store import StudyStore
 from ablate.study import load_study
+from ablate.study.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = ROOT / "studies" / "quickstart.yaml"

@@ -257,7 +257,7 @@ def test_a_health_question_that_fails_while_another_finds_the_server_back_leaves
 
 
 def test_the_default_end_wait_is_a_tenth_of_the_run_at_most_a_minute():
-    from ablate.session import RunSettings
+    from ablate.running.session import RunSettings
 
     auto = RunSettings("s.yaml", "default", "j", "sqlite:///m.db")
     assert [auto.end_wait(s) for s in (0, 30, 300, 6000)] == [0, 3, 30, 60]

@@ -108,8 +108,8 @@ def test_a_trial_with_cuda_graph_decoding_trains_on_cuda():
 
 
 def test_a_trial_on_cuda_is_tagged_with_its_gpu():
-    from ablate.results import processor_name
     from ablate.tracking import gpu_tags, machine_tags
+    from ablate.tracking.results import processor_name
 
     tags = {**machine_tags(), **gpu_tags("cuda")}
     assert tags["ablate.machine.gpu"] == torch.cuda.get_device_name(0)

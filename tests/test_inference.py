@@ -1,4 +1,4 @@
-"""ablate.inference: hand-computed values of every public function, the linear model against statsmodels'
+"""ablate.stats.inference: hand-computed values of every public function, the linear model against statsmodels'
 own model comparisons, model contrasts against cell means, and small calibration checks (coverage of the
 95% intervals, family-wise false detections) on a realistic seed-level generator."""
 
@@ -15,7 +15,8 @@ import pytest
 from scipy import stats
 from tolerance import EXACT, assert_close, is_close
 
-from ablate import inference as inf
+from ablate.stats import inference as inf
+from ablate.stats.contrast import Contrast
 
 ROOT = Path(__file__).resolve().parents[1]
 NAN = math.nan
@@ -136,7 +137,7 @@ def test_seeds_for_power_where_statsmodels_power_is_nan():
     5 points, d = 4.66, alpha 0.05): 3 seeds have power 0.96, 2 seeds 0.39, so 3 are needed. statsmodels'
     TTestPower.power is NaN at 3-6 seeds there (and 8), and the report said 5. By hand from scipy's
     noncentral t: at n = 3 its upper tail alone (the lower tail is NaN in scipy, and below 1e-12) is 0.960."""
-    from ablate.planning import read_report_pilot
+    from ablate.report.folder import read_report_pilot
     from ablate.study import load_study
 
     pilot = read_report_pilot(load_study(ROOT / "studies" / "behaviour_logp.yaml"), ROOT / "reports" / "behaviour_logp")
@@ -276,7 +277,7 @@ def test_a_single_untied_seed_is_said():
     assert "only 1 of the 5 seeds differs at all, so the interval rests on that one seed" in text
 
 
-def _contrast(d, name: str, min_effect: float | None = None) -> inf.Contrast:
+def _contrast(d, name: str, min_effect: float | None = None) -> Contrast:
     d = np.asarray(d, float)
     return inf.paired_contrast(d, np.zeros_like(d), range(d.size), factor="f", level=name, baseline="base",
                                min_effect=min_effect)
@@ -659,7 +660,7 @@ def test_contrasts_within_each_context_and_none_of_a_context_factor():
     """A study over 2 tasks x 2 models (contexts) comparing loss_norm: each context's contrast is the paired
     mean of its own seeds' differences (by hand), the family holds no 'task' or 'model' contrast and no
     interaction with a context, and the contrast over all contexts averages the matched cells."""
-    from ablate.inference import context_contrasts, infer
+    from ablate.stats.inference import context_contrasts, infer
 
     rng = np.random.default_rng(0)
     effect = {("addition", "llama"): 0.02, ("addition", "gpt2"): 0.04, ("chain", "llama"): -0.01,

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate import inference as inf
+from ablate.stats import inference as inf
 from ablate.study import load_study
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ import pytest
 PROBE = r"""
 import sys
 import torch
-from ablate.memory import keep_freed_memory
+from ablate.running.memory import keep_freed_memory
 
 if sys.argv[1] == "keep":
     assert keep_freed_memory()

@@ -1,4 +1,4 @@
-"""ablate.meta: random-effects pooling by hand (Cochran's Q, I², the Paule-Mandel τ² in the cases where it has
+"""ablate.stats.meta: random-effects pooling by hand (Cochran's Q, I², the Paule-Mandel τ² in the cases where it has
 a closed form, the Hartung-Knapp interval and the prediction interval from closed-form t quantiles), the
 heterogeneity bootstrap against chi2 where the SEs are all but known, each verdict on constructed contexts,
 and the scale trend against numpy's weighted polyfit."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import optimize, stats
 
-from ablate import meta
+from ablate.stats import meta
 
 #: t quantiles at 0.975 in closed form: 1 df tan(0.475 pi); 2 df (2p - 1) sqrt(2 / (4 p (1 - p))).
 T1 = math.tan(0.475 * math.pi)                      # 12.7062

@@ -19,8 +19,8 @@ import subprocess
 import pytest
 import servers
 
-from ablate.plan import Plan
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import EXPERIMENT_KIND_TAG, Tracker, TrialIdentity, experiment_url
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -1,4 +1,4 @@
-"""Seed planning (ablate.planning, ``ablate plan``) and adaptive seeds in the runner: the planner on
+"""Seed planning (ablate.stats.planning, ``ablate plan``) and adaptive seeds in the runner: the planner on
 hand-made per-trial tables with known SDs (textbook seed counts), the variance-only rule, and, end to
 end on a tiny real study, ``ablate run``'s rounds (3 -> 5 seeds), a rerun that does not decide again,
 ``ablate status`` and ``ablate plan`` on what ran, and bad input (exit code 2, nothing written)."""
@@ -19,14 +19,14 @@ import torch
 import yaml
 from mlflow import MlflowClient
 
-from ablate import inference, planning
 from ablate.cli import main
 from ablate.paths import STORE_FILE
-from ablate.plan import TAG_SEEDS, Plan
-from ablate.runner import adaptive_rounds, run_study
-from ablate.session import RunSettings
+from ablate.running.runner import adaptive_rounds, run_study
+from ablate.running.session import RunSettings
+from ablate.stats import inference, planning
 from ablate.store import StudyStore
 from ablate.study import StudyError, load_study
+from ablate.study.plan import TAG_SEEDS, Plan
 
 # ----------------------------------------------------------------------------------- hand-made data
 
@@ -157,7 +157,7 @@ def test_round_lines_and_the_summary_tag():
 def test_pilot_inference_is_the_reports(tmp_path):
     """planning.pilot_inference computes the report's contrasts (compute_statistics(...).inference)."""
     from ablate.report.statistics import compute_statistics
-    from ablate.results import Results
+    from ablate.tracking.results import Results
 
     study = load_study(write_study(tmp_path, "cross", seeds=4, min_effect=0.05, primary=["a"],
                                    factors={"a": {"path": "rollout.temperature", "values": [1.0, 0.5]},
@@ -292,7 +292,7 @@ def test_a_rerun_reuses_a_decision_kept_in_the_store(ran):
     folder = ran["folder"]
     store = StudyStore(settings(folder, ran["adaptive"]).storage, "adaptive", create=False)
     (decision,) = adaptive_rounds(store, "default")
-    from ablate.runner import adaptive_round
+    from ablate.running.runner import adaptive_round
 
     study = load_study(ran["adaptive"])  # seeds 0-2: the n of the recorded decision
     log = io.StringIO()

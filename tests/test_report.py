@@ -18,9 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ablate import inference as inf
-from ablate.analysis import saturating_curve
-from ablate.plan import Plan
 from ablate.report.build import write_report
 from ablate.report.figures import pareto_front
 from ablate.report.findings import claim_sentence, phrase
@@ -29,9 +26,13 @@ from ablate.report.markdown import md
 from ablate.report.page import ReportPage, Section
 from ablate.report.shared import computation_key, seed_ranges
 from ablate.report.statistics import Scale, compute_statistics, metric_unit
-from ablate.results import Results, build_table, level_column
+from ablate.stats import inference as inf
+from ablate.stats.analysis import saturating_curve
+from ablate.stats.contrast import Contrast, Improvement
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import history_csv
+from ablate.tracking.results import Results, build_table, level_column
 
 STUDY = """\
 name: synth
@@ -106,8 +107,8 @@ def _contrast(**kw):
     base = dict(factor="loss_norm", level="token-mean", baseline="seq-mean", method=inf.PAIRED, n_seeds=5, cells=1,
                 level_mean=0.6, baseline_mean=0.569, estimate=0.031, se=0.01, df=4.0, ci_low=0.004, ci_high=0.059,
                 p=0.02, p_tost=math.nan, seeds=(0, 1, 2, 3, 4), per_seed=(0.02, 0.03, 0.04, 0.03, 0.035),
-                d_z=1.26, improved=inf.Improvement(5, 5, 1.0, 0.478, 1.0))
-    return inf.Contrast(**{**base, **kw})
+                d_z=1.26, improved=Improvement(5, 5, 1.0, 0.478, 1.0))
+    return Contrast(**{**base, **kw})
 
 
 def test_claim_sentences_hand_examples():
@@ -483,10 +484,10 @@ def test_evaluation_noise_from_per_problem_records(tmp_path):
 
 def _claim(verdict: str, estimate: float, lo: float, hi: float, n: int, per_seed=(), need: float = math.nan,
            method: str = inf.PAIRED) -> inf.Claim:
-    c = inf.Contrast(factor="loss_norm", level="token", baseline="sequence", method=method, n_seeds=n, cells=1,
+    c = Contrast(factor="loss_norm", level="token", baseline="sequence", method=method, n_seeds=n, cells=1,
                      level_mean=0.5, baseline_mean=0.5 - estimate, estimate=estimate, se=0.0 if per_seed and not any(per_seed) else 0.01, df=n - 1,
                      ci_low=lo, ci_high=hi, p=0.5, p_tost=math.nan, seeds=tuple(range(n)),
-                     per_seed=tuple(per_seed), d_z=math.nan, improved=inf.Improvement(0, 0, math.nan, math.nan, math.nan))
+                     per_seed=tuple(per_seed), d_z=math.nan, improved=Improvement(0, 0, math.nan, math.nan, math.nan))
     return inf.Claim(c.name, c, None, 0.5, math.nan, verdict, "", need, True)
 
 
@@ -576,9 +577,9 @@ def test_an_equivalence_where_the_baseline_did_not_learn_is_reported_as_uninform
     """Issue 54: every evaluation flat at ~0.3 (nothing learned): the contrasts are inside ±min_effect, but the
     report's claims, answer and claims figure say *uninformative*, with the positive control's reason, and
     the same word comes back from the saved folder (ablate.load / the ledger's reader)."""
-    from ablate.inference import UNINFORMATIVE
-    from ablate.planning import read_report_pilot
     from ablate.report import control
+    from ablate.report.folder import read_report_pilot
+    from ablate.stats.inference import UNINFORMATIVE
 
     path = tmp_path / "synth.yaml"
     path.write_text(STUDY + "primary: [loss_norm]\nmin_effect: 0.05\n")
@@ -747,7 +748,7 @@ def test_a_study_over_contexts_reports_each_contrast_per_context_pooled_with_its
     """loss_norm compared across 3 contexts (clip_high's values): the report's first lines are the verdict
     across contexts with the pooled estimate, τ, I² and the prediction interval; a forest per contrast; a
     table per contrast with each context and the pooled row; no claim contrasts a context factor."""
-    from ablate import meta
+    from ablate.stats import meta
 
     path = tmp_path / "ctx.yaml"
     path.write_text(STUDY.replace("values: [0.2, 0.28]", "values: [0.2, 0.28, 0.3]").replace(
@@ -841,10 +842,10 @@ def test_a_study_over_two_contexts_says_the_prediction_interval_is_undefined(tmp
 @pytest.mark.parametrize("sizes", [4, 3])
 def test_a_size_ladder_of_contexts_gets_a_scale_trend_said_as_an_extrapolation(tmp_path, sizes):
     """One context factor setting model.name over 4 sizes (each trial logs model/params at step 0): each
-    contrast gets a weighted trend in log10 parameters (ablate.meta.scale_trend on the per-context estimates),
+    contrast gets a weighted trend in log10 parameters (ablate.stats.meta.scale_trend on the per-context estimates),
     and the report extends it to 135M parameters as an extrapolation, not a result. Over 3 sizes (1 residual
     df) no trend is fitted, and the report says why (issue 54)."""
-    from ablate import meta
+    from ablate.stats import meta
 
     names = ["micro-llama", "tiny-llama", "small-llama", "base-llama"][:sizes]
     path = tmp_path / "ladder.yaml"

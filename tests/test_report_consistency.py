@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.plan import Plan
 from ablate.report import ledger as L
 from ablate.report import verdicts
 from ablate.report.build import write_report
 from ablate.report.page import ANSWER, CLAIM_SECTIONS, CLAIM_TABLES, CLAIMS_FIGURE
 from ablate.study import load_study
+from ablate.study.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"

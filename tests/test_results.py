@@ -21,9 +21,18 @@ from mlflow import MlflowClient
 from ablate.cli import main
 from ablate.commands.report import resolve_study
 from ablate.errors import AblateError
-from ablate.plan import Plan
 from ablate.report import build_report
-from ablate.results import (
+from ablate.study import load_study
+from ablate.study.plan import Plan
+from ablate.tracking import (
+    EVAL_PROBLEM_COLUMNS,
+    Tracker,
+    TrialIdentity,
+    eval_problems_csv,
+    gpu_tags,
+    history_csv,
+)
+from ablate.tracking.results import (
     PROBLEM_COLUMNS,
     count_states,
     history_frame,
@@ -32,15 +41,6 @@ from ablate.results import (
     problems_frame,
     processor_name,
     processor_note,
-)
-from ablate.study import load_study
-from ablate.tracking import (
-    EVAL_PROBLEM_COLUMNS,
-    Tracker,
-    TrialIdentity,
-    eval_problems_csv,
-    gpu_tags,
-    history_csv,
 )
 from ablate.train import run_trial
 

@@ -23,11 +23,11 @@ from mlflow import MlflowClient
 
 from ablate.cli import main
 from ablate.paths import STORE_FILE
-from ablate.plan import Plan
-from ablate.pool import gpu_for_worker, threads_per_worker
-from ablate.progress import Progress, format_seconds
+from ablate.running.pool import gpu_for_worker, threads_per_worker
+from ablate.running.progress import Progress, format_seconds
 from ablate.store import StudyStore
 from ablate.study import Objective, load_study
+from ablate.study.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -153,7 +153,7 @@ class _Work:
 
 
 #: A stand-in worker subprocess: the payload's sys.path, then it sends two events through its pipe (the way
-#: ablate.pool.member_main does) and exits with the code $POOL_TEST_EXIT.
+#: ablate.running.pool.member_main does) and exits with the code $POOL_TEST_EXIT.
 _FAKE_MEMBER = """import json, os, sys
 payload = json.loads(sys.argv[1]); sys.path[:] = payload["sys_path"]
 from multiprocessing.connection import Connection
@@ -165,16 +165,16 @@ raise SystemExit(int(os.environ["POOL_TEST_EXIT"]))
 
 
 def test_the_pool_s_workers_are_fresh_interpreters_whose_events_come_back(tmp_path, monkeypatch, capfd):
-    """ablate.pool without a real trial: each worker is `python -c CODE PAYLOAD` (never the caller's
+    """ablate.running.pool without a real trial: each worker is `python -c CODE PAYLOAD` (never the caller's
     __main__); its events come back through its pipe even when it exits at once; a worker that keeps dying
     is restarted N * (max_retries + 1) times, then the pool says so in one line per worker on stderr; a full
     disk stops the pool with the worker's own message."""
-    from ablate import pool
     from ablate.disk import DISK_FULL_EXIT, DiskFullError
-    from ablate.session import RunSettings
+    from ablate.running import pool
+    from ablate.running.session import RunSettings
 
     command = pool.member_command(RunSettings("s.yaml", "smoke", "j", "sqlite:///x.db", max_retries=0), 1, 9, "3")
-    assert command[:2] == [sys.executable, "-c"] and "from ablate.pool import member_main" in command[2]
+    assert command[:2] == [sys.executable, "-c"] and "from ablate.running.pool import member_main" in command[2]
     payload = json.loads(command[3])
     assert (payload["index"], payload["events_fd"], payload["gpu"], payload["sys_path"]) == (1, 9, "3", sys.path)
     assert RunSettings(**payload["settings"]) == RunSettings("s.yaml", "smoke", "j", "sqlite:///x.db", max_retries=0)
@@ -781,7 +781,7 @@ def test_a_population_killed_mid_training_resumes_every_member_exactly(workdir, 
 
 def test_pack_size_auto_is_one_on_a_cpu_and_a_memory_estimate_on_a_gpu():
     from ablate.config import TrialConfig
-    from ablate.footprint import gpu_member_bytes, pack_size
+    from ablate.running.footprint import gpu_member_bytes, pack_size
 
     packed = TrialConfig.from_overrides({"train.packed": True, "device": "cpu"})
     assert pack_size("auto", packed) == 1 and pack_size(16, packed) == 16

@@ -1,4 +1,4 @@
-"""ablate.sequential: stage scores from closed-form t CDFs, boundaries against the classical O'Brien-Fleming
+"""ablate.stats.sequential: stage scores from closed-form t CDFs, boundaries against the classical O'Brien-Fleming
 table and scipy's bivariate normal, the stage-wise p-value against the boundary test, and the design's size
 by Monte Carlo."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from ablate import sequential as sq
+from ablate.stats import sequential as sq
 
 Z975 = 1.959963984540054  # Phi^{-1}(0.975)
 
@@ -227,8 +227,8 @@ def test_staged_contrasts_test_each_contrast_as_first_stage_then_extension():
     estimates stay; without seeds beyond the first stage (a smoke budget) the contrast is left alone."""
     from dataclasses import replace
 
-    from ablate.inference import paired_contrast
-    from ablate.sequential import staged_contrasts
+    from ablate.stats.inference import paired_contrast
+    from ablate.stats.sequential import staged_contrasts
 
     x = np.array([0.50, 0.55, 0.48, 0.61, 0.52, 0.58, 0.53])
     y = np.array([0.45, 0.50, 0.47, 0.52, 0.50, 0.51, 0.50])
@@ -337,7 +337,7 @@ def test_two_stage_tost_by_hand():
 def test_staged_equivalence_replaces_the_tost_and_leaves_the_rest():
     from dataclasses import replace
 
-    from ablate.inference import paired_contrast
+    from ablate.stats.inference import paired_contrast
 
     x = np.array([0.50, 0.55, 0.48, 0.61, 0.52, 0.58, 0.53])
     y = np.array([0.49, 0.53, 0.50, 0.57, 0.52, 0.55, 0.52])
@@ -370,7 +370,7 @@ def test_two_stage_interaction_by_hand():
     import pandas as pd
     from tolerance import EXACT, assert_close
 
-    from ablate.inference import paired_interaction, staged_interaction
+    from ablate.stats.inference import paired_interaction, staged_interaction
 
     values = [1.0, 2.0, 4.0, 2.0, -1.0, 4.0, 3.0]
     frame = pd.DataFrame({"i × j": values}, index=pd.Index(range(7), name="seed"))
@@ -396,7 +396,7 @@ def test_an_extended_factorial_tests_its_interaction_in_two_stages():
     staged_interaction, and without extended_after the paired test of all seeds."""
     import pandas as pd
 
-    from ablate.inference import infer, interaction_contrasts, paired_interaction, staged_interaction
+    from ablate.stats.inference import infer, interaction_contrasts, paired_interaction, staged_interaction
 
     rng = np.random.default_rng(2)
     rows = [{"a": a, "b": b, "seed": s, "objective": 0.5 + 0.04 * (a == "a1") * (b == "b1") + rng.normal(0, 0.02)}
@@ -419,7 +419,7 @@ def test_an_extended_factorial_tests_its_interaction_in_two_stages():
 def _committed(name: str):
     from pathlib import Path
 
-    from ablate.planning import read_report_pilot
+    from ablate.report.folder import read_report_pilot
     from ablate.study import load_study
 
     root = Path(__file__).resolve().parent.parent

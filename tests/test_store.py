@@ -50,7 +50,7 @@ def specs(arms: dict[str, str], seeds=(0, 1)) -> list[Spec]:
 
 @dataclass(frozen=True)
 class SpecPlan:
-    """What :meth:`StudyStore.prepare` reads of a :class:`ablate.plan.Plan`: its budget, its trials and
+    """What :meth:`StudyStore.prepare` reads of a :class:`ablate.study.plan.Plan`: its budget, its trials and
     each arm's overrides."""
 
     specs: list[Spec]

@@ -20,9 +20,9 @@ import torch
 from tolerance import OPS, assert_close
 
 from ablate.commands.show import describe
-from ablate.plan import Plan
 from ablate.report.findings import SMOKE_LINE
 from ablate.study import load_study
+from ablate.study.plan import Plan
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDIES = sorted((ROOT / "studies").rglob("*.yaml"))

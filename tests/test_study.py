@@ -17,9 +17,7 @@ import yaml
 
 from ablate.cli import main
 from ablate.config import TrialConfig
-from ablate.designs import DESIGNS
 from ablate.errors import AblateError
-from ablate.plan import Plan
 from ablate.study import (
     LineDict,
     Study,
@@ -29,7 +27,9 @@ from ablate.study import (
     load_study,
     read_yaml,
 )
-from ablate.timing import estimate_study_seconds
+from ablate.study.designs import DESIGNS
+from ablate.study.plan import Plan
+from ablate.study.timing import estimate_study_seconds
 
 DATA = Path(__file__).parent / "data" / "studies"
 
@@ -525,8 +525,8 @@ PLUGIN = '''
 """A test plugin: registers the design {name!r}."""
 from dataclasses import dataclass
 
-from ablate.designs import DESIGNS, Design
-from ablate.plan import Plan
+from ablate.study.designs import DESIGNS, Design
+from ablate.study.plan import Plan
 
 
 @DESIGNS.register({name!r})
@@ -613,7 +613,7 @@ def test_show_fractional_prints_aliasing_and_json(cli, tmp_path):
     rc, out, _ = cli("show", str(path), "--json")
     data = json.loads(out)
     assert (data["n_arms"], data["n_trials"]) == (8, 16)
-    from ablate.timing import estimate_trial_seconds
+    from ablate.study.timing import estimate_trial_seconds
 
     specs = Plan.of(load_study(path), "default").specs
     assert data["estimated_seconds"] == pytest.approx(sum(estimate_trial_seconds(s) for s in specs))
@@ -629,7 +629,7 @@ def test_show_unknown_budget_exits_2(cli, tmp_path):
 
 
 def test_time_estimate_sums_the_trials_and_is_unknown_without_constants(tmp_path, monkeypatch):
-    from ablate import timing
+    from ablate.study import timing
 
     study = load_study(write(tmp_path, QUICKSTART))
     specs = Plan.of(study, "smoke").specs
@@ -806,7 +806,7 @@ budgets:
 
 
 def test_a_budget_runs_the_first_n_seeds(tmp_path, cli):
-    from ablate.plan import Plan
+    from ablate.study.plan import Plan
 
     path = write(tmp_path, SEEDED)
     study = load_study(path)

@@ -9,7 +9,7 @@ import pytest
 
 from ablate.config import TrialConfig
 from ablate.models import MODELS
-from ablate.timing import ModelCosts, estimate_config_seconds, load_timing, parallel_seconds
+from ablate.study.timing import ModelCosts, estimate_config_seconds, load_timing, parallel_seconds
 
 COSTS = ModelCosts(decode_a=0.001, decode_b=0.0001, update_a=0.01, update_b=0.0002, reward_b=0.001, setup=2.0,
                    prompt_tokens=8.0, critic_factor=2.0)

@@ -11,8 +11,8 @@ import servers
 from mlflow import MlflowClient
 
 from ablate.config import TrialConfig
-from ablate.plan import Plan
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import (
     DEFAULT_TRACKING_URI,
     EVAL_PROBLEM_COLUMNS,

@@ -842,7 +842,7 @@ def test_decay_params_stays_out_of_the_trial_key_while_weight_decay_is_0():
 def test_the_trl_map_sends_no_clipping_as_transformers_0_and_refuses_decaying_every_parameter():
     """Issue 55: optim.max_grad_norm null (no clipping) used to fail every trl trial with a TypeError; it maps to
     transformers' 0 ('set to 0 to disable'). decay_params all cannot be honoured by TRL: refused at validation."""
-    from ablate.config.trl_map import grpo_arguments, trl_refusals
+    from ablate.engines.trl_map import grpo_arguments, trl_refusals
 
     c = TrialConfig.from_overrides({"engine.name": "trl", "optim.max_grad_norm": None})
     assert grpo_arguments(c)["max_grad_norm"] == 0.0
@@ -875,7 +875,7 @@ def test_a_critic_trial_runs_under_a_float64_default_dtype(ws_cache):
 def test_the_trl_map_refuses_an_entropy_bonus_over_several_processes():
     """Issue 55: TRL's entropy bonus over processes is a mean of per-rank token means (1.9e-3 relative gradient
     difference from ablate's token mean of the minibatch): refused, naming the fix."""
-    from ablate.config.trl_map import trl_refusals
+    from ablate.engines.trl_map import trl_refusals
 
     base = {"engine.name": "trl", "loss.aggregation": "token-mean", "loss.entropy_coef": 0.01}
     assert not [p for p in trl_refusals(TrialConfig.from_overrides(base)) if p.path == "loss.entropy_coef"]

@@ -20,7 +20,7 @@ import torch
 from tolerance import MODEL, assert_close, is_close
 
 from ablate.config import TrialConfig
-from ablate.config.trl_map import AGGREGATION_LOSS_TYPES, grpo_arguments, trl_bf16, trl_refusals
+from ablate.engines.trl_map import AGGREGATION_LOSS_TYPES, grpo_arguments, trl_bf16, trl_refusals
 from ablate.rl import kl_penalty
 from ablate.rl.losses import aggregate_loss, policy_loss_from_config
 
@@ -228,8 +228,8 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
 
     from ablate.cli import main
     from ablate.paths import STORE_FILE
-    from ablate.plan import Plan
     from ablate.study import load_study
+    from ablate.study.plan import Plan
 
     study_file = write_trl_study(workdir, "trlkill", processes)
     (key,) = [s.key for s in Plan.of(load_study(study_file), "default").specs]
@@ -472,7 +472,7 @@ def test_a_trl_study_without_trl_installed_is_refused_before_anything_is_written
 def test_a_trl_trial_is_a_function_of_its_configuration(tmp_path):
     """The same trial key gives the same run: every logged value equal on a second run (one machine), and
     eval/accuracy is ablate's evaluation of the policy TRL trained (the eval rows agree with the metric)."""
-    from ablate.engine import EngineJob, engine_for
+    from ablate.engines.base import EngineJob, engine_for
 
     c = micro_config(**{"model.name": "micro-llama", "task.difficulty": 1, "train.steps": 3, "eval.every": 2})
     runs = []
@@ -513,7 +513,7 @@ def test_a_trl_trial_computes_in_the_precision_model_dtype_names(dtype):
     under model.dtype=bfloat16 and in float32 under float32 (a global forward hook on every nn.Linear)."""
     from torch.nn.modules.module import register_module_forward_hook
 
-    from ablate.engine import EngineJob, engine_for
+    from ablate.engines.base import EngineJob, engine_for
 
     c = micro_config(**{"model.name": "micro-llama", "task.difficulty": 1, "train.steps": 1, "eval.every": 0,
                         "model.dtype": dtype})

@@ -54,7 +54,7 @@ def test_the_trainer_still_says_its_missing_keys_through_the_method_ablate_wraps
 def test_a_resumed_trl_trial_prints_no_missing_keys(tmp_path, capfd):
     """A micro trl trial (micro-llama, tied embeddings) checkpointed at steps 1 and 2; its step-2 checkpoint
     removed, the same trial resumes from step 1 and says nothing about lm_head.weight."""
-    from ablate.engine import EngineJob, engine_for
+    from ablate.engines.base import EngineJob, engine_for
 
     c = TrialConfig.from_overrides({
         "warmstart.enabled": False, "task.difficulty": 1, "rollout.prompts_per_step": 2, "rollout.group_size": 4,

@@ -15,12 +15,12 @@ from optuna.trial import TrialState
 from ablate.cli import main
 from ablate.config import TrialConfig
 from ablate.paths import STORE_FILE
-from ablate.plan import Plan
-from ablate.results import load_results
+from ablate.running.tuner import TUNE_SEED_OFFSET, Tuner, tuning_seeds, tuning_study_name
 from ablate.store import StudyStore, open_storage
 from ablate.study import load_study
+from ablate.study.plan import Plan
 from ablate.tracking import Tracker, study_runs
-from ablate.tuner import TUNE_SEED_OFFSET, Tuner, tuning_seeds, tuning_study_name
+from ablate.tracking.results import load_results
 
 TINY = {
     "model.name": "micro-llama", "task.difficulty": 1, "warmstart.enabled": False,
@@ -130,7 +130,7 @@ def test_best_values_before_tuning_is_an_error_naming_the_fix(tmp_path):
 def test_a_smoke_run_tunes_once_per_arm_at_smoke_in_studies_of_its_own(workdir):
     """--budget smoke checks the tuning's plumbing: one trial per arm at the smoke budget, stored as
     <study>/tune@smoke/<arm>, never in the study's own tuning (a later real run tunes from scratch)."""
-    from ablate.tuner import tuning_for_budget
+    from ablate.running.tuner import tuning_for_budget
 
     path = write_study(workdir)
     doc = yaml.safe_load(path.read_text())

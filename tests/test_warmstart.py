@@ -14,7 +14,7 @@ from ablate.cli import main
 from ablate.config import TrialConfig
 from ablate.errors import ConfigError
 from ablate.train import build_policy
-from ablate.warmstart import WarmStartSpec, warm_start
+from ablate.train.warmstart import WarmStartSpec, warm_start
 
 #: The same spec as the trainer tests' warm start (tests/test_train.py), so the session builds it once.
 SPEC = dict(model="micro-llama", difficulty=1, target_min=0.15, target_max=0.6, batch_size=32, lr=3e-3,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from ablate.config import TrialConfig, TrialConfigError
-from ablate.plan import Plan
 from ablate.study import StudyError, load_study
+from ablate.study.plan import Plan
 from ablate.yamlio import LineDict, YamlError, parse_yaml, read_yaml
 
 STUDY = """\

@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ablate.planning import Pilot, SeedPlan
+    from ablate.stats.planning import Pilot, SeedPlan
     from ablate.study import Study
 
 HELP = "plan a study's seeds from a pilot: the seeds each primary contrast needs, trials and time"
@@ -29,7 +29,7 @@ contrasts (the contrast that needs it "drives" it), never below 3 (the report gi
 
 A pilot at a shorter budget (--pilot smoke) is quick, but its SD is that budget's: a guide, not a
 measurement. A study with seeds: {min: a, max: b} re-estimates its seeds itself while `ablate run`
-runs (from the SD only; see ablate/planning.py).
+runs (from the SD only; see ablate/stats/planning.py).
 
 Each row also says what the pilot's own seeds resolve: the report's verdict on them (detected,
 equivalent, not resolved) and the smallest true difference that the pilot's seed count detects with
@@ -83,7 +83,7 @@ class _Units:
         self.unit = f" {self.scale.unit}" if self.scale.unit else ""
 
     def val(self, x: float, signed: bool = False) -> str:
-        from ablate.planning import fmt_value
+        from ablate.stats.planning import fmt_value
 
         if not math.isfinite(x):
             return "-"
@@ -92,14 +92,14 @@ class _Units:
 
 
 def _seeds_text(n: float) -> str:
-    from ablate.inference import MAX_SEEDS
+    from ablate.stats.inference import MAX_SEEDS
 
     return "-" if math.isnan(n) else (f">{MAX_SEEDS}" if math.isinf(n) else str(int(n)))
 
 
 def _header(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: SeedPlan, u: _Units) -> list[str]:
     """What the plan is for: the pilot, the objective, the contrasts, the effect and the test."""
-    from ablate.planning import FROM_MIN_EFFECT
+    from ablate.stats.planning import FROM_MIN_EFFECT
 
     obj = study.objective
     out = [f"study {study.name} ({study.path}): seeds for budget {budget!r}, planned from the {pilot.finished} "
@@ -136,8 +136,8 @@ def _contrast_table(plan: SeedPlan, u: _Units) -> list[str]:
 
 def _unresolvable(study: Study, pilot_budget: str, plan: SeedPlan, u: _Units) -> list[str] | None:
     """The closing lines when no seed count can be recommended (no SD yet, or none is enough); else None."""
-    from ablate.inference import MAX_SEEDS, MIN_SEEDS
-    from ablate.planning import FROM_MIN_EFFECT
+    from ablate.stats.inference import MAX_SEEDS, MIN_SEEDS
+    from ablate.stats.planning import FROM_MIN_EFFECT
 
     few = [c for c in plan.contrasts if math.isnan(c.sd)]
     if few:
@@ -164,9 +164,9 @@ def _unresolvable(study: Study, pilot_budget: str, plan: SeedPlan, u: _Units) ->
 
 def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> list[str]:
     """The seed count, what drives it, what it costs, and how the study file should change."""
-    from ablate.inference import MIN_SEEDS
-    from ablate.planning import at_level, context_seconds, format_duration, study_seconds
-    from ablate.timing import parallel_seconds
+    from ablate.stats.inference import MIN_SEEDS
+    from ablate.stats.planning import at_level, context_seconds, format_duration, study_seconds
+    from ablate.study.timing import parallel_seconds
 
     n = int(plan.seeds)
     driver = plan.driver
@@ -204,7 +204,7 @@ def _recommendation(study: Study, budget: str, pilot: Pilot, plan: SeedPlan) -> 
 
 def _resolution(plan: SeedPlan, u: _Units) -> list[str]:
     """Whether the pilot's seeds answered the planned contrasts, and what effect they can resolve."""
-    from ablate.inference import MIN_SEEDS, NOT_RESOLVED
+    from ablate.stats.inference import MIN_SEEDS, NOT_RESOLVED
 
     rated = [c for c in plan.contrasts if c.verdict]
     if not rated:
@@ -229,8 +229,8 @@ def _resolution(plan: SeedPlan, u: _Units) -> list[str]:
 
 
 def render(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: SeedPlan) -> str:
-    """The text ``ablate plan`` prints (``pilot``: :class:`ablate.planning.Pilot`, ``plan``:
-    :class:`ablate.planning.SeedPlan`)."""
+    """The text ``ablate plan`` prints (``pilot``: :class:`ablate.stats.planning.Pilot`, ``plan``:
+    :class:`ablate.stats.planning.SeedPlan`)."""
     u = _Units(study)
     out = [*_header(study, budget, pilot_budget, pilot, plan, u), "", *_contrast_table(plan, u), "",
            *_resolution(plan, u)]
@@ -242,10 +242,11 @@ def render(study: Study, budget: str, pilot_budget: str, pilot: Pilot, plan: See
 def run(args: argparse.Namespace) -> int:
     """Read the pilot, plan the seeds, print the table and the recommendation; writes nothing."""
     from ablate.errors import AblateError
-    from ablate.plan import Plan
-    from ablate.planning import plan_seeds, read_pilot, read_report_pilot
     from ablate.registry import nearest
+    from ablate.report.folder import read_report_pilot
+    from ablate.stats.planning import plan_seeds, read_pilot
     from ablate.study import load_study
+    from ablate.study.plan import Plan
     from ablate.tracking import missing_local_store, resolve_tracking_uri
 
     study = load_study(args.file)

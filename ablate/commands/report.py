@@ -114,7 +114,7 @@ def check_out_writable(folder: Path) -> None:
     Raises:
         AblateError: one line naming the folder and the OS error.
     """
-    from ablate.preflight import check_writable
+    from ablate.running.preflight import check_writable
 
     check_writable(folder, "the report folder", "--out", {}, "or pass --out DIR with a writable folder")
 
@@ -129,7 +129,7 @@ def report_parent(study_name: str, budget: str, tracking_uri: str | None) -> tup
     """
     from urllib.parse import urlparse
 
-    from ablate.preflight import check_writable
+    from ablate.running.preflight import check_writable
     from ablate.tracking import Tracker
 
     tracker = Tracker(tracking_uri)
@@ -164,8 +164,8 @@ def run(args: argparse.Namespace) -> int:
     if args.from_folder:
         return rerender(args)
     with tempfile.TemporaryDirectory(prefix="ablate-report-study-") as tmp:
-        from ablate.plan import Plan
         from ablate.report import default_out_dir
+        from ablate.study.plan import Plan
 
         check_store(args.study, args.tracking_uri)
         study = resolve_study(args.study, args.budget, args.tracking_uri, tmp)
@@ -185,11 +185,11 @@ def rerender(args: argparse.Namespace) -> int:
     import shlex
     import sys
 
-    from ablate.plan import Plan
     from ablate.report import write_report
     from ablate.report.build import commit_text
     from ablate.report.folder import load_report_folder
     from ablate.study import load_study
+    from ablate.study.plan import Plan
     from ablate.tracking import code_version
 
     study = load_study(args.study)

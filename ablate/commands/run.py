@@ -8,7 +8,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ablate.session import RunSettings
+    from ablate.running.session import RunSettings
     from ablate.study import Study
 
 HELP = "run a study: every trial, resumable, on N local workers, logged to MLflow"
@@ -27,7 +27,7 @@ the run is refused with the differences, unless it only adds trials and --extend
 A study with `seeds: {min: a, max: b}` (adaptive seeds; it needs `min_effect:`) runs seeds 0..a-1
 first, then, in rounds, re-estimates from the finished trials how many seeds its primary contrasts
 (every contrast when it declares none) need for 80% power at min_effect (from their SD only, never from
-the observed difference: see ablate/planning.py and `ablate plan --help`), adds seeds up to that count
+the observed difference: see ablate/stats/planning.py and `ablate plan --help`), adds seeds up to that count
 (at most b) and runs them, until the count stops growing. Each round's decision is printed as one line,
 kept in the store (a rerun reuses it) and tagged on the MLflow parent run (ablate.adaptive_seeds,
 ablate.adaptive_seeds.n).
@@ -111,8 +111,8 @@ def prepare_environment() -> None:
 
 
 def settings_from_args(args: argparse.Namespace, study: Study) -> RunSettings:
-    """Check the shared options and build the run settings (creates nothing; :func:`ablate.session.make_settings`)."""
-    from ablate.session import RunOptions, make_settings
+    """Check the shared options and build the run settings (creates nothing; :func:`ablate.running.session.make_settings`)."""
+    from ablate.running.session import RunOptions, make_settings
 
     return make_settings(study, args.budget, RunOptions(
         storage=args.storage, tracking_uri=args.tracking_uri, runs=args.runs, threads=args.threads,
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     """Validate, run the study, build the report; print where the results are."""
     prepare_environment()
     from ablate.commands.validate import print_warnings
-    from ablate.runner import record_command, run_study
+    from ablate.running.runner import record_command, run_study
     from ablate.study import load_study
     from ablate.tracking import Tracker, tracking_location
 

@@ -15,10 +15,10 @@ DESCRIPTION = """\
 Validate a study file and print what it would run: the arms as a table (one row per arm, one column
 per factor), the baseline and excluded arms, the levels with their overrides, the seeds, the number
 of trials and the estimated time of every budget, the objective, and for a fractional design which
-effects are aliased, and the study's estimated peak disk use (ablate/footprint.py: the running
+effects are aliased, and the study's estimated peak disk use (ablate/running/footprint.py: the running
 trials' checkpoints, a local MLflow store, the report). Nothing is run or written.
 
-Estimated times come from ablate/timing.py: constants measured per zoo model on one CPU thread
+Estimated times come from ablate/study/timing.py: constants measured per zoo model on one CPU thread
 (benchmarks/calibrate_timing.py), for trials whose warm start is already cached; they lean high
 (every completion is counted at full length). On a GPU a study runs much faster than printed.
 
@@ -64,14 +64,14 @@ def _workers_phrase(disk: dict[str, Any]) -> str:
 
 def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> dict[str, Any]:
     """Everything ``ablate show`` prints, as JSON-ready data (``study`` is a loaded Study)."""
-    from ablate.footprint import estimate_disk
-    from ablate.plan import Plan
-    from ablate.timing import estimate_study_seconds
+    from ablate.running.footprint import estimate_disk
+    from ablate.study.plan import Plan
+    from ablate.study.timing import estimate_study_seconds
     from ablate.tracking import resolve_tracking_uri
 
     specs = Plan.of(study, budget).specs
     seconds = estimate_study_seconds(specs)
-    from ablate.footprint import pack_size
+    from ablate.running.footprint import pack_size
 
     members = max((pack_size(pack, s.config) for s in specs if s.config.train.packed), default=1)
     disk = estimate_disk(list(specs), workers=workers, tracking_uri=resolve_tracking_uri(), pack=members)
@@ -133,7 +133,7 @@ def describe(study: Study, budget: str, workers: int = 1, pack: int | str = "aut
 def packing(specs: Sequence[TrialSpec]) -> dict[str, Any]:
     """Which trials train as populations (``train.packed``) and in how many shapes (each shape packs
     apart, :func:`ablate.train.population.population_shape`); ``auto``: the ``--pack auto`` size here."""
-    from ablate.footprint import pack_size
+    from ablate.running.footprint import pack_size
     from ablate.train.population import population_shape
 
     packed = [s for s in specs if s.config.train.packed]
@@ -143,13 +143,13 @@ def packing(specs: Sequence[TrialSpec]) -> dict[str, Any]:
 
 def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
     """``ablate show``'s lines for a study with contexts: each context's trials and estimated time."""
-    from ablate.timing import parallel_seconds
+    from ablate.study.timing import parallel_seconds
 
     per = d["contexts"]["per_context"]
     arms = len(study.arms) // len(per)
     out = [f"contexts ({', '.join(study.contexts)}): {len(per)}, each {arms} compared arm{'s' if arms != 1 else ''} "
            f"x {len(d['seeds'])} seed{'s' if len(d['seeds']) != 1 else ''}; each contrast is estimated within each "
-           "context and pooled across them (ablate.meta):"]
+           "context and pooled across them (ablate.stats.meta):"]
     width = max(len(c) for c in per)
     for ctx, c in per.items():
         t = c["estimated_seconds"]
@@ -160,7 +160,7 @@ def _context_lines(study: Study, d: dict[str, Any]) -> list[str]:
 
 def render(study: Study, budget: str, workers: int = 1, pack: int | str = "auto") -> str:
     """The text that ``ablate show`` prints."""
-    from ablate.timing import parallel_seconds
+    from ablate.study.timing import parallel_seconds
 
     d = describe(study, budget, workers, pack)
     out = [f"study {study.name} ({study.path})"]

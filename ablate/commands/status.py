@@ -45,7 +45,7 @@ def _error_line(error: str | None) -> str:
 def collect(study: Study, store: StudyStore | None, budget: str, storage: str | None = None) -> dict[str, Any]:
     """Everything ``ablate status`` prints, as JSON-ready data (``store`` None: never run there;
     ``storage``: its URL, to read a tuned study's best values)."""
-    from ablate.session import status_plan
+    from ablate.running.session import status_plan
 
     plan, note = status_plan(study, store, budget, storage)
     current = {s.key: [s.arm, s.seed] for s in plan.specs}
@@ -120,8 +120,8 @@ def render(data: dict[str, Any], verbose: bool = False) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Print the study's status; creates nothing."""
-    from ablate.preflight import existing_store
-    from ablate.session import RunOptions, make_settings
+    from ablate.running.preflight import existing_store
+    from ablate.running.session import RunOptions, make_settings
     from ablate.study import load_study
 
     study = load_study(args.file)

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         else:  # another trainer behind the engine seam (engine.name: trl)
             from pathlib import Path
 
-            from ablate.engine import EngineJob, engine_for
+            from ablate.engines.base import EngineJob, engine_for
 
             job = EngineJob(config, lambda metrics, step: None, Path(args.workdir) if args.workdir else None)
             result = engine_for(config).train(job)

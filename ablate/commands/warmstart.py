@@ -16,7 +16,7 @@ The cache lives in $ABLATE_CACHE or ~/.cache/ablate unless --cache-dir is given.
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ablate.warmstart import WarmStartSpec
+    from ablate.train.warmstart import WarmStartSpec
 
     d = WarmStartSpec()
     parser.add_argument("--task", default=d.task, help=f"task name (default {d.task}; see `ablate tasks`)")
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     prepare_environment()  # before torch and transformers load: no weights-loading bar, passive OpenMP waits
     from ablate.models import MODELS
     from ablate.tasks import TASKS
-    from ablate.warmstart import WarmStartSpec, warm_start
+    from ablate.train.warmstart import WarmStartSpec, warm_start
 
     TASKS.get(args.task)  # unknown names: one clear error listing the valid ones
     if MODELS.get(args.model).pretrained:

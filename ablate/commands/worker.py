@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from ablate.commands.run import prepare_environment, settings_from_args
 
     prepare_environment()
-    from ablate.runner import run_one_worker
-    from ablate.session import DEFAULT_TRACKING_WAIT
+    from ablate.running.runner import run_one_worker
+    from ablate.running.session import DEFAULT_TRACKING_WAIT
     from ablate.study import load_study
 
     study = load_study(args.file)

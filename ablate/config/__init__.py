@@ -4,7 +4,7 @@ A trial is one fully specified configuration plus a seed, trained and evaluated.
 can compare is a field, reachable by a dotted path (``loss.aggregation``), so that a new factor of a
 study needs no code. Every field carries a one-line description with its allowed values, why you
 would pick each, and the paper it comes from; ``docs/config.md`` is generated from them
-(``python -m ablate.config_docs``).
+(``python -m ablate.config.docs``).
 
 Build a configuration from defaults plus dotted overrides, or from a YAML file::
 

@@ -68,7 +68,7 @@ def parameter_dtype(config: TrialConfig) -> torch.dtype:
     """The dtype of the policy's weights (and so of its optimizer state) under ``model.dtype``: float32
     in every mode. ``auto`` and ``bfloat16`` choose the autocast of the computation
     (:func:`autocast_dtype`), never the stored weights; and never torch's default dtype, so a warm
-    start cached while it was float64 loads as float32 (:func:`ablate.warmstart.warm_start`)."""
+    start cached while it was float64 loads as float32 (:func:`ablate.train.warmstart.warm_start`)."""
     import torch
 
     del config  # every model.dtype mode keeps float32 weights

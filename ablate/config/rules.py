@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ablate.config.problems import ConfigNote, ConfigProblem
-from ablate.registry import ALL_REGISTRIES, BUILTIN_MODEL_POSITIONS, builtins_loaded
+from ablate.registry import ALL_REGISTRIES, BUILTIN_MODEL_POSITIONS, builtins_loaded, engine_registry
 
 if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
@@ -380,12 +380,12 @@ def _eval_warmstart_rules(c: TrialConfig, errors: list[ConfigProblem], notes: li
 
 
 def _engine_rules(c: TrialConfig, errors: list[ConfigProblem], notes: list[ConfigNote]) -> None:
-    """engine.name=trl refuses what TRL's GRPOTrainer cannot honour (:func:`ablate.config.trl_map.trl_refusals`)."""
+    """What the trial's engine cannot honour, as the engine says it (its ``refusals``, asked through the engine
+    seam's registry: e.g. :func:`ablate.engines.trl_map.trl_refusals` for engine.name=trl)."""
     from dataclasses import replace
 
-    from ablate.config.trl_map import trl_refusals
-
-    errors.extend(replace(p, rule=True) for p in trl_refusals(c))
+    engine = engine_registry().get(c.engine.name)
+    errors.extend(replace(p, rule=True) for p in engine.refusals(c))
 
 
 #: Every group of rules, in the order their problems are reported.

@@ -1,7 +1,7 @@
 """The sections of a trial configuration: one frozen pydantic model per dotted prefix (``loss.*``, ``kl.*``).
 
 Every field carries a one-line description with its allowed values, why you would pick each, and
-the paper it comes from; ``docs/config.md`` is generated from them (``python -m ablate.config_docs``).
+the paper it comes from; ``docs/config.md`` is generated from them (``python -m ablate.config.docs``).
 """
 
 from __future__ import annotations
@@ -825,7 +825,7 @@ class TrainConfig(Section):
 
 
 class EngineConfig(Section):
-    """``engine``: the trainer that runs the trial (see ablate.engine)."""
+    """``engine``: the trainer that runs the trial (see ablate.engines.base)."""
 
     name: Literal["ablate", "trl"] = Field(
         "ablate",

@@ -5,7 +5,7 @@ The trial gets what ablate's own trainer would: the same (warm-started) model an
 the sequence rewards as TRL reward functions with their weights (:class:`TrlScorer`), and ablate's greedy
 evaluation on the same held-out problems before the first step, every ``eval.every`` RL steps and after
 the last (:func:`ablate.train.evaluate.evaluate_trial`), so ``eval/accuracy`` means the same on both
-engines. ``GRPOConfig`` comes from :func:`ablate.config.trl_map.grpo_arguments`.
+engines. ``GRPOConfig`` comes from :func:`ablate.engines.trl_map.grpo_arguments`.
 
 One ablate RL step is ``algo.ppo_epochs x algo.minibatches`` TRL optimizer steps; :class:`StepLogger`
 (a ``TrainerCallback``) logs each RL step once through the engine job's ``log``: ablate's rollout metrics,
@@ -32,11 +32,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from ablate.config.trl_map import grpo_arguments, optimizer_steps_per_rl_step, reward_weights, trl_bf16
+from ablate.engines.base import ENGINES, EngineJob, LogFn
+from ablate.engines.trl_map import (
+    config_docs,
+    grpo_arguments,
+    optimizer_steps_per_rl_step,
+    reward_weights,
+    trl_bf16,
+    trl_refusals,
+)
 from ablate.errors import ConfigError
 
-if TYPE_CHECKING:  # the trainer's modules (torch) load when a trial trains, not when ablate.engine does
-    from ablate.engine import EngineJob, LogFn
+if TYPE_CHECKING:  # the trainer's modules (torch) load when a trial trains, not when the engines register
+    from ablate.config import ConfigProblem, TrialConfig
     from ablate.engines.trl_scoring import TrlScorer
     from ablate.train.loop import TrialResult
     from ablate.train.setup import TrialState
@@ -370,6 +378,17 @@ class TrlEngine:
 
             return train_distributed(job)
         return train_here(job)
+
+    def refusals(self, config: TrialConfig) -> list[ConfigProblem]:
+        """What TRL's GRPOTrainer cannot honour (:func:`ablate.engines.trl_map.trl_refusals`)."""
+        return trl_refusals(config)
+
+    def config_docs(self) -> list[str]:
+        """Its section of ``docs/config.md``: the map to ``GRPOConfig`` (:func:`ablate.engines.trl_map.config_docs`)."""
+        return config_docs()
+
+
+ENGINES.register("trl", TrlEngine())
 
 
 __all__ = ["HISTORY_FILE", "TRL_DIR", "TRL_PREFIX", "StepLogger", "TrlEngine", "build_trainer", "last_checkpoint",

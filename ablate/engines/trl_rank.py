@@ -22,7 +22,7 @@ def rank_main(folder: Path) -> int:
     die_with_parent()
 
     from ablate.config import TrialConfig
-    from ablate.engine import EngineJob
+    from ablate.engines.base import EngineJob
     from ablate.engines.trl import train_here
     from ablate.engines.trl_scoring import rank
 

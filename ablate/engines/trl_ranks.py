@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ablate.engine import EngineJob
+    from ablate.engines.base import EngineJob
     from ablate.train.loop import TrialResult
 
 #: Files of the launch folder.

@@ -1,7 +1,7 @@
 """The study report, in three steps with one typed value between each:
 
 1. :func:`ablate.report.statistics.compute_statistics` -> ``ReportStatistics`` (the inference of
-   :mod:`ablate.inference`, arm tables, diagnostics, compute fits);
+   :mod:`ablate.stats.inference`, arm tables, diagnostics, compute fits);
 2. :func:`ablate.report.findings.phrase` -> ``Findings`` (sentences with verdicts, formatted tables);
 3. :mod:`ablate.report.build`: seaborn figures (:mod:`ablate.report.figures`), one
    :class:`ablate.report.page.ReportPage`, rendered as HTML and Markdown.

@@ -5,7 +5,7 @@
 3. rendering (here): the figures are drawn, one :class:`ablate.report.page.ReportPage` is built and
    rendered to HTML and Markdown.
 
-:func:`write_report` works on any :class:`ablate.results.Results` (tests give it synthetic ones) and
+:func:`write_report` works on any :class:`ablate.tracking.results.Results` (tests give it synthetic ones) and
 writes into ``out_dir``:
 
     index.html                 one self-contained page (figures embedded as PNG data URIs)
@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ablate import analysis
 from ablate.errors import UnloggedObjectiveError
 from ablate.metrics import content_fingerprint
 from ablate.paths import report_dir_for
@@ -52,12 +51,13 @@ from ablate.report.ledger import report_block, spliced_report
 from ablate.report.markdown import render_markdown
 from ablate.report.page import FigureRef, ReportPage, Table, split_files
 from ablate.report.statistics import ReportStatistics, arm_label, compute_statistics
-from ablate.results import Results
+from ablate.stats import analysis
 from ablate.study.model import DEFAULT_BUDGET
+from ablate.tracking.results import Results
 
 if TYPE_CHECKING:
-    from ablate.plan import Plan
     from ablate.study import Study
+    from ablate.study.plan import Plan
 
 #: Sample completions shown per arm.
 SAMPLES_PER_ARM = 3
@@ -179,7 +179,7 @@ def trial_summary(results: Results, per_trial: pd.DataFrame) -> pd.DataFrame:
 
 
 def _kl_and_reward(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None]:
-    """Each trial's final KL to the reference and final total reward (:func:`ablate.analysis.final_values`),
+    """Each trial's final KL to the reference and final total reward (:func:`ablate.stats.analysis.final_values`),
     and the two merged by trial (None when either is missing)."""
     kl = analysis.final_values(table, figs.KL_METRIC)
     rw = analysis.final_values(table, figs.REWARD_METRIC)
@@ -307,7 +307,7 @@ def write_report(plan: Plan, results: Results, out_dir: str | Path, *, fit_boot:
 
     Args:
         plan, results: the study's plan and its results at one budget (the plan that ran is rebuilt
-            from the results' parent-run tags: :meth:`ablate.plan.Plan.recorded`).
+            from the results' parent-run tags: :meth:`ablate.study.plan.Plan.recorded`).
         out_dir: the report folder.
         fit_boot, seed: bootstrap refits of the compute-efficiency fits, and their generator's seed.
         formats: figure file formats (``png`` is required: the pages show it; add ``svg`` for vector
@@ -379,12 +379,12 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
     """Read a study's results from MLflow and write its report (:func:`write_report`).
 
     Args:
-        plan: the study's plan at the budget to report (:class:`ablate.plan.Plan`).
+        plan: the study's plan at the budget to report (:class:`ablate.study.plan.Plan`).
         tracking_uri: the MLflow tracking URI (default: ``$MLFLOW_TRACKING_URI``, else sqlite:///mlflow.db).
         out_dir: the report folder (default :func:`default_out_dir`: ``reports/<study>/``, or
             ``reports/<study>-<budget>/`` at a budget other than the default).
         allow_fewer: report the plan's trials even when the parent run holds finished trials the plan
-            does not define (the study file was edited since it ran; :func:`ablate.results.load_results`).
+            does not define (the study file was edited since it ran; :func:`ablate.tracking.results.load_results`).
         options: passed to :func:`write_report` (``formats`` ...).
 
     Returns:
@@ -395,8 +395,8 @@ def build_report(plan: Plan, *, tracking_uri: str | None = None, out_dir: str | 
         AblateError: the study never ran at ``budget`` in that tracking store.
     """
     from ablate.errors import AblateError
-    from ablate.results import load_results
     from ablate.tracking import Tracker
+    from ablate.tracking.results import load_results
 
     study, budget = plan.study, plan.budget
     folder = Path(out_dir) if out_dir is not None else default_out_dir(study.name, budget)

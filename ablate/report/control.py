@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from ablate.intervals import MIN_SEEDS
 from ablate.report.learning import (
     COLLAPSED,
     CURVES_FILE,
@@ -44,6 +43,7 @@ from ablate.report.learning import (
     study_controls,
 )
 from ablate.report.page import ANSWER, replace_marked
+from ablate.stats.intervals import MIN_SEEDS
 
 if TYPE_CHECKING:
     from ablate.study import Study

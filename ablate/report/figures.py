@@ -3,12 +3,12 @@
 Each function draws one figure that says one thing and returns it (a ``matplotlib.figure.Figure``),
 or None when the results hold no data for it (e.g. no ``policy/kl_ref`` logged). The data are
 first reduced to one value per seed (per level and step: the mean over the arms with that level).
-A band or error bar is the 95% t-interval over those seeds (:func:`ablate.inference.t_interval`),
+A band or error bar is the 95% t-interval over those seeds (:func:`ablate.stats.inference.t_interval`),
 drawn only where there are at least 3 seeds; with fewer, each seed is drawn as its own line or dot.
 The first figure, :func:`forest_plot`, shows the report's claims with the intervals the claims used.
 
 Common arguments:
-    table: the tidy results table (:mod:`ablate.results`).
+    table: the tidy results table (:mod:`ablate.tracking.results`).
     factors: factor name -> its column in ``table`` / ``per_trial``.
     levels: factor name -> level order.
 """
@@ -28,8 +28,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from ablate import inference, meta
-from ablate.analysis import seed_level_means
+from ablate.stats import inference, meta
+from ablate.stats.analysis import seed_level_means
 
 #: Width of a figure in inches (at :data:`DPI`: 1100 pixels, the width of the report's column).
 WIDTH = 11.0
@@ -381,7 +381,7 @@ def reward_vs_kl(finals: pd.DataFrame, arm_labels: Mapping[str, str], *, legend_
 
     Args:
         finals: per trial ``arm, seed, kl, reward`` (final values, see
-            :func:`ablate.analysis.final_values`).
+            :func:`ablate.stats.analysis.final_values`).
         arm_labels: arm -> its short label (the level names).
     """
     d = finals.dropna(subset=["kl", "reward"])
@@ -452,7 +452,7 @@ def compute_efficiency(points: pd.DataFrame, fits: pd.DataFrame, arm_labels: Map
     """The objective against generated tokens per arm (mean over seeds at each step, at the mean
     token count, with 95% t-intervals from 3 seeds on) and each arm's fitted saturating curve (dashed; none where the fit
     failed); log-scaled compute axis. Arms in the order of ``arm_labels``."""
-    from ablate.analysis import saturating_curve
+    from ablate.stats.analysis import saturating_curve
 
     if points.empty:
         return None

@@ -3,7 +3,7 @@ findings and formatted tables, with nothing computed here that step 1 did not.
 
 Every number carries its n and the kind of interval it is; a claim's verdict is one of *detected*,
 *equivalent*, *uninformative* (an equivalence where the baseline did not learn: :mod:`ablate.report.learning`)
-or *not resolved at n seeds* (:mod:`ablate.inference`), and no other verdict word is
+or *not resolved at n seeds* (:mod:`ablate.stats.inference`), and no other verdict word is
 used. When the study cannot answer its primary question, the findings say so and say what would
 (the seeds a paired test would need).
 """
@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ablate import inference
-from ablate.meta import MIN_CONTEXTS_PI
 from ablate.report.page import Section, Table
 from ablate.report.statistics import AcrossContexts, ReportStatistics, Scale
+from ablate.stats import inference
+from ablate.stats.contrast import Contrast
+from ablate.stats.meta import MIN_CONTEXTS_PI
 
 # ------------------------------------------------------------------------------------- formatting
 
@@ -68,7 +69,7 @@ def seeds_text(n: int) -> str:
     return f"{n} seed{'s' if n != 1 else ''}"
 
 
-def interval_kind(c: inference.Contrast) -> str:
+def interval_kind(c: Contrast) -> str:
     """What a contrast's interval is, in words, with its n and df."""
     if c.method == inference.MODEL:
         return (f"95% t-interval from the study's linear model ({int(c.df)} residual df; {seeds_text(c.n_seeds)}, "
@@ -325,7 +326,7 @@ def scope_sentences(stats: ReportStatistics) -> list[str]:
 def resolvable_text(claims: Sequence[inference.Claim], family: inference.Family, scale: Scale) -> str:
     """What the study's seeds can resolve, for the unresolved ``claims``: the smallest true difference
     each would detect with 80% power at its seed count (paired t at the family's Bonferroni level, from
-    its observed SD per seed: :func:`ablate.inference.resolvable_effect`); "" when none has an SD."""
+    its observed SD per seed: :func:`ablate.stats.inference.resolvable_effect`); "" when none has an SD."""
     unit = f" {scale.unit}" if scale.unit else ""
     m = max(family.size or len(family.claims), 1)  # as ablate plan: untested claims (below 3 seeds) still count
     alpha = family.alpha / m
@@ -428,7 +429,7 @@ class Findings:
 
 
 def context_sentence(a: AcrossContexts, scale: Scale) -> str:
-    """One contrast across contexts: its verdict and :func:`ablate.meta.verdict`'s reason (the pooled
+    """One contrast across contexts: its verdict and :func:`ablate.stats.meta.verdict`'s reason (the pooled
     estimate with its interval, the prediction interval for a new context, τ, I² and the heterogeneity
     test, or what would resolve it), and the method."""
     p = a.pooled
@@ -459,7 +460,7 @@ def entry_sentences(stats: ReportStatistics) -> list[str]:
 
 
 def trend_sentence(trend: Any, scale: Scale) -> str:
-    """A contrast's trend with model size (:func:`ablate.meta.scale_trend` in log10 parameters) and where it
+    """A contrast's trend with model size (:func:`ablate.stats.meta.scale_trend` in log10 parameters) and where it
     would be at SmolLM2-135M's size, said as an extrapolation, never as a result."""
     from ablate.report.statistics import EXTRAPOLATE_PARAMS
 
@@ -522,7 +523,7 @@ def _answers(stats: ReportStatistics, scale: Scale, fam: Any) -> list[str]:
 
 def staged_claim(run: inference.StudyInference, claim: inference.Claim) -> bool:
     """Whether ``claim``'s test is an extended study's two-stage test (its contrast, its TOST or its
-    interaction: :mod:`ablate.sequential`)."""
+    interaction: :mod:`ablate.stats.sequential`)."""
     if claim.term is not None:
         return claim.term.term in run.staged_terms
     return claim.name in run.staged or claim.name in run.staged_tost

@@ -1,4 +1,4 @@
-"""Read the results a report folder holds back into :class:`ablate.results.Results`, so a committed
+"""Read the results a report folder holds back into :class:`ablate.tracking.results.Results`, so a committed
 report can be analysed again by today's code without the MLflow store that produced it
 (``ablate report STUDY --from reports/<study>``).
 
@@ -19,10 +19,14 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from ablate.errors import AblateError
-from ablate.plan import TAG_TUNED
-from ablate.results import Results, level_column
+from ablate.states import DONE
+from ablate.stats.inference import infer_study
+from ablate.stats.planning import Pilot
+from ablate.study.plan import TAG_TUNED
+from ablate.tracking.results import Results, level_column
 
 if TYPE_CHECKING:
+    from ablate.stats.inference import StudyInference
     from ablate.study import Study
 
 PRODUCED = re.compile(r"^produced by: `(?P<command>[^`]+)` · at commit: `(?P<commit>[0-9a-f]{7,40})(?P<dirty>[^`]*)`",
@@ -110,3 +114,64 @@ def load_report_folder(study: Study, folder: str | Path) -> Results:
     if (path / "problems.csv.gz").is_file():
         results.problems = pd.read_csv(path / "problems.csv.gz", dtype={"key": str, "arm": str})
     return results
+
+
+# ------------------------------------------------------------------------- a report folder as a pilot
+
+
+def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
+    """The finished trials of a report folder's ``results.csv`` (one row per trial, with the objective
+    the report computed) as a pilot, with the report's inference on them: plans and checks from a
+    committed report without its MLflow store.
+
+    Raises:
+        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
+    """
+    done = report_trials(study, folder)
+    return Pilot(None, report_inference(study, folder, done)[1], len(done))
+
+
+def report_inference(study: Study, folder: str | Path,
+                     done: pd.DataFrame | None = None) -> tuple[pd.DataFrame, StudyInference]:
+    """The objective per trial (``key, arm, seed, <factor names>, objective``) of a report folder's finished
+    trials (``done``: :func:`report_trials`, read when None) and the report's inference on them: its verdicts
+    as the report computed them (:func:`ablate.report.statistics.judge`), what :func:`read_report_pilot`
+    and a committed report's re-rendered claims (:mod:`ablate.report.verdicts`) read."""
+    done = report_trials(study, folder) if done is None else done
+    names = [f.name for f in study.factors]
+    per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
+    # the report's own verdicts (issue 54): its positive control from its curves.csv, and a context study's
+    # verdicts across contexts, as the report computed them
+    from ablate.report.learning import CURVES_FILE
+    from ablate.report.statistics import PARAMS_METRIC, judge, ladder_sizes
+
+    factors = {n: n for n in names}
+    curves_file = Path(folder) / CURVES_FILE
+    curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else None
+    sizes = {}
+    if len(study.contexts) == 1 and PARAMS_METRIC in done.columns:
+        sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
+    return per_trial, judge(study, per_trial, factors, infer_study(study, per_trial, factors), curves, sizes)
+
+
+def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:
+    """The finished trials of a report folder's ``results.csv``, every column (level columns named by the
+    study's factors, as text; ``seed`` an int).
+
+    Raises:
+        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
+    """
+    path = Path(folder) / "results.csv"
+    if not path.is_file():
+        raise AblateError(f"--from {folder}: no results.csv there (a report folder written by `ablate report`)")
+    names = [f.name for f in study.factors]
+    df = pd.read_csv(path, dtype={"key": str, "arm": str, **{n: str for n in names}})
+    lacking = [c for c in ("key", "arm", "seed", "state", "objective", *names) if c not in df.columns]
+    if lacking:
+        raise AblateError(f"{path}: no column {', '.join(lacking)}: it is not a report of study {study.name!r} "
+                          f"(factors {', '.join(names)})")
+    done = df[df["state"] == DONE].copy()
+    if done.empty:
+        raise AblateError(f"{path}: no finished trial to plan from")
+    done["seed"] = done["seed"].astype(int)
+    return done.reset_index(drop=True)

@@ -14,7 +14,7 @@ its 95% paired t-interval (:func:`scipy.stats.ttest_rel`), and a verdict:
   ``min_effect`` (above 0 without one);
 - *collapsed*: the interval's upper bound is below 0;
 - *did not learn*: anything else (the interval holds 0, or a gain below ``min_effect``);
-- *not resolved*: fewer than :data:`ablate.intervals.MIN_SEEDS` paired seeds (no interval is given).
+- *not resolved*: fewer than :data:`ablate.stats.intervals.MIN_SEEDS` paired seeds (no interval is given).
 
 A study with ``contexts:`` gets one control per context, of the baseline levels' arm in that context
 (:func:`baseline_arms`). Gains are in the objective's units and in its direction (last minus first for
@@ -23,7 +23,7 @@ A study with ``contexts:`` gets one control per context, of the baseline levels'
 :func:`judged` and :func:`judged_across` apply it to the verdicts: an *equivalent* claim, or an
 *equivalent on average across contexts*, where the baseline did not learn in every context it rests on becomes
 *uninformative*. The report's statistics (:func:`ablate.report.statistics.compute_statistics`) and every
-reader of a saved report folder (:func:`ablate.planning.read_report_pilot`: ``ablate.load``, the ledger,
+reader of a saved report folder (:func:`ablate.report.folder.read_report_pilot`: ``ablate.load``, the ledger,
 ``ablate plan --from``; :func:`ablate.report.scope.context_verdicts`) call them, so a claim carries one
 word wherever it is printed.
 """
@@ -41,10 +41,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.intervals import CONFIDENCE, MIN_SEEDS
+from ablate.stats.intervals import CONFIDENCE, MIN_SEEDS
 
 if TYPE_CHECKING:
-    from ablate.inference import Family
+    from ablate.stats.inference import Family
     from ablate.study import Study
 
 __all__ = ["COLLAPSED", "CURVES_FILE", "Control", "DID_NOT_LEARN", "LEARNED", "NOT_RESOLVED", "baseline_arms",
@@ -243,10 +243,10 @@ def _gain_text(c: Control) -> str:
 
 
 def judged(family: Family, controls: Sequence[Control] | None) -> Family:
-    """``family`` with every *equivalent* claim labelled *uninformative* (:data:`ablate.inference.UNINFORMATIVE`,
+    """``family`` with every *equivalent* claim labelled *uninformative* (:data:`ablate.stats.inference.UNINFORMATIVE`,
     the reason in words) unless the baseline learned in every context (:func:`informative`): an equivalence
     where nothing was learned is not evidence. Other verdicts, and every p, are kept."""
-    from ablate.inference import EQUIVALENT, UNINFORMATIVE
+    from ablate.stats.inference import EQUIVALENT, UNINFORMATIVE
 
     if informative(controls):
         return family
@@ -259,8 +259,8 @@ def judged(family: Family, controls: Sequence[Control] | None) -> Family:
 def judged_across(across: Sequence[Any], controls: Sequence[Control] | None) -> tuple[Any, ...]:
     """The across-contexts verdicts (:class:`ablate.report.statistics.AcrossContexts`) with each *equivalent
     across contexts* labelled *uninformative* unless the baseline learned in every context it pools."""
-    from ablate import meta
-    from ablate.inference import UNINFORMATIVE
+    from ablate.stats import meta
+    from ablate.stats.inference import UNINFORMATIVE
 
     by = {c.context: c for c in controls or ()}
     out = []

@@ -36,7 +36,7 @@ from ablate.report.page import replace_marked
 from ablate.report.shared import seed_ranges
 
 if TYPE_CHECKING:
-    from ablate.inference import Family, StudyInference
+    from ablate.stats.inference import Family, StudyInference
 
 __all__ = ["BEGIN", "END", "LEDGER_FILE", "committed_trials", "evidence_block", "project_claims", "report_block",
            "shared_pairs", "spliced_report", "stale_files", "write_all"]
@@ -170,7 +170,7 @@ def report_claims(folder: Path, root: Path) -> ReportClaims | None:
     today's statistics (what ``ablate plan --from`` reads); None when its study file cannot be read or its
     results.csv does not hold the study's trials."""
     from ablate.errors import AblateError
-    from ablate.planning import read_report_pilot
+    from ablate.report.folder import read_report_pilot
     from ablate.report.shared import committed_report
 
     rep = committed_report(folder, root)
@@ -236,7 +236,7 @@ def project_claims(reports: Path, root: Path) -> ProjectClaims:
     all of them together (a claim with a finite p: an extended study's two-stage p), and ``holds``:
     whether a claim detected in its report is still detected project-wide (p_project < :data:`ALPHA`);
     ``scale`` converts estimates to the report's printed units (points for a fraction)."""
-    from ablate.inference import holm
+    from ablate.stats.inference import holm
 
     frames, staged = [], {}
     for folder in report_folders(reports):

@@ -62,8 +62,8 @@ def context_verdicts(folder: Path, root: Path) -> pd.DataFrame:
     ci_high, pi_low, pi_high, tau, i2, up, down, trend, factor`` (estimates in objective units; ``factor``
     converts them to printed units; ``up``/``down``: contexts whose own 95% interval excludes 0)."""
     from ablate.errors import AblateError
-    from ablate.planning import read_report_pilot, report_trials
     from ablate.report.findings import trend_sentence
+    from ablate.report.folder import read_report_pilot, report_trials
     from ablate.report.shared import committed_report
     from ablate.report.statistics import Scale
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
-    from ablate.plan import Plan
+    from ablate.study.plan import Plan
 
 __all__ = ["CommittedReport", "committed_report", "computation_key", "seed_ranges", "shared_trials"]
 
@@ -73,9 +73,9 @@ def committed_report(folder: Path, root: Path | None = None) -> CommittedReport 
             the repository root of ``reports/<study>/``).
     """
     from ablate.errors import AblateError
-    from ablate.plan import Plan
     from ablate.report.folder import PRODUCED, command_budget
     from ablate.study import load_study
+    from ablate.study.plan import Plan
 
     readme, csv = folder / "README.md", folder / "results.csv"
     if not readme.is_file() or not csv.is_file():

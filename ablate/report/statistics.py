@@ -1,8 +1,8 @@
 """Step 1 of a report: every statistic of a study's results, as one typed value.
 
 :func:`compute_statistics` reduces the tidy results table to one objective value per trial
-(:func:`ablate.analysis.trial_objectives`), runs the study's inference on it
-(:func:`ablate.inference.infer`: paired t or the study's linear model, one Holm family of claims),
+(:func:`ablate.stats.analysis.trial_objectives`), runs the study's inference on it
+(:func:`ablate.stats.inference.infer`: paired t or the study's linear model, one Holm family of claims),
 summarises each arm, compares the study's ``report.metrics`` diagnostics level by level, and fits
 the compute-efficiency curves. Nothing here phrases a sentence or draws a figure: step 2
 (:mod:`ablate.report.findings`) phrases, step 3 (:mod:`ablate.report.build`) draws and renders.
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ablate import analysis, inference
-from ablate.results import Results, count_states
+from ablate.stats import analysis, inference
+from ablate.tracking.results import Results, count_states
 
 if TYPE_CHECKING:
     from ablate.study import Study
@@ -79,7 +79,7 @@ class Diagnostic:
 @dataclass(frozen=True)
 class SpeedRatio:
     """A timing metric's level-vs-baseline speed ratio (baseline time / level time: > 1 is faster),
-    paired by seed over matched cells (:func:`ablate.inference.paired_ratio`). Descriptive."""
+    paired by seed over matched cells (:func:`ablate.stats.inference.paired_ratio`). Descriptive."""
 
     metric: str
     factor: str
@@ -122,7 +122,7 @@ class ReportStatistics:
         factors: factor name -> column; levels: factor -> level order; baseline: factor -> level.
         labels: arm name -> short label (levels joined by `` / ``).
         per_trial: one row per trial (``key, arm, seed, <levels>, objective``).
-        arms: :func:`ablate.inference.arm_table` in design order.
+        arms: :func:`ablate.stats.inference.arm_table` in design order.
         inference: the objective's contrasts, model and family of claims.
         diagnostics: the ``report.metrics`` comparisons.
         points, fits: compute-efficiency points and per-arm saturating fits.
@@ -220,7 +220,7 @@ def eval_noise(problems: pd.DataFrame, per_trial: pd.DataFrame, run: inference.S
                factors: dict[str, str]) -> dict[str, float]:
     """Per contrast, the SD of one seed's difference that the evaluation's problem sampling alone
     explains (objective units): for every matched pair of trials (the level and the baseline at the
-    same seed and the same other levels), :func:`ablate.inference.paired_eval_variance` of their
+    same seed and the same other levels), :func:`ablate.stats.inference.paired_eval_variance` of their
     last evaluations, paired by problem; a seed's variance is the sum over its c matched cells
     divided by c^2 (its difference is their mean); the seeds' variances are averaged.
 
@@ -258,12 +258,12 @@ class AcrossContexts:
         claim: ``factor: level vs base``; primary: the study names it in ``primary:``.
         contexts: one row per context: ``context, estimate, se, df, ci_low, ci_high, n`` (objective units;
             the report's paired t within the context).
-        pooled: the random-effects pooling (:class:`ablate.meta.Pooled`); None when fewer than 2 contexts
+        pooled: the random-effects pooling (:class:`ablate.stats.meta.Pooled`); None when fewer than 2 contexts
             have a spread (:func:`unpooled_reason`: verdict "not resolved").
-        verdict, reason: :func:`ablate.meta.verdict`'s answer and why (what would resolve it), its tests at
+        verdict, reason: :func:`ablate.stats.meta.verdict`'s answer and why (what would resolve it), its tests at
             the family's Holm-adjusted p values: the report's claim for this contrast.
-        trend: its trend in log10(parameters) over a size ladder (:func:`ablate.meta.scale_trend`), or None;
-            trend_note: why a size ladder got none (fewer than :data:`ablate.meta.MIN_TREND_SIZES` sizes), else "".
+        trend: its trend in log10(parameters) over a size ladder (:func:`ablate.stats.meta.scale_trend`), or None;
+            trend_note: why a size ladder got none (fewer than :data:`ablate.stats.meta.MIN_TREND_SIZES` sizes), else "".
         p_holm, p_tost_holm: the pooled test's and the pooled TOST's p, Holm-adjusted over the family (the
             pooled tests of every contrast and the family's interaction tests); NaN when not pooled.
     """
@@ -320,13 +320,13 @@ def unpooled_reason(usable: int, k: int) -> str:
 def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str],
                     sizes: Mapping[str, float] | None = None, *,
                     terms: Sequence[float] = ()) -> tuple[AcrossContexts, ...]:
-    """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.meta`),
+    """Every compared contrast of a study with ``contexts:``, per context and pooled (:mod:`ablate.stats.meta`),
     with its trend in log10(parameters) when ``sizes`` (context -> parameters, :func:`context_sizes`)
     is given; empty without contexts. Each verdict reads the pooled tests Holm-adjusted over the family:
     every contrast's pooled test, and ``terms`` (the family's interaction tests' p values)."""
     if not study.contexts or per_trial.empty:
         return ()
-    from ablate import meta
+    from ablate.stats import meta
 
     scale = Scale.of(study.objective.metric)
     unit = f" {scale.unit}" if scale.unit else ""
@@ -372,7 +372,7 @@ def across_contexts(study: Study, per_trial: pd.DataFrame, factors: Mapping[str,
 def context_family(family: inference.Family, across: Sequence[AcrossContexts]) -> inference.Family:
     """The family of a study with contexts: each contrast's claim is its verdict across contexts (``across``:
     the pooled estimate, its Holm-adjusted tests and verdict), not the equal-weight average over contexts,
-    which stays on the claim as a description (:attr:`ablate.inference.Claim.contrast`); interaction terms
+    which stays on the claim as a description (:attr:`ablate.stats.inference.Claim.contrast`); interaction terms
     are adjusted together with the pooled tests. One verdict per contrast, wherever the family is read."""
     by = {a.claim: a for a in across}
     terms = [c for c in family.claims if c.term is not None]
@@ -400,7 +400,7 @@ def judge(study: Study, per_trial: pd.DataFrame, factors: Mapping[str, str], run
     ``curves``: ``key, arm, seed, step, value``; None: not known) makes an equivalence where it did not
     *uninformative* (:mod:`ablate.report.learning`), and in a study with ``contexts:`` each contrast's claim
     is its verdict across contexts (:func:`across_contexts`, :func:`context_family`; ``run.across``).
-    :func:`compute_statistics` and :func:`ablate.planning.read_report_pilot` (``ablate.load``, the ledger,
+    :func:`compute_statistics` and :func:`ablate.report.folder.read_report_pilot` (``ablate.load``, the ledger,
     ``ablate plan --from``) both call it, so a claim has one verdict wherever it appears."""
     from ablate.report import learning
 

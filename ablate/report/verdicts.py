@@ -8,7 +8,7 @@ contrast across contexts, the objective per arm, the family, the analysis of var
 computed from the trials' objectives alone: a new report from its results (:func:`verdicts_of` over
 :func:`ablate.report.statistics.compute_statistics`), a committed one from its results.csv and curves.csv
 (:func:`committed_statistics`, the inference ``ablate ledger`` reads for the evidence block:
-:func:`ablate.planning.report_inference`). The same functions phrase both (:func:`ablate.report.findings.claim_sections`,
+:func:`ablate.report.folder.report_inference`). The same functions phrase both (:func:`ablate.report.findings.claim_sections`,
 :func:`~ablate.report.findings.claim_tables`, :func:`~ablate.report.findings.answer_sentences`) and the same
 renderers write them, so ``ablate ledger`` re-renders them in every committed report (:func:`spliced`) and a
 report's body cannot disagree with its evidence block. The figures that need every logged step (learning
@@ -43,8 +43,8 @@ from ablate.report.page import (
 )
 
 if TYPE_CHECKING:
-    from ablate.inference import Family
     from ablate.report.statistics import ReportStatistics
+    from ablate.stats.inference import Family
 
 __all__ = ["Verdicts", "claims_caption", "claims_digest", "committed_statistics", "committed_verdicts",
            "draw_claims", "redraw_claims", "spliced", "verdicts_of"]
@@ -122,8 +122,7 @@ def committed_statistics(folder: Path, root: Path) -> ReportStatistics | None:
     curves.csv alone (every logged step is not committed: no diagnostics, speed, compute-efficiency fits or
     evaluation noise); None when its study file cannot be read or its results.csv does not hold its trials."""
     from ablate.errors import AblateError
-    from ablate.inference import arm_table
-    from ablate.planning import report_inference, report_trials
+    from ablate.report.folder import report_inference, report_trials
     from ablate.report.shared import committed_report
     from ablate.report.statistics import (
         ReportStatistics,
@@ -134,7 +133,8 @@ def committed_statistics(folder: Path, root: Path) -> ReportStatistics | None:
         summary_text,
         warm_start_of,
     )
-    from ablate.results import count_states
+    from ablate.stats.inference import arm_table
+    from ablate.tracking.results import count_states
 
     rep = committed_report(folder, root)
     if rep is None:

@@ -16,7 +16,7 @@ the step's last token), at toy scale and with the task's oracle in place of huma
    accuracy at threshold 1/2, ROC AUC and log loss of the step labels, next to the majority-class
    baseline (a constant: AUC 1/2) and the base-rate prior's log loss.
 
-The trained PRM is cached on disk like the warm start (:mod:`ablate.warmstart`), keyed by
+The trained PRM is cached on disk like the warm start (:mod:`ablate.train.warmstart`), keyed by
 :meth:`LearnedPRMSpec.key` (the start policy's identity, the task, every PRM setting and the seed):
 a builder holds a file lock, writes into a temporary folder and renames it into place, so that
 several processes asking for the same PRM build it once and never read a half-written one.

@@ -72,7 +72,7 @@ def design_record(specs: Sequence[TrialSpec], arm_overrides: Mapping[str, Mappin
 
     Args:
         specs: the trials of one budget (``Plan.specs``).
-        arm_overrides: arm name -> its merged dotted overrides (:meth:`ablate.plan.Plan.arm_overrides`),
+        arm_overrides: arm name -> its merged dotted overrides (:meth:`ablate.study.plan.Plan.arm_overrides`),
             kept to explain later changes.
     """
     trials = {s.key: [s.arm, int(s.seed)] for s in specs}

@@ -41,8 +41,8 @@ from ablate.store.storage import (
 )
 
 if TYPE_CHECKING:
-    from ablate.plan import Plan
     from ablate.study import Study
+    from ablate.study.plan import Plan
 
 #: Seconds between two heartbeats of a running attempt.
 DEFAULT_HEARTBEAT_INTERVAL = 15.0
@@ -450,7 +450,7 @@ class StudyStore:
 
     def note(self, name: str) -> Any:
         """A JSON value kept in the store under ``name`` by :meth:`set_note` (None when absent), e.g.
-        the decisions of adaptive seeds (:mod:`ablate.planning`)."""
+        the decisions of adaptive seeds (:mod:`ablate.stats.planning`)."""
         return self.storage.get_study_system_attrs(self.study_id).get(_NOTE_ATTR + name)
 
     def set_note(self, name: str, value: Any) -> None:

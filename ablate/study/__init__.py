@@ -44,7 +44,7 @@ Keys, one by one:
   not contain ``,`` or ``=`` (they make up arm names). Two factors may not set the same path.
 - ``design``: ``full`` | ``one_at_a_time`` | ``fractional`` | ``random`` | a plugin's design; as a
   mapping, ``name`` plus the design's options: ``{name: fractional, resolution: 4}`` (3, 4, 5 or
-  III, IV, V; default 4), ``{name: random, n: 6, seed: 0}``. See :mod:`ablate.designs`.
+  III, IV, V; default 4), ``{name: random, n: 6, seed: 0}``. See :mod:`ablate.study.designs`.
 - ``baseline``: factor -> level (a level name, or the value of a shorthand factor), one for every
   factor. The control arm; may not be excluded.
 - ``exclude``: a list of mappings factor -> level. Every arm that matches all the given levels is
@@ -52,7 +52,7 @@ Keys, one by one:
 - ``seeds``: ``n`` (a positive int: seeds 0, 1, ..., n-1) or a list of distinct ints. Every arm runs
   the same seeds, so arms can be compared seed by seed (paired). ``{min: a, max: b}`` (1 <= a <= b)
   makes the seed count adaptive: the study runs seeds 0..a-1 first, and ``ablate run`` adds seeds in
-  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.planning`); it
+  rounds, up to b, as variance-only sample-size re-estimation asks (see :mod:`ablate.stats.planning`); it
   needs ``min_effect``, the effect the seeds are planned for.
 - ``budgets``: budget name (``[a-z0-9_-]+``) -> dotted overrides (e.g. ``train.steps``), chosen with
   ``--budget``; ``default`` always exists (``{}`` unless given). A budget may also set ``seeds: n``
@@ -68,7 +68,7 @@ Keys, one by one:
   false by default and needing low > 0), ``trials`` (int >= 1, per arm), ``budget`` (an existing
   budget, default ``default``), ``seeds`` (as ``seeds``, default 1). A tuned path may not be a factor.
   At ``--budget smoke`` (plumbing only) every arm is tuned with one trial at the smoke budget instead,
-  in Optuna studies of their own (``<study>/tune@smoke/<arm>``, see :func:`ablate.tuner.tuning_for_budget`).
+  in Optuna studies of their own (``<study>/tune@smoke/<arm>``, see :func:`ablate.running.tuner.tuning_for_budget`).
 - ``report``: ``metrics``: logged metric names (docs/metrics.md) that the report also compares level
   by level against the baseline, each summarised per trial as the mean of its last 10% of logged
   values, with the same paired CIs as the objective but no "better" or "worse" (a diagnostic such as
@@ -84,12 +84,12 @@ Keys, one by one:
 - ``extended_after``: the seed counts (increasing, from 2 to below the study's ``seeds: n``; fixed seeds
   only) at which a report of the study was read before its seeds were extended. The report then tests
   each contrast as a two-stage design: the seeds up to the last count, then the rest
-  (:mod:`ablate.sequential`; docs/statistics.md). Neither the study's identity nor its trial keys change.
+  (:mod:`ablate.stats.sequential`; docs/statistics.md). Neither the study's identity nor its trial keys change.
 - ``contexts``: factor names the study replicates over rather than compares (a task, a model, a model
   size: anything its levels set as dotted overrides). The design runs over the other (compared)
   factors, and every arm it gives runs in every combination of the contexts' levels at the same seeds,
   so each contrast is paired within each context; the report estimates it per context and pools the
-  estimates (:mod:`ablate.meta`). Chosen as a top-level list beside ``primary:`` rather than a
+  estimates (:mod:`ablate.stats.meta`). Chosen as a top-level list beside ``primary:`` rather than a
   ``role:`` on each factor because it is one decision about the study's question (which factors the
   answer must travel across), read in one place, like ``primary:``. A context may not be primary,
   every factor may not be a context, and the contexts must give at least two combinations.

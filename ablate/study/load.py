@@ -236,7 +236,7 @@ def _parse_extended_after(ck: Checker, doc: LineDict, seeds: tuple[int, ...] | N
                           seed_range: SeedRange | None) -> tuple[int, ...]:
     """``extended_after:``: the seed counts n1 < n2 < ... at which a report of the study was read before its
     seeds were extended (a list of ints, each at least 2 and below the study's seed count; fixed seeds
-    0..n-1 only). The report then tests each contrast as a two-stage design (:mod:`ablate.sequential`)."""
+    0..n-1 only). The report then tests each contrast as a two-stage design (:mod:`ablate.stats.sequential`)."""
     if doc.get("extended_after") is None:
         return ()
     v, line = doc["extended_after"], line_of(doc, "extended_after")

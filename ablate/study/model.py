@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ConfigWarning, TrialConfig
-from ablate.designs import AliasStructure, Design
 from ablate.errors import AblateError
 from ablate.registry import nearest
+from ablate.study.designs import AliasStructure, Design
 
 DEFAULT_BUDGET = "default"
 SEED_PATH = "seed"
@@ -197,10 +197,10 @@ class Study:
         acknowledged: the warnings the file lists under ``acknowledge:`` (run on purpose), each as
             (rule, the arms it applies to).
         extended_after: ``extended_after:``, the seed counts whose report was read before the seeds were
-            extended; the last one is the first stage of the report's two-stage test (:mod:`ablate.sequential`).
+            extended; the last one is the first stage of the report's two-stage test (:mod:`ablate.stats.sequential`).
         contexts: ``contexts:``, the factors replicated over rather than compared (task, model, size ...):
             every compared arm runs in every combination of their levels, and each contrast is estimated
-            within each context and pooled across them (:mod:`ablate.meta`).
+            within each context and pooled across them (:mod:`ablate.stats.meta`).
         entry: ``entry:``, the rule by which a context enters (:class:`EntryRule`), or None; a study with
             ``contexts:`` and no rule gets :attr:`entry_warning`.
         evidence: ``evidence:``, false for a demo (the quickstart, README's main command): its report is the
@@ -297,7 +297,7 @@ class Study:
 
     def arm_config(self, arm: Arm, budget: str = DEFAULT_BUDGET) -> TrialConfig:
         """The TrialConfig of ``arm`` at ``budget`` as :func:`load_study` validated it (built again only
-        for a study made without it); its seed is the default: :class:`ablate.plan.Plan` sets each trial's."""
+        for a study made without it); its seed is the default: :class:`ablate.study.plan.Plan` sets each trial's."""
         config = self.configs.get((arm.name, budget))
         return config if config is not None else self.config(arm, budget)
 

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ablate.designs import DESIGNS, AliasStructure, Design
 from ablate.errors import AblateError
 from ablate.metrics import unknown_metric
 from ablate.study.checker import (
@@ -28,6 +27,7 @@ from ablate.study.checker import (
     line_of,
     type_name,
 )
+from ablate.study.designs import DESIGNS, AliasStructure, Design
 from ablate.study.model import (
     DEFAULT_BUDGET,
     OBJECTIVE_MODES,

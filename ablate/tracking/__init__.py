@@ -42,7 +42,7 @@ settings alone; a smaller ``eval.n_problems`` evaluates a prefix), ``correct`` (
 0/1), ``step_accuracy`` (correct steps over the reference's steps), ``format_ok`` (0/1), ``length``
 (generated tokens, EOS included), ``truncated`` (no EOS within rollout.max_new_tokens, 0/1) and
 ``partial`` (partial credit). Greedy decoding; the means over problems of one step are that step's ``eval/*`` metrics.
-Trials logged before this file existed have none (:mod:`ablate.results` then gives no rows for them).
+Trials logged before this file existed have none (:mod:`ablate.tracking.results` then gives no rows for them).
 
 The tracking URI is ``--tracking-uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` in
 the working directory (MLflow's own default); ``mlflow ui`` (or ``mlflow ui --backend-store-uri

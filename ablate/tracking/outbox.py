@@ -121,7 +121,7 @@ def upload_unsent(tracker: Tracker, study_name: str, runs: str | os.PathLike[str
     so far), and begun after the server took some of the run's trials (fewer are kept than the
     ``finished`` trials of this run; not asked when None). Any other (the server down for most of the
     run, or for all of it), or any when ``ran_for`` is None, gets ``wait`` seconds in all from the oldest
-    kept trial: with the default wait (a tenth of the run, :meth:`ablate.session.RunSettings.end_wait`)
+    kept trial: with the default wait (a tenth of the run, :meth:`ablate.running.session.RunSettings.end_wait`)
     it is not waited for at all."""
     from ablate.tracking import TRACKING_ERRORS, first_line
 

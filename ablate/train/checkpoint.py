@@ -122,7 +122,7 @@ def read_checkpoint(path: Path, device: torch.device) -> dict[str, Any] | None:
 
 #: Held while a checkpoint file is written and renamed: the trials of a population (threads of one process)
 #: save at the same steps, and one at a time each holds its last checkpoint and the next only while it writes,
-#: so a process holds at most one checkpoint more than it has trials (``ablate.footprint``).
+#: so a process holds at most one checkpoint more than it has trials (``ablate.running.footprint``).
 _WRITING = threading.Lock()
 
 

@@ -128,7 +128,7 @@ def build_policy(config: TrialConfig, device: torch.device, *, progress: bool = 
 
     entry = MODELS.get(config.model.name) if config.model.name in MODELS else None
     if config.warmstart.enabled and entry is not None and not entry.pretrained:
-        from ablate.warmstart import WarmStartSpec, warm_start
+        from ablate.train.warmstart import WarmStartSpec, warm_start
 
         ws = config.warmstart
         spec = WarmStartSpec(

@@ -52,8 +52,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ablate.inference import holm, tost_p
-from ablate.intervals import ALPHA
+from ablate.stats.inference import holm, tost_p
+from ablate.stats.intervals import ALPHA
 
 __all__ = ["CONTEXT_DEPENDENT", "EQUIVALENT", "HOLDS", "NOT_RESOLVED", "VERDICTS", "Context", "Pooled",
            "Trend", "TrendPoint", "new_context_text", "pool", "scale_trend", "verdict", "what_resolves"]

@@ -6,12 +6,12 @@ One path for every trial a study trains (:func:`run_attempt`; the tuning trials 
     config = the spec's, with the worker's thread count          trial_config
     heartbeat from a thread until the attempt is recorded        ablate.store.Heartbeat
     open the trial's MLflow child run (an outage: offline)        train_logged
-    train through the trial's engine                             ablate.engine (EngineJob -> TrialResult)
+    train through the trial's engine                             ablate.engines.base (EngineJob -> TrialResult)
     files + FINISHED in MLflow, or the outbox                    finish_logged
     done in the store, checkpoint dropped                        run_attempt
     an exception: its traceback on the attempt and the run       record_failure
 
-Every function takes the worker's :class:`ablate.session.Session` (study, plan, store, tracker, parent run,
+Every function takes the worker's :class:`ablate.running.session.Session` (study, plan, store, tracker, parent run,
 worker, events) rather than those one by one. A population (``--pack K``): :func:`claim_mates` claims up
 to K - 1 more packed trials of one shape, and :func:`run_population_attempts` runs each member's
 ordinary :func:`run_attempt` in a thread (:func:`ablate.train.population.run_members`).
@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.disk import disk_full_error, is_disk_full
-from ablate.engine import EngineJob, engine_for, has_checkpoint
-from ablate.footprint import pack_size
+from ablate.engines.base import EngineJob, engine_for, has_checkpoint
 from ablate.metrics import content_fingerprint
 from ablate.objective import summarize_history
 from ablate.paths import trial_dir
-from ablate.session import Session
+from ablate.running.footprint import pack_size
+from ablate.running.session import Session
 from ablate.store import Attempt, Heartbeat
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class Trained:
 def train_logged(session: Session, spec: TrialSpec, config: TrialConfig, *, workdir: Path | None = None,
                  hooks: Hooks | None = None) -> Trained:
     """Train one trial as a child run of the session's parent run, logging every step, through the
-    trial's engine (:func:`ablate.engine.engine_for`).
+    trial's engine (:func:`ablate.engines.base.engine_for`).
 
     A tracking store that does not answer never stops the trial: when its run cannot be opened the trial
     trains with an offline logger, and metrics it cannot send wait in the logger (:class:`TrialLogger`);

@@ -1,5 +1,5 @@
 """The one-sample interval every claim rests on, and the levels shared by the statistics modules
-(:mod:`ablate.inference`, :mod:`ablate.sequential`), kept below both so neither imports the other."""
+(:mod:`ablate.stats.inference`, :mod:`ablate.stats.sequential`), kept below both so neither imports the other."""
 
 from __future__ import annotations
 

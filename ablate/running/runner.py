@@ -4,17 +4,17 @@
 
     refuse a runs folder that cannot be written, and a store holding none of the trials that MLflow
         holds finished at the budget (an emptied or deleted store would train them all again)
-    tune every arm first (a study with ``tune:``; ablate.tuner, its trials logged to MLflow)
+    tune every arm first (a study with ``tune:``; ablate.running.tuner, its trials logged to MLflow)
     plan = the study's Plan at the budget (tuned values, the seeds the store holds)
     the store checks the plan against its frozen design and enqueues what must run
     find or create the MLflow parent run; tag it with the plan's tuned values and seed count
     repeat (one round; a study with seeds: {min, max} may run several):
-        run ablate.worker.run_worker in N local processes until nothing is pending or running
-        an adaptive study: re-estimate the seeds needed (ablate.planning); more -> plan.with_seeds, enqueue
+        run ablate.running.worker.run_worker in N local processes until nothing is pending or running
+        an adaptive study: re-estimate the seeds needed (ablate.stats.planning); more -> plan.with_seeds, enqueue
 
-The refusals before anything is written are :mod:`ablate.preflight`; the local pool of ``workers``
-processes is :mod:`ablate.pool` (with ``workers=1`` the worker loop runs in the calling process); each
-round opens a :class:`ablate.session.Session` (the plan, store, tracking store, parent run).
+The refusals before anything is written are :mod:`ablate.running.preflight`; the local pool of ``workers``
+processes is :mod:`ablate.running.pool` (with ``workers=1`` the worker loop runs in the calling process); each
+round opens a :class:`ablate.running.session.Session` (the plan, store, tracking store, parent run).
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ablate.attempt import run_unqueued
 from ablate.paths import trial_dir
-from ablate.plan import TAG_SEEDS, TAG_TUNED, Plan
-from ablate.pool import run_pool, threads_per_worker
-from ablate.preflight import check_reports_writable, preflight
-from ablate.progress import Progress
-from ablate.session import (
+from ablate.running.attempt import run_unqueued
+from ablate.running.pool import run_pool, threads_per_worker
+from ablate.running.preflight import check_reports_writable, preflight
+from ablate.running.progress import Progress
+from ablate.running.session import (
     EventFn,
     RunSettings,
     Session,
@@ -41,14 +40,15 @@ from ablate.session import (
     parent_run_id,
     record_stale,
 )
+from ablate.running.worker import WorkerStats, run_worker
 from ablate.store import PrepareResult, StudyStore, WorkerInfo
+from ablate.study.plan import TAG_SEEDS, TAG_TUNED, Plan
 from ablate.tracking.outbox import upload_unsent
-from ablate.worker import WorkerStats, run_worker
 
 if TYPE_CHECKING:
     from ablate.config import TrialConfig
-    from ablate.planning import AdaptiveRound
-    from ablate.session import Event
+    from ablate.running.session import Event
+    from ablate.stats.planning import AdaptiveRound
     from ablate.study import Arm, Study
     from ablate.tracking import Tracker
     from ablate.train import TrialResult
@@ -68,7 +68,7 @@ def tuning_trainer(study: Study, settings: RunSettings, store: StudyStore,
                    tracker: Tracker) -> tuple[Callable[..., TrialResult], str]:
     """The trial function the tuner trains with, and the MLflow parent run of the tuning trials:
     each tuning trial is a child run of ``<study> (tune:<budget>)``, trained through the same logged path as
-    a main trial (:func:`ablate.attempt.run_unqueued`)."""
+    a main trial (:func:`ablate.running.attempt.run_unqueued`)."""
     from ablate.store import describe_storage
     from ablate.study import TrialSpec
 
@@ -86,10 +86,10 @@ def tuning_trainer(study: Study, settings: RunSettings, store: StudyStore,
 def tune_study(study: Study, settings: RunSettings, store: StudyStore, tracker: Tracker,
                stream: TextIO) -> dict[str, dict[str, Any]] | None:
     """Tune every arm of a study with ``tune:`` (arms already tuned are not run again; see
-    :mod:`ablate.tuner`); arm -> best values. None for a study without ``tune:``."""
+    :mod:`ablate.running.tuner`); arm -> best values. None for a study without ``tune:``."""
     if study.tune is None:
         return None
-    from ablate.tuner import Tuner, tuning_for_budget, tuning_seeds
+    from ablate.running.tuner import Tuner, tuning_for_budget, tuning_seeds
 
     study = tuning_for_budget(study, settings.budget)  # --budget smoke: one trial per arm at smoke
 
@@ -110,8 +110,8 @@ def tune_study(study: Study, settings: RunSettings, store: StudyStore, tracker: 
 
 
 def adaptive_rounds(store: StudyStore, budget: str) -> list[AdaptiveRound]:
-    """The adaptive-seed decisions kept in the store for ``budget`` (:class:`ablate.planning.AdaptiveRound`)."""
-    from ablate.planning import STORE_NOTE, AdaptiveRound
+    """The adaptive-seed decisions kept in the store for ``budget`` (:class:`ablate.stats.planning.AdaptiveRound`)."""
+    from ablate.stats.planning import STORE_NOTE, AdaptiveRound
 
     note = store.note(STORE_NOTE + budget) or {}
     return [AdaptiveRound.from_dict(d) for d in note.get("rounds", [])]
@@ -119,9 +119,9 @@ def adaptive_rounds(store: StudyStore, budget: str) -> list[AdaptiveRound]:
 
 def tag_plan(tracker: Tracker, parent: str, plan: Plan, rounds: list[AdaptiveRound]) -> None:
     """Record on the parent run what a report needs to rebuild the plan that ran (:meth:`Plan.recorded`):
-    the tuned values (:data:`~ablate.plan.TAG_TUNED`) and an adaptive study's rule and seed count
-    (:data:`~ablate.planning.TAG_ADAPTIVE`, :data:`~ablate.plan.TAG_SEEDS`)."""
-    from ablate.planning import TAG_ADAPTIVE, adaptive_summary
+    the tuned values (:data:`~ablate.study.plan.TAG_TUNED`) and an adaptive study's rule and seed count
+    (:data:`~ablate.stats.planning.TAG_ADAPTIVE`, :data:`~ablate.study.plan.TAG_SEEDS`)."""
+    from ablate.stats.planning import TAG_ADAPTIVE, adaptive_summary
 
     study = plan.study
     tags = {}
@@ -144,14 +144,14 @@ def adaptive_round(plan: Plan, store: StudyStore, settings: RunSettings, counts:
 
     The decision at the current seed count n is taken once and kept in the store: a decision found
     there (a rerun) is reused, never taken again. Otherwise, when every trial of seeds 0..n-1 is
-    done, n < max and fewer than :data:`ablate.planning.MAX_ROUNDS` rounds ran, the seeds needed
+    done, n < max and fewer than :data:`ablate.stats.planning.MAX_ROUNDS` rounds ran, the seeds needed
     are re-estimated from the finished trials (the report's inference, read from MLflow) for the
-    study's ``min_effect`` (:func:`ablate.planning.reestimate`: variance only).
+    study's ``min_effect`` (:func:`ablate.stats.planning.reestimate`: variance only).
 
     Returns:
         The round (its ``n_new`` may exceed n: run those seeds), or None: no more seeds.
     """
-    from ablate.planning import MAX_ROUNDS
+    from ablate.stats.planning import MAX_ROUNDS
 
     study = plan.study
     n, top = len(plan.seeds), study.seed_range.max
@@ -178,8 +178,8 @@ def adaptive_round(plan: Plan, store: StudyStore, settings: RunSettings, counts:
 def _reestimate(plan: Plan, store: StudyStore, settings: RunSettings, rounds: list[AdaptiveRound], *,
                 stream: TextIO) -> AdaptiveRound | None:
     """Re-estimate the seeds needed from the finished trials, keep the decision in the store, print it."""
-    from ablate.inference import ALPHA, POWER
-    from ablate.planning import STORE_NOTE, plan_seeds, read_pilot, reestimate
+    from ablate.stats.inference import ALPHA, POWER
+    from ablate.stats.planning import STORE_NOTE, plan_seeds, read_pilot, reestimate
 
     study = plan.study
     n = len(plan.seeds)
@@ -254,7 +254,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
 
     A study with ``seeds: {min: a, max: b}`` runs in rounds: the seeds the store holds (at first
     0..a-1), then, as long as :func:`adaptive_round` asks for more, the added seeds (see
-    :mod:`ablate.planning`); the rounds' decisions are printed, kept in the store and tagged on the
+    :mod:`ablate.stats.planning`); the rounds' decisions are printed, kept in the store and tagged on the
     MLflow parent run.
 
     Args:
@@ -310,7 +310,7 @@ def run_study(study: Study, settings: RunSettings, *, workers: int = 1, extend: 
 
 def _round_message(plan: Plan, prepared: PrepareResult, counts: dict[str, int], runs: str) -> str:
     """The line that opens a round: trials, done, to run, and what dead workers left."""
-    from ablate.engine import has_checkpoint
+    from ablate.engines.base import has_checkpoint
 
     msg = (f"study {plan.study.name}, budget {plan.budget}: {prepared.total} trials; {counts['done']} already done, "
            f"{counts['pending']} to run")

@@ -3,10 +3,10 @@
 Each worker is a fresh interpreter, ``python -c "...member_main..." PAYLOAD`` (:data:`MEMBER_CODE`): it
 imports only ablate, never the caller's ``__main__``, so ``ablate.run(study, workers=2)`` works at a script's
 top level with no ``if __name__ == "__main__":`` guard, in a notebook, and from the command line alike (the
-one path of both). The payload (JSON) holds the :class:`~ablate.session.RunSettings`, the worker's number,
+one path of both). The payload (JSON) holds the :class:`~ablate.running.session.RunSettings`, the worker's number,
 its GPU and the caller's ``sys.path``; the worker sends its progress events back through a pipe of its own
 (:func:`member_main`). A component registered in the caller's ``__main__`` is not seen by such a worker:
-:func:`ablate.preflight.check_no_component_of_main` refuses it before anything is written.
+:func:`ablate.running.preflight.check_no_component_of_main` refuses it before anything is written.
 
 Each worker runs ``max(1, cores // N)`` torch threads; on a machine with several GPUs they take them
 round-robin (``CUDA_VISIBLE_DEVICES``), with one GPU they share it. A worker process that dies while work
@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.disk import DISK_FULL_EXIT, DiskFullError, disk_full_error
 from ablate.paths import run_dir
-from ablate.session import RunSettings
+from ablate.running.session import RunSettings
+from ablate.running.worker import process_main
 from ablate.store import StudyStore
-from ablate.worker import process_main
 
 if TYPE_CHECKING:
-    from ablate.progress import Progress
-    from ablate.session import Event
+    from ablate.running.progress import Progress
+    from ablate.running.session import Event
 
 
 def cpu_cores() -> int:
@@ -75,7 +75,7 @@ def cuda_devices() -> int:
 #: What a worker subprocess runs: the caller's ``sys.path`` first (as multiprocessing's spawn does), then
 #: :func:`member_main` with the payload (``sys.argv[1]``, JSON). Nothing of the caller's ``__main__`` is imported.
 MEMBER_CODE = ("import json, sys; payload = json.loads(sys.argv[1]); sys.path[:] = payload['sys_path']; "
-               "from ablate.pool import member_main; member_main(payload)")
+               "from ablate.running.pool import member_main; member_main(payload)")
 
 
 def member_command(settings: RunSettings, index: int, events_fd: int, gpu: str | None) -> list[str]:
@@ -86,7 +86,7 @@ def member_command(settings: RunSettings, index: int, events_fd: int, gpu: str |
 
 
 def member_main(payload: dict[str, Any]) -> None:
-    """Entry point of a local worker subprocess (:data:`MEMBER_CODE`): :func:`ablate.worker.process_main` with
+    """Entry point of a local worker subprocess (:data:`MEMBER_CODE`): :func:`ablate.running.worker.process_main` with
     the payload's settings, its events sent (pickled, one lock for the trial threads of a population) through
     the pipe whose write end is ``payload["events_fd"]``."""
     fd = int(payload["events_fd"])

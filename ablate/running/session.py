@@ -4,11 +4,11 @@
 :func:`make_settings` builds it from the options a user gives (:class:`RunOptions`). A worker opens
 a :class:`Session` once (:meth:`Session.open`: the study, its plan, the study store, the MLflow tracking
 store, the parent run, the worker's identity, where progress events go), and every attempt it trains
-takes that session (:mod:`ablate.attempt`). :func:`current_plan` is the plan a run runs: the seeds the
+takes that session (:mod:`ablate.running.attempt`). :func:`current_plan` is the plan a run runs: the seeds the
 store holds for adaptive seeds, each arm's tuned values for ``tune:``.
 
 The refusals made before anything is written (the tracking server, writable folders, the study's
-identity, a lost store, the disk) are :mod:`ablate.preflight`.
+identity, a lost store, the disk) are :mod:`ablate.running.preflight`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ablate.objective import direction
 from ablate.paths import RUNS_DIR
-from ablate.plan import Plan
 from ablate.store import (
     DEFAULT_GRACE_PERIOD,
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -29,6 +28,7 @@ from ablate.store import (
     StudyStore,
     WorkerInfo,
 )
+from ablate.study.plan import Plan
 
 if TYPE_CHECKING:
     from ablate.study import Study
@@ -59,7 +59,7 @@ POLL_SECONDS = 2.0
 @dataclass(frozen=True)
 class RunSettings:
     """What a worker needs to run a study (plain values: a local pool sends it to its worker processes as JSON,
-    :func:`ablate.pool.member_command`).
+    :func:`ablate.running.pool.member_command`).
 
     Attributes:
         study_file: the study file (each worker loads and validates it, importing its plugins).
@@ -73,13 +73,13 @@ class RunSettings:
         flush_every: logged steps between two MLflow ``log_batch`` requests.
         poll_seconds: how long an idle worker waits before looking again.
         keep_checkpoints: keep a finished trial's checkpoint; by default it is deleted once the trial's
-            result is recorded in the store and in MLflow or the outbox (:func:`ablate.attempt.drop_checkpoint`).
+            result is recorded in the store and in MLflow or the outbox (:func:`ablate.running.attempt.drop_checkpoint`).
         tracking_wait: seconds the end of a run waits for an MLflow server that does not answer, to upload
             the trials kept in the outbox meanwhile (``--tracking-wait``); None: :meth:`end_wait`'s default.
         check_disk: refuse to start when a disk the study writes to has less free space than its
-            estimated peak use (:func:`ablate.preflight.check_disk_space`; ``--ignore-disk-space``).
+            estimated peak use (:func:`ablate.running.preflight.check_disk_space`; ``--ignore-disk-space``).
         pack: the most trials with ``train.packed: true`` that train together as one population
-            (``--pack``; ``auto``: see :func:`ablate.attempt.pack_size`).
+            (``--pack``; ``auto``: see :func:`ablate.running.attempt.pack_size`).
     """
 
     study_file: str
@@ -124,19 +124,19 @@ def current_plan(study: Study, settings: RunSettings, store: StudyStore,
 
     A study with ``seeds: {min, max}`` runs seeds 0..n-1, n = the largest of ``min``, the seed
     count of the design frozen in the store and the study's own (adaptive rounds add seeds; see
-    :mod:`ablate.planning`). A study with ``tune:`` runs each arm at its tuned values: ``tuned``
-    when given, else read from the store's tuning studies (:class:`ablate.tuner.Tuner`; an error
+    :mod:`ablate.stats.planning`). A study with ``tune:`` runs each arm at its tuned values: ``tuned``
+    when given, else read from the store's tuning studies (:class:`ablate.running.tuner.Tuner`; an error
     naming the fix while tuning is unfinished).
     """
     plan = Plan.of(study, settings.budget)
     if study.seed_range is not None:
-        from ablate.planning import seeds_in_design
+        from ablate.stats.planning import seeds_in_design
 
         n = max(study.seed_range.min, seeds_in_design(store.frozen_design(settings.budget)), len(study.seeds))
         plan = plan.with_seeds(range(n))
     if study.tune is not None:
         if tuned is None:
-            from ablate.tuner import Tuner, tuning_for_budget
+            from ablate.running.tuner import Tuner, tuning_for_budget
 
             tuned = Tuner(tuning_for_budget(study, settings.budget), settings.storage).all_best_values()
         plan = plan.with_tuned(tuned)
@@ -281,7 +281,7 @@ def make_settings(study: Study, budget: str, options: RunOptions | None = None) 
 @dataclass
 class Session:
     """One worker's opened run of a study: what every attempt it trains shares, so that the attempt path
-    (:mod:`ablate.attempt`) takes ``(session, spec, attempt)`` instead of these seven one by one.
+    (:mod:`ablate.running.attempt`) takes ``(session, spec, attempt)`` instead of these seven one by one.
 
     Attributes:
         study: the loaded study; settings: the run's :class:`RunSettings`.

@@ -53,8 +53,8 @@ from ablate.metrics import EVAL_PROBLEM_GLOSSARY
 from ablate.states import DONE, FAILED, PENDING, RUNNING, STATES
 
 if TYPE_CHECKING:
-    from ablate.plan import Plan
     from ablate.study import Study, TrialSpec
+    from ablate.study.plan import Plan
     from ablate.tracking import RunRecord as Run
     from ablate.tracking import Tracker
 
@@ -379,8 +379,8 @@ def load_results(plan: Plan, *, tracking_uri: str | None = None, cache_dir: str 
     """Read a study's trials at the plan's budget from MLflow into :class:`Results`.
 
     Args:
-        plan: the study's plan (:class:`ablate.plan.Plan`): which trials should exist. The plan that
-            ran is rebuilt from the parent run's tags (:meth:`~ablate.plan.Plan.recorded`: an adaptive
+        plan: the study's plan (:class:`ablate.study.plan.Plan`): which trials should exist. The plan that
+            ran is rebuilt from the parent run's tags (:meth:`~ablate.study.plan.Plan.recorded`: an adaptive
             study's added seeds, a tuned study's tuned values, which are part of its trial keys).
         tracking_uri: the MLflow tracking URI (default: as :func:`ablate.tracking.resolve_tracking_uri`).
         cache_dir: a folder for downloaded files of finished runs (None: no cache).

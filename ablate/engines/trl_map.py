@@ -3,7 +3,7 @@ trial, the options TRL cannot honour (refused at validation), and the table ``do
 
 Pure: nothing here imports TRL, so that ``ablate validate`` refuses an unmappable trial without it.
 :func:`grpo_arguments` applies the map and :data:`TRL_MAP` says it in words; both are kept in one
-place so that the table cannot drift from the code (``python -m ablate.config_docs`` renders it).
+place so that the table cannot drift from the code (``python -m ablate.config.docs`` renders it).
 
 The unit of ``train.steps`` differs: one ablate RL step (a rollout, then ``algo.ppo_epochs`` x
 ``algo.minibatches`` optimizer steps) is :func:`optimizer_steps_per_rl_step` of TRL's global steps,
@@ -20,8 +20,8 @@ from ablate.config.problems import ConfigProblem
 if TYPE_CHECKING:
     from ablate.config.schema import TrialConfig
 
-__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "grpo_arguments", "loss_type", "trl_bf16",
-           "optimizer_steps_per_rl_step", "reward_weights", "trl_refusals"]
+__all__ = ["AGGREGATION_LOSS_TYPES", "TRL_MAP", "TRL_REWARDS", "MapRow", "config_docs", "grpo_arguments", "loss_type",
+           "trl_bf16", "optimizer_steps_per_rl_step", "reward_weights", "trl_refusals"]
 
 #: ablate's loss aggregation -> TRL's ``loss_type`` with the same normalizer (one process, no gradient
 #: accumulation: TRL's bnpo divides by the micro-batch's tokens as ablate's token-mean divides by the
@@ -277,6 +277,23 @@ def _run_refusals(c: TrialConfig, out: list[ConfigProblem]) -> None:
                 "weights)", "optim.decay_params=weights")
 
 
+def config_docs() -> list[str]:
+    """The ``engine.name: trl`` section of ``docs/config.md``: :data:`TRL_MAP`, the rows the code applies."""
+    from ablate.config.docs import cell
+
+    out = ["## engine.name: trl — the map to TRL's GRPOConfig\n"]
+    out.append("A trial with `engine.name: trl` is trained by TRL's `GRPOTrainer` (`pip install 'ablate[trl]'`). "
+               "Its options become `GRPOConfig` arguments by these rows (`ablate/engines/trl_map.py`, the code "
+               "that applies them); an option TRL cannot honour is refused at `ablate validate` (exit 2), never "
+               "ignored. Where the two trainers' definitions differ, benchmarks/RESULTS.md's equivalence table "
+               "says so.\n")
+    out.append("| ablate | GRPOConfig | how | exact, by design or refused |")
+    out.append("|---|---|---|---|")
+    out.extend(f"| `{cell(r.ablate)}` | `{cell(r.trl)}` | {cell(r.how)} | {cell(r.verdict)} |" for r in TRL_MAP)
+    out.append("")
+    return out
+
+
 def trl_refusals(c: TrialConfig) -> list[ConfigProblem]:
     """The options of ``c`` that TRL's GRPOTrainer cannot honour (empty unless ``engine.name=trl``).
 
@@ -285,10 +302,6 @@ def trl_refusals(c: TrialConfig) -> list[ConfigProblem]:
     """
     out: list[ConfigProblem] = []
     if c.engine.name != "trl":
-        if c.engine.processes != 1:
-            out.append(ConfigProblem("engine.processes", (
-                "engine.processes > 1 needs engine.name=trl (ablate's own trainer runs a trial in one process; "
-                "ablate run --workers N trains N trials at once)")))
         return out
     for check in (_reward_refusals, _advantage_refusals, _loss_refusals, _run_refusals):
         check(c, out)

@@ -2,7 +2,7 @@
 
 A :class:`Plan` is the one expansion of a study. Every reader of "which trials does this study
 have" takes one: the runner and its workers (what to enqueue and train), ``ablate status`` (what
-to count), :func:`ablate.results.load_results` and the report (what to read back), ``ablate show``
+to count), :func:`ablate.tracking.results.load_results` and the report (what to read back), ``ablate show``
 and the seed planner (what it costs). Nothing else expands a study::
 
     study = load_study("studies/quickstart.yaml")   # validates every arm's config at every budget

@@ -25,7 +25,7 @@ A plugin adds a design by subclassing :class:`Design` as a frozen dataclass whos
 options, and registering it::
 
     from dataclasses import dataclass
-    from ablate.designs import DESIGNS, Design
+    from ablate.study.designs import DESIGNS, Design
 
     @DESIGNS.register("corners")
     @dataclass(frozen=True)

@@ -35,7 +35,7 @@ cover the two tests of an extended study that reject in one direction only:
   one-sided paired-t p ``p_k`` as ``z_k = Phi^{-1}(1 - p_k)``, N(0, 1) when the true difference lies on that
   bound. Each pair is combined as above and judged by :func:`one_sided`; the TOST p is the larger of the two
   combined p-values (an intersection-union test: valid at alpha when each one-sided test is).
-- **Interactions** (``ablate.inference.staged_interaction``): the paired interaction test (Hotelling's T² on
+- **Interactions** (``ablate.stats.inference.staged_interaction``): the paired interaction test (Hotelling's T² on
   the per-seed interaction contrasts) on stage 1's seeds and on the extension's alone; each stage's p-value
   ``p_k`` becomes ``z_k = Phi^{-1}(1 - p_k)`` (:func:`p_score`: N(0, 1) under no interaction; large z, evidence
   of one), combined and judged by :func:`one_sided`.
@@ -53,15 +53,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import integrate, optimize, special
 
-from ablate.intervals import ALPHA, finite, t_interval
-
-if TYPE_CHECKING:
-    from ablate.inference import Contrast
+from ablate.stats.contrast import Contrast
+from ablate.stats.intervals import ALPHA, finite, t_interval
 
 __all__ = ["EXTENSION_W1", "OneSided", "TwoStage", "TwoStageTost", "boundaries", "default_w1", "one_sided",
            "one_sided_boundaries", "p_score", "stage_z", "staged_contrasts", "staged_equivalence", "two_stage",
@@ -87,7 +84,7 @@ def stage_z(differences: object) -> float:
         z (unitless, signed like the mean difference). NaN below 2 differences (no t statistic). With
         zero spread (sd == 0, every difference equal) there is no t statistic either: z is 0 when every
         difference is 0 (identical samples carry no evidence either way) and ``+-inf`` otherwise (the
-        limit of z as the spread falls to 0 around a non-zero mean). ``ablate.inference`` does not test
+        limit of z as the spread falls to 0 around a non-zero mean). ``ablate.stats.inference`` does not test
         a zero-spread contrast at all (``Contrast.degenerate``); a caller that follows it says so in
         words instead of combining such a stage.
     """

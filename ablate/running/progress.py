@@ -1,5 +1,5 @@
 """The progress display of ``ablate run`` and ``ablate worker``: trials done / running / failed /
-pending, each running trial's step, and an ETA, from the workers' events (:mod:`ablate.worker`)."""
+pending, each running trial's step, and an ETA, from the workers' events (:mod:`ablate.running.worker`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ablate.session import Event
+from ablate.running.session import Event
 
 
 def format_seconds(seconds: float) -> str:

@@ -35,7 +35,7 @@ per trial (arm x seed) and every comparison is paired by seed. What is computed,
   (the pooled F-test reached 6.3% family-wise at nominal 5% in benchmarks/RESULTS.md). It needs
   m + 1 seeds for m = (levels of a - 1)(levels of b - 1) degrees of freedom.
 - **An extended study** (``extended_after:``, its seeds extended after a report of its first ones was
-  read) tests every claim as a two-stage design (:mod:`ablate.sequential`): each contrast, each TOST
+  read) tests every claim as a two-stage design (:mod:`ablate.stats.sequential`): each contrast, each TOST
   and each interaction on stage 1's seeds and on the extension's alone, combined with fixed weights.
 - **Below 3 seeds no interval** is given: the per-seed values are shown and the claim is "not
   resolved at n seeds".
@@ -66,13 +66,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ablate.intervals import ALPHA, CONFIDENCE, MIN_SEEDS, t_interval
-from ablate.intervals import finite as _finite
+from ablate.stats.contrast import Contrast, Improvement
+from ablate.stats.intervals import ALPHA, CONFIDENCE, MIN_SEEDS, t_interval
+from ablate.stats.intervals import finite as _finite
 
 if TYPE_CHECKING:
-    from ablate.results import Results
-    from ablate.sequential import OneSided, TwoStageTost
+    from ablate.stats.sequential import OneSided, TwoStageTost
     from ablate.study import Study
+    from ablate.tracking.results import Results
 
 #: Power that the seed planning aims for.
 POWER = 0.8
@@ -97,18 +98,6 @@ def d_z(differences: object) -> float:
     if d.size < 2 or d.std(ddof=1) == 0:
         return math.nan
     return float(d.mean() / d.std(ddof=1))
-
-
-@dataclass(frozen=True)
-class Improvement:
-    """The seeds on which the level improved on the baseline: ``k`` of ``n`` untied seeds, the
-    fraction, and its exact (Clopper-Pearson) 95% interval."""
-
-    k: int
-    n: int
-    fraction: float
-    low: float
-    high: float
 
 
 def seeds_improved(differences: object, mode: str = "max", confidence: float = CONFIDENCE) -> Improvement:
@@ -309,79 +298,6 @@ def paired_eval_variance(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 # -------------------------------------------------------------------------------------- contrasts
-
-
-@dataclass(frozen=True)
-class Contrast:
-    """One level of one factor against the factor's baseline level.
-
-    Attributes:
-        factor, level, baseline: what is compared.
-        method: ``paired t`` or ``linear model`` (see the module docstring).
-        n_seeds: seeds with both values; cells: matched cells averaged (1 for a paired comparison).
-        level_mean, baseline_mean: means over seeds (matched cells), objective units.
-        estimate: level - baseline (objective units); se: its standard error; df: its degrees of
-            freedom (n - 1, or the model's residual df).
-        ci_low, ci_high: the 95% interval (NaN below :data:`MIN_SEEDS` seeds).
-        p: two-sided p-value of "no difference"; p_tost: TOST p-value at +-min_effect (NaN without one).
-        seeds, per_seed: the seeds and the per-seed differences (matched cells averaged).
-        d_z: the paired effect size; improved: seeds improved (:func:`seeds_improved`).
-        primary: the study names it in ``primary:``.
-    """
-
-    factor: str
-    level: str
-    baseline: str
-    method: str
-    n_seeds: int
-    cells: int
-    level_mean: float
-    baseline_mean: float
-    estimate: float
-    se: float
-    df: float
-    ci_low: float
-    ci_high: float
-    p: float
-    p_tost: float
-    seeds: tuple[int, ...]
-    per_seed: tuple[float, ...]
-    d_z: float
-    improved: Improvement
-    primary: bool = False
-
-    @property
-    def name(self) -> str:
-        """``factor: level vs baseline``."""
-        return f"{self.factor}: {self.level} vs {self.baseline}"
-
-    @property
-    def degenerate(self) -> bool:
-        """Enough seeds for a test but a standard error of exactly 0: every per-seed difference is the
-        same (identical samples when they are all 0). No interval or p-value applies; the report says so
-        in words."""
-        return self.n_seeds >= MIN_SEEDS and self.se == 0
-
-    @property
-    def identical(self) -> bool:
-        """A degenerate contrast whose per-seed differences are all exactly 0 (identical samples)."""
-        return self.degenerate and all(v == 0 for v in self.per_seed)
-
-    def degenerate_text(self, factor: float = 1.0, unit: str = "") -> str:
-        """The sentence a degenerate contrast gets instead of a test ("" for one that is not)."""
-        if not self.degenerate:
-            return ""
-        u = f" {unit}" if unit else ""
-        if self.identical:
-            return (f"identical in all {self.n_seeds} seeds (every per-seed difference is exactly 0{u}): no test "
-                    "applies to identical samples; the two arms reached the same values")
-        return (f"every one of the {self.n_seeds} seeds differs by exactly {self.estimate * factor:+.3g}{u}: with "
-                "zero spread no interval or test applies")
-
-    @property
-    def sd_per_seed(self) -> float:
-        """The standard deviation of one seed's difference implied by the interval: ``se sqrt(n)``."""
-        return self.se * math.sqrt(self.n_seeds) if self.n_seeds else math.nan
 
 
 def paired_values(per_trial: pd.DataFrame, column: str, level: str, base: str, level_columns: Sequence[str],
@@ -786,7 +702,7 @@ class StagedTerm:
     Attributes:
         term: ``a:b``; n1, n2: seeds in stage 1 and in the extension alone.
         first, extension: the paired interaction test (:func:`paired_interaction`) on each stage's seeds alone.
-        test: their combination (:class:`ablate.sequential.OneSided`): ``z_k = Phi^{-1}(1 - p_k)`` of each
+        test: their combination (:class:`ablate.stats.sequential.OneSided`): ``z_k = Phi^{-1}(1 - p_k)`` of each
             stage's p, ``Z = w1 z1 + sqrt(1 - w1^2) z2``, one-sided boundaries and p.
     """
 
@@ -818,10 +734,10 @@ def staged_interaction(test: TermTest, contrasts: pd.DataFrame, n1: int, *, w1: 
     The paired interaction test (:func:`paired_interaction`: Hotelling's T² on the per-seed interaction
     contrasts, the paired t at 1 df) runs on stage 1's seeds (``0..n1-1``) and on the extension's seeds alone;
     each stage's p-value ``p_k`` (direction-free, uniform under no interaction) becomes the normal score
-    ``z_k = Phi^{-1}(1 - p_k)`` (:func:`ablate.sequential.p_score`), and the two are combined as the contrasts
+    ``z_k = Phi^{-1}(1 - p_k)`` (:func:`ablate.stats.sequential.p_score`), and the two are combined as the contrasts
     are, ``Z = w1 z1 + sqrt(1 - w1^2) z2`` with the stage-1 weight fixed before stage 2
-    (:data:`ablate.sequential.EXTENSION_W1`), against one-sided O'Brien-Fleming-type boundaries at alpha
-    (:func:`ablate.sequential.one_sided`: 2.326 at stage 1 and 1.685 at the end at equal weights). That p replaces
+    (:data:`ablate.stats.sequential.EXTENSION_W1`), against one-sided O'Brien-Fleming-type boundaries at alpha
+    (:func:`ablate.stats.sequential.one_sided`: 2.326 at stage 1 and 1.685 at the end at equal weights). That p replaces
     the test's.
 
     Args:
@@ -834,7 +750,7 @@ def staged_interaction(test: TermTest, contrasts: pd.DataFrame, n1: int, *, w1: 
         be tested and stage 1 did not cross its boundary) and its :class:`StagedTerm`; ``(test, None)``
         unchanged without seeds beyond ``n1`` or when all seeds give no test.
     """
-    from ablate.sequential import EXTENSION_W1, one_sided, p_score
+    from ablate.stats.sequential import EXTENSION_W1, one_sided, p_score
 
     seeds = contrasts.index.to_numpy(dtype=int)
     first, later = contrasts[seeds < n1], contrasts[seeds >= n1]
@@ -865,8 +781,8 @@ class Claim:
             at ``min_effect`` (or, without one, at the observed difference); NaN for terms.
         primary: the study's ``primary:`` names it.
         pooled: in a study with ``contexts:``, the contrast pooled across its contexts
-            (:class:`ablate.meta.Pooled`): the claim is then its verdict across contexts (one of
-            :data:`ablate.meta.VERDICTS`, or uninformative), with ``p_holm`` and ``p_tost_holm`` the pooled
+            (:class:`ablate.stats.meta.Pooled`): the claim is then its verdict across contexts (one of
+            :data:`ablate.stats.meta.VERDICTS`, or uninformative), with ``p_holm`` and ``p_tost_holm`` the pooled
             tests' Holm adjustments over the family; ``contrast`` stays the equal-weight average over the
             contexts, a description (:func:`ablate.report.statistics.judge`). None otherwise.
     """
@@ -1014,7 +930,7 @@ class StudyInference:
     contrasts: tuple[Contrast, ...]
     model: LinearModel | None
     family: Family
-    staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.sequential.TwoStage
+    staged: Mapping[str, Any] = field(default_factory=dict)  # claim name -> ablate.stats.sequential.TwoStage
     staged_tost: Mapping[str, TwoStageTost] = field(default_factory=dict)  # claim name -> its two-stage TOST
     staged_terms: Mapping[str, StagedTerm] = field(default_factory=dict)  # term ``a:b`` -> its two-stage test
     across: tuple[Any, ...] = ()  # a study with contexts: ablate.report.statistics.AcrossContexts per contrast
@@ -1043,12 +959,12 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
         extended_after: the seeds of the report that was read before the study's seeds were extended
             (the last of the study's ``extended_after:``): every test is then a two-stage design, stage 1 its
             first seeds and stage 2 the extension's alone: each contrast
-            (:func:`ablate.sequential.staged_contrasts`), its TOST (:func:`ablate.sequential.staged_equivalence`)
+            (:func:`ablate.stats.sequential.staged_contrasts`), its TOST (:func:`ablate.stats.sequential.staged_equivalence`)
             and each interaction, by the paired test of each stage whatever ``contrasts`` is
             (:func:`staged_interaction`). Estimates and intervals stay those of all seeds.
         contexts: the factors replicated over (``contexts:``): they are matched cells, never contrasted, and
             no interaction with them enters the family (how a contrast varies across contexts is
-            :func:`context_contrasts`' question, pooled by :mod:`ablate.meta`).
+            :func:`context_contrasts`' question, pooled by :mod:`ablate.stats.meta`).
     """
     if contrasts not in CONTRAST_METHODS:
         raise ValueError(f"contrasts={contrasts!r}: one of {', '.join(CONTRAST_METHODS)}")
@@ -1084,7 +1000,7 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
     staged_tost: dict[str, TwoStageTost] = {}
     staged_terms: dict[str, StagedTerm] = {}
     if extended_after:
-        from ablate.sequential import staged_contrasts, staged_equivalence
+        from ablate.stats.sequential import staged_contrasts, staged_equivalence
 
         out, staged = staged_contrasts(out, extended_after)
         out, staged_tost = staged_equivalence(out, extended_after, min_effect)
@@ -1099,15 +1015,15 @@ def infer(per_trial: pd.DataFrame, factors: Mapping[str, str], levels: Mapping[s
 
 
 def study_inference(study: Study, results: Results) -> tuple[pd.DataFrame, StudyInference]:
-    """A study's objective per trial (:func:`ablate.analysis.trial_objectives`) and its inference
+    """A study's objective per trial (:func:`ablate.stats.analysis.trial_objectives`) and its inference
     (:func:`infer` with the study's factors, levels, baseline, design, mode, ``min_effect`` and
     ``primary:``): what the report (:mod:`ablate.report.statistics`) and the seed planner
-    (:mod:`ablate.planning`) both read.
+    (:mod:`ablate.stats.planning`) both read.
 
     Returns:
         ``(per_trial, inference)``.
     """
-    from ablate.analysis import trial_objectives
+    from ablate.stats.analysis import trial_objectives
 
     obj = study.objective
     factors = {f: results.columns[f] for f in results.factors}

@@ -1,7 +1,7 @@
 """The worker: claim a trial of the plan from the study store, train it with MLflow logging, record it.
 
 ``ablate worker FILE --storage URL`` runs :func:`run_worker` alone, on any machine that reaches the
-store and the tracking server; ``ablate run`` runs it in N local processes (:mod:`ablate.runner`).
+store and the tracking server; ``ablate run`` runs it in N local processes (:mod:`ablate.running.runner`).
 
 The worker loop::
 
@@ -11,10 +11,10 @@ The worker loop::
             none pending, none running anywhere -> done
             none pending, some running elsewhere -> wait (they may die and need a retry)
         (--pack K: claim up to K - 1 packed mates of one shape: one population, a thread each)
-        the logged attempt (ablate.attempt.run_attempt):
+        the logged attempt (ablate.running.attempt.run_attempt):
         heartbeat from a thread until the attempt is recorded (opening, training, finishing its run)
         open its MLflow child run (a tracking outage: train anyway, offline)
-        train through the trial's engine (ablate.engine): ablate's own run_trial(config, log,
+        train through the trial's engine (ablate.engines.base): ablate's own run_trial(config, log,
             workdir=runs/<study>/trials/<key>/)
             (resumes from the checkpoint a killed attempt left there; metrics the tracking store
             does not take wait in memory and are sent when it answers again)
@@ -27,8 +27,8 @@ Liveness: an attempt of a process on this machine is stale only when the process
 another machine, when its heartbeats stop for the grace period. Every call to the study store waits
 out an outage of up to ``--store-wait`` seconds (:class:`ablate.store.RetryingStorage`).
 
-A worker opens its :class:`ablate.session.Session` once (the study, plan, store, tracking store, parent
-run, its identity); which trials: :func:`ablate.session.current_plan`, the plan the runner runs (the seeds
+A worker opens its :class:`ablate.running.session.Session` once (the study, plan, store, tracking store, parent
+run, its identity); which trials: :func:`ablate.running.session.current_plan`, the plan the runner runs (the seeds
 the store holds for a study with ``seeds: {min, max}``, each arm's tuned values for ``tune:``).
 """
 
@@ -40,9 +40,9 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ablate.attempt import claim_mates, run_attempt, run_population_attempts
 from ablate.disk import DISK_FULL_EXIT, disk_full_error, is_disk_full
-from ablate.session import EventFn, RunSettings, Session, current_plan, finish_parent, record_stale
+from ablate.running.attempt import claim_mates, run_attempt, run_population_attempts
+from ablate.running.session import EventFn, RunSettings, Session, current_plan, finish_parent, record_stale
 from ablate.store import Attempt
 from ablate.tracking.outbox import upload_unsent
 
@@ -77,7 +77,7 @@ def run_worker(settings: RunSettings, *, index: int | None = None, study: Study 
     Returns:
         The keys this worker completed, failed and lost.
     """
-    from ablate.memory import keep_freed_memory
+    from ablate.running.memory import keep_freed_memory
 
     started = time.time()
     keep_freed_memory()  # the next trial reuses this one's pages instead of faulting in new ones
@@ -148,7 +148,7 @@ def tag_packing(tracker: Tracker, parent: str, settings: RunSettings) -> None:
 
 
 def process_main(settings: RunSettings, index: int, events: EventFn, gpu: str | None = None) -> None:
-    """The work of a worker subprocess of a local pool (:func:`ablate.pool.member_main`): its threads and GPU,
+    """The work of a worker subprocess of a local pool (:func:`ablate.running.pool.member_main`): its threads and GPU,
     then the worker loop, its progress events sent to ``events``; a full disk or an outage ends it with its
     exit code (:data:`~ablate.disk.DISK_FULL_EXIT`, the error's), said in one line."""
     if gpu is not None:

@@ -1,6 +1,6 @@
 """Reductions of a study's results table, and the compute-efficiency fits: pure functions over pandas
 DataFrames and numpy arrays. The inference on the reduced values (intervals, the linear model,
-claims) is :mod:`ablate.inference`.
+claims) is :mod:`ablate.stats.inference`.
 
 - :func:`trial_objectives`: one objective value per trial, as the study's ``objective:`` says
   (:func:`ablate.objective.summarize`, the one implementation of the summaries).
@@ -31,7 +31,7 @@ from ablate.objective import summarize
 CONFIDENCE = 0.95
 #: Fewer seeds than this give a fit but no interval for A and B.
 MIN_FIT_SEEDS = 5
-#: Columns of the tidy results table (see :mod:`ablate.results`).
+#: Columns of the tidy results table (see :mod:`ablate.tracking.results`).
 ID_COLUMNS = ("key", "arm", "seed")
 
 
@@ -292,7 +292,7 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
 def compute_points(table: pd.DataFrame, metric: str, tokens_metric: str = "compute/tokens") -> pd.DataFrame:
     """The (compute, objective) points of every trial: rows of ``metric`` with the trial's generated
     tokens at that step. Columns ``arm, seed, step, tokens, value``. The tidy table already carries
-    the tokens of each step in its ``tokens`` column (see :mod:`ablate.results`)."""
+    the tokens of each step in its ``tokens`` column (see :mod:`ablate.tracking.results`)."""
     rows = table[(table["metric"] == metric) & np.isfinite(table["value"].astype(float))]
     out = rows[["arm", "seed", "step", "tokens", "value"]].copy()
     out = out[np.isfinite(out["tokens"].astype(float))]

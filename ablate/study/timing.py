@@ -2,7 +2,7 @@
 
 ``ablate show`` prints each budget's estimated time with it. The constants are *measured*, per zoo
 model, by ``python benchmarks/calibrate_timing.py`` (which runs short real trials and fits them) and
-stored in ``ablate/timing.json`` with the machine they were measured on. A model without constants
+stored in ``ablate/study/timing.json`` with the machine they were measured on. A model without constants
 (a local checkpoint, a plugin model) has no estimate: :func:`estimate_trial_seconds` returns None
 and ``ablate show`` says so rather than guess.
 

@@ -18,7 +18,7 @@ Tuning runs sequentially, in the process of ``ablate run``, before any main tria
 from the store and refuses to start before tuning is complete.
 
 The tuner does not train: it is given the trial function (``train``), which the runner builds so that
-tuning trials are logged to MLflow like any other trial (:func:`ablate.runner.tuning_trainer`).
+tuning trials are logged to MLflow like any other trial (:func:`ablate.running.runner.tuning_trainer`).
 """
 
 from __future__ import annotations

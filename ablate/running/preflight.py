@@ -3,7 +3,7 @@
 ``ablate run`` and ``ablate worker`` call :func:`preflight` first: the tracking server answers, the runs
 folder is writable, the study does not take the name of another (:meth:`ablate.study.Study.fingerprint`),
 its store was not lost while MLflow holds its finished trials, and each disk it writes to has the free
-space its estimated peak needs (:mod:`ablate.footprint`). ``ablate run`` also checks that its report's
+space its estimated peak needs (:mod:`ablate.running.footprint`). ``ablate run`` also checks that its report's
 folder is writable (:func:`check_reports_writable`), before any trial trains rather than after all of them.
 """
 
@@ -14,9 +14,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ablate.disk import disk_full_error, is_disk_full
-from ablate.plan import Plan
-from ablate.session import RunSettings, current_plan
+from ablate.running.session import RunSettings, current_plan
 from ablate.store import StudyStore
+from ablate.study.plan import Plan
 
 if TYPE_CHECKING:
     from ablate.study import Study
@@ -43,7 +43,7 @@ def preflight(study: Study, settings: RunSettings, workers: int = 1) -> None:
 def check_no_component_of_main(workers: int) -> None:
     """Refuse ``workers`` > 1 local workers when the calling script itself registered a component (a reward,
     a task, ... whose module is ``__main__``): the worker processes import ablate and the study's plugins, never
-    the caller's ``__main__`` (:mod:`ablate.pool`), so they would not know its name.
+    the caller's ``__main__`` (:mod:`ablate.running.pool`), so they would not know its name.
 
     Raises:
         AblateError: one line naming the components and the two ways out.
@@ -92,8 +92,8 @@ def check_disk_space(study: Study, settings: RunSettings, store: StudyStore | No
         DiskSpaceError: one message naming the folder, its free space, the estimate and the fixes.
     """
     from ablate.disk import DiskSpaceError, free_bytes, human_bytes, local_tracking_folder, nearest_existing
-    from ablate.footprint import estimate_disk, pack_size
     from ablate.paths import REPORTS_DIR
+    from ablate.running.footprint import estimate_disk, pack_size
 
     # the plan as the run will start it (a store's adaptive seeds); a new store or a tuned study: the file's
     plan = current_plan(study, settings, store) if store is not None and study.tune is None else None

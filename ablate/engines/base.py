@@ -1,6 +1,6 @@
 """The trial engine seam: what trains one prepared trial, behind a small typed interface.
 
-The attempt path (:mod:`ablate.attempt`) owns everything around a trial — the claimed attempt, its
+The attempt path (:mod:`ablate.running.attempt`) owns everything around a trial — the claimed attempt, its
 heartbeats, the MLflow run, the outbox, the store's record — and hands the training itself to an engine::
 
     engine = engine_for(config)
@@ -13,9 +13,13 @@ killed attempt's resume state is (``resume``: a checkpoint is there). It returns
 records and samples. The store, queue, resume, MLflow run, evaluation, objective and report are the same
 for every engine.
 
-Two engines are registered in :data:`ENGINES`, chosen by ``engine.name``: ``ablate``, this package's own
-trainer (:func:`ablate.train.run_trial`), and ``trl``, TRL's ``GRPOTrainer``
-(:class:`ablate.engines.trl.TrlEngine`; the map of options in :mod:`ablate.config.trl_map`).
+The seam knows no engine by import: the engines join :data:`ENGINES` (a :class:`~ablate.registry.Registry`,
+as the components of ``ablate/rl/`` join theirs), and importing :mod:`ablate.engines` registers the two built
+in, chosen by ``engine.name``: ``ablate``, this package's own trainer (:class:`ablate.engines.native.AblateEngine`
+over :func:`ablate.train.run_trial`), and ``trl``, TRL's ``GRPOTrainer`` (:class:`ablate.engines.trl.TrlEngine`;
+the map of options in :mod:`ablate.engines.trl_map`). An engine also says what it cannot honour
+(:meth:`TrialEngine.refusals`): the configuration's rules ask the registered engine through
+:func:`ablate.registry.engine_registry`, so that validation refuses such a trial without importing this layer.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from ablate.registry import Registry
+
 if TYPE_CHECKING:
-    from ablate.config import TrialConfig
+    from ablate.config import ConfigProblem, TrialConfig
     from ablate.train import TrialResult
 
 #: The function a trial logs each step through: ``log(metrics, step)``.
@@ -57,7 +63,7 @@ class EngineJob:
 def has_checkpoint(workdir: Path | None, config: TrialConfig | None = None) -> bool:
     """Whether a trial's folder holds a checkpoint to resume from (a killed attempt's): of ``config``'s
     engine, or of any engine when ``config`` is None."""
-    engines = [engine_for(config)] if config is not None else list(ENGINES.values())
+    engines = [engine_for(config)] if config is not None else [engine for _, engine in ENGINES.items()]
     return any(e.has_checkpoint(workdir) for e in engines)
 
 
@@ -74,37 +80,18 @@ class TrialEngine(Protocol):
         """Train ``job.config``, logging each step through ``job.log``, resuming from ``job.workdir``."""
         ...
 
-
-class AblateEngine:
-    """ablate's own trainer: :func:`ablate.train.run_trial` (CleanRL's one loop, populations included)."""
-
-    name = "ablate"
-
-    def has_checkpoint(self, workdir: Path | None) -> bool:
-        """Whether ``workdir`` holds ablate's trainer checkpoint (``trainer.pt``)."""
-        from ablate.train import CHECKPOINT_FILE
-
-        return workdir is not None and (workdir / CHECKPOINT_FILE).exists()
-
-    def train(self, job: EngineJob) -> TrialResult:
-        from ablate.train import run_trial
-
-        return run_trial(job.config, job.log, workdir=job.workdir)
+    def refusals(self, config: TrialConfig) -> list[ConfigProblem]:
+        """The options of ``config`` this engine cannot honour (validation refuses them; empty: none)."""
+        ...
 
 
-def _engines() -> dict[str, TrialEngine]:
-    from ablate.engines.trl import TrlEngine  # imports TRL only when a trial trains
-
-    return {"ablate": AblateEngine(), "trl": TrlEngine()}
-
-
-#: The engines by name (``engine.name``).
-ENGINES: dict[str, TrialEngine] = _engines()
+#: The engines by name (``engine.name``); each joins it when its module is imported (:mod:`ablate.engines`).
+ENGINES: Registry[TrialEngine] = Registry("engine")
 
 
 def engine_for(config: TrialConfig) -> TrialEngine:
-    """The engine that trains ``config``: ``ENGINES[config.engine.name]``."""
-    return ENGINES[config.engine.name]
+    """The engine that trains ``config``: ``ENGINES.get(config.engine.name)``."""
+    return ENGINES.get(config.engine.name)
 
 
-__all__ = ["ENGINES", "AblateEngine", "EngineJob", "LogFn", "TrialEngine", "engine_for", "has_checkpoint"]
+__all__ = ["ENGINES", "EngineJob", "LogFn", "TrialEngine", "engine_for", "has_checkpoint"]

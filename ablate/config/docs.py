@@ -4,8 +4,8 @@ The page is generated from the field descriptions in :mod:`ablate.config`, so it
 the code; ``tests/test_config.py`` fails when the file on disk differs from :func:`render_markdown`.
 Regenerate it after changing a field::
 
-    .venv/bin/python -m ablate.config_docs            # writes docs/config.md
-    .venv/bin/python -m ablate.config_docs --check    # exit 1 if docs/config.md is stale
+    .venv/bin/python -m ablate.config.docs            # writes docs/config.md
+    .venv/bin/python -m ablate.config.docs --check    # exit 1 if docs/config.md is stale
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from pydantic import BaseModel
 
 from ablate.config import KEY_EXCLUDED_PATHS, RULES, TrialConfig
 from ablate.config.paths import default_of, describe_type, is_section
+from ablate.registry import engine_registry
 
 #: Where the reference lives, relative to the repository root.
-DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "config.md"
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "config.md"
 
 _INTRO = """\
 # Trial configuration reference
 
-<!-- Generated from ablate/config/ (the sections and rules) by `python -m ablate.config_docs`; do not edit by hand. -->
+<!-- Generated from ablate/config/ (the sections and rules) by `python -m ablate.config.docs`; do not edit by hand. -->
 
 A trial is one `TrialConfig` plus its seed. Every field below is set by its dotted path, from
 a study's `base:`, a factor level, a budget, `ablate train --set path=value`, or a YAML file with
@@ -50,7 +51,8 @@ every field except those that do not change what a trial computes: EXCLUDED.
 """
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
+    """``text`` as one cell of a markdown table (its pipes escaped, on one line)."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 
@@ -63,32 +65,26 @@ def _section_table(cls: type[BaseModel], prefix: str, out: list[str]) -> None:
     nested: list[tuple[type[BaseModel], str]] = []
     for name, fi in cls.model_fields.items():
         if is_section(fi.annotation):
-            out.append(f"| `{prefix}{name}` | section | see below | {_cell(fi.description or '')} |")
+            out.append(f"| `{prefix}{name}` | section | see below | {cell(fi.description or '')} |")
             nested.append((fi.annotation, f"{prefix}{name}."))
             continue
         default = json.dumps(default_of(fi))
         out.append(
-            f"| `{prefix}{name}` | {_cell(describe_type(fi))} | `{default}` | {_cell(fi.description or '')} |"
+            f"| `{prefix}{name}` | {cell(describe_type(fi))} | `{default}` | {cell(fi.description or '')} |"
         )
     out.append("")
     for sub, sub_prefix in nested:
         _section_table(sub, sub_prefix, out)
 
 
-def _trl_map(out: list[str]) -> None:
-    """The ``engine.name: trl`` section: :data:`ablate.config.trl_map.TRL_MAP`, the rows the code applies."""
-    from ablate.config.trl_map import TRL_MAP
-
-    out.append("## engine.name: trl — the map to TRL's GRPOConfig\n")
-    out.append("A trial with `engine.name: trl` is trained by TRL's `GRPOTrainer` (`pip install 'ablate[trl]'`). "
-               "Its options become `GRPOConfig` arguments by these rows (`ablate/config/trl_map.py`, the code "
-               "that applies them); an option TRL cannot honour is refused at `ablate validate` (exit 2), never "
-               "ignored. Where the two trainers' definitions differ, benchmarks/RESULTS.md's equivalence table "
-               "says so.\n")
-    out.append("| ablate | GRPOConfig | how | exact, by design or refused |")
-    out.append("|---|---|---|---|")
-    out.extend(f"| `{_cell(r.ablate)}` | `{_cell(r.trl)}` | {_cell(r.how)} | {_cell(r.verdict)} |" for r in TRL_MAP)
-    out.append("")
+def _engine_maps(out: list[str]) -> None:
+    """Each trial engine's own section (its map of the options), as the engine renders it: the engines the
+    seam registers (:func:`ablate.registry.engine_registry`), for those with a ``config_docs`` method."""
+    engines = engine_registry()
+    for name in engines.names():
+        section = getattr(engines.get(name), "config_docs", None)
+        if callable(section):
+            out.extend(section())
 
 
 def render_markdown() -> str:
@@ -101,12 +97,12 @@ def render_markdown() -> str:
     out.append("|---|---|---|---|")
     for name, fi in top:
         default = json.dumps(default_of(fi))
-        out.append(f"| `{name}` | {_cell(describe_type(fi))} | `{default}` | {_cell(fi.description or '')} |")
+        out.append(f"| `{name}` | {cell(describe_type(fi))} | `{default}` | {cell(fi.description or '')} |")
     out.append("")
     for name, fi in TrialConfig.model_fields.items():
         if is_section(fi.annotation):
             _section_table(fi.annotation, name + ".", out)
-    _trl_map(out)
+    _engine_maps(out)
     out.append("## Cross-field rules\n")
     out.append("Checked whenever a configuration is built; an error says how to fix it, a warning why.\n")
     out.extend(f"- {rule}" for rule in RULES)
@@ -116,7 +112,7 @@ def render_markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or with ``--check`` compare) ``docs/config.md``; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m ablate.config_docs", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m ablate.config.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from the schema")
     parser.add_argument("--out", type=Path, default=DOC_PATH, help=f"file to write (default {DOC_PATH})")
     args = parser.parse_args(argv)
@@ -124,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else ""
         if current != text:
-            print(f"{args.out} is stale: run python -m ablate.config_docs", file=sys.stderr)
+            print(f"{args.out} is stale: run python -m ablate.config.docs", file=sys.stderr)
             return 1
         return 0
     args.out.parent.mkdir(parents=True, exist_ok=True)

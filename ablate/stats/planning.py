@@ -2,13 +2,13 @@
 in rounds while a study with ``seeds: {min: a, max: b}`` runs (``ablate run``).
 
 The unit of replication is the seed, and every comparison is paired by seed (see
-:mod:`ablate.inference`). What decides how many seeds a contrast needs is the **standard deviation
+:mod:`ablate.stats.inference`). What decides how many seeds a contrast needs is the **standard deviation
 of one seed's difference** (level - baseline), ``Contrast.sd_per_seed``: with n seeds the
 difference's standard error is ``sd / sqrt(n)``. From it:
 
 - **Seeds per arm** for a two-sided paired t-test to detect a true difference ``effect`` with
-  probability ``power`` (:func:`ablate.inference.seeds_for_power`, the exact power of
-  :func:`ablate.inference.paired_t_power`);
+  probability ``power`` (:func:`ablate.stats.inference.seeds_for_power`, the exact power of
+  :func:`ablate.stats.inference.paired_t_power`);
   ``effect`` is the study's ``min_effect`` (the smallest difference worth finding), or, when the
   study declares none, each contrast's observed difference (which makes the plan only as good as
   a noisy pilot estimate: say ``min_effect:``).
@@ -20,7 +20,7 @@ difference's standard error is ``sd / sqrt(n)``. From it:
   Bonferroni test power the report's Holm test too. The contrasts planned for are the study's
   ``primary:`` contrasts, or every contrast when it declares none.
 - **The recommendation** is the largest count over the planned contrasts (the contrast with the
-  largest SD relative to its effect *drives* it), and never below :data:`~ablate.inference.MIN_SEEDS`
+  largest SD relative to its effect *drives* it), and never below :data:`~ablate.stats.inference.MIN_SEEDS`
   (the report gives no interval below 3 seeds).
 
 **Adaptive seeds** (``seeds: {min: a, max: b}``, which needs ``min_effect``): ``ablate run`` runs
@@ -46,7 +46,7 @@ looks promising") inflates the error rate badly, which is why the rule never loo
 Each round's decision is kept in the study store, so that running the same command again reuses it
 for the seeds already enqueued (the seeds in the store count as the current n), and is recorded as
 the MLflow tags :data:`TAG_ADAPTIVE` (the rule and the seed counts, in words) and
-:data:`ablate.plan.TAG_SEEDS` (the seed count) of the study's parent run. Only ``ablate run`` decides;
+:data:`ablate.study.plan.TAG_SEEDS` (the seed count) of the study's parent run. Only ``ablate run`` decides;
 ``ablate worker`` runs the seeds the store holds.
 
 The functions in the first part take and return data; :func:`read_pilot` (MLflow) is the edge.
@@ -57,11 +57,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ablate.errors import AblateError
-from ablate.inference import (
+from ablate.states import DONE
+from ablate.stats.inference import (
     ALPHA,
     MAX_SEEDS,
     MIN_SEEDS,
@@ -70,15 +70,13 @@ from ablate.inference import (
     contrast_resolvable_effect,
     seeds_for_power,
 )
-from ablate.states import DONE
 
 if TYPE_CHECKING:
-    import pandas as pd
 
-    from ablate.inference import StudyInference
-    from ablate.plan import Plan
-    from ablate.results import Results
+    from ablate.stats.inference import StudyInference
     from ablate.study import Study
+    from ablate.study.plan import Plan
+    from ablate.tracking.results import Results
 
 #: MLflow tag of the study's parent run: the adaptive rule and its seed counts, in words
 #: (``variance-only re-estimation: 3 -> 5 (max 5), ...``).
@@ -106,10 +104,10 @@ class ContrastPlan:
         estimate: the pilot's difference, level - baseline (objective units).
         effect: the (positive) difference planned for: ``min_effect`` or ``|estimate|``.
         seeds_needed: seeds per arm for the planned power at the planned level (NaN without an SD,
-            ``inf`` when no count up to :data:`ablate.inference.MAX_SEEDS` is enough, e.g. an
+            ``inf`` when no count up to :data:`ablate.stats.inference.MAX_SEEDS` is enough, e.g. an
             observed difference of 0).
         resolvable: the smallest true difference the pilot's own design detects with the planned power
-            at the planned level (:func:`ablate.inference.contrast_resolvable_effect`: the contrast's
+            at the planned level (:func:`ablate.stats.inference.contrast_resolvable_effect`: the contrast's
             standard error and df; NaN without an SD).
         verdict: the report's verdict on the pilot's trials (detected / equivalent / not resolved; ""
             when the plan was made from contrasts alone).
@@ -185,7 +183,7 @@ def plan_seeds(contrasts: Sequence[Contrast], *, min_effect: float | None = None
     """The seeds per arm that give each planned contrast ``power`` at the Bonferroni level alpha / m.
 
     Args:
-        contrasts: every contrast of the pilot (:attr:`ablate.inference.StudyInference.contrasts`);
+        contrasts: every contrast of the pilot (:attr:`ablate.stats.inference.StudyInference.contrasts`);
             the primary ones are planned for, or all when none is primary.
         min_effect: the study's minimum effect (objective units); None: plan each contrast for its
             observed difference.
@@ -301,7 +299,7 @@ def reestimate(plan: SeedPlan, n: int, max_seeds: int, round_: int) -> AdaptiveR
 
     ``plan`` must plan for the study's ``min_effect`` (:func:`plan_seeds` with ``min_effect``): the
     decision then depends on the pilot's SD alone, never on its observed difference. Without an SD
-    (fewer than 2 seeds) the next count is :data:`~ablate.inference.MIN_SEEDS`, which uses no data.
+    (fewer than 2 seeds) the next count is :data:`~ablate.stats.inference.MIN_SEEDS`, which uses no data.
     A count already above ``max_seeds`` (the file's max was lowered) stays.
     """
     if plan.effect_from != FROM_MIN_EFFECT or plan.min_effect is None:
@@ -343,9 +341,9 @@ def seeds_in_design(design: Mapping[str, Any] | None) -> int:
 
 def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
     """The estimated one-worker time of ``study`` at ``budget`` with ``seeds`` seeds per arm
-    (:mod:`ablate.timing`; a trial's time does not depend on its seed); None without timing constants."""
-    from ablate.plan import Plan
-    from ablate.timing import estimate_study_seconds
+    (:mod:`ablate.study.timing`; a trial's time does not depend on its seed); None without timing constants."""
+    from ablate.study.plan import Plan
+    from ablate.study.timing import estimate_study_seconds
 
     one = estimate_study_seconds(Plan.of(study.with_seeds([0]), budget).specs)
     return None if one is None else one * seeds
@@ -354,8 +352,8 @@ def study_seconds(study: Study, budget: str, seeds: int) -> float | None:
 def context_seconds(study: Study, budget: str, seeds: int) -> dict[str, float | None]:
     """Per context of a study with ``contexts:``, the estimated one-worker time of its trials at ``budget``
     with ``seeds`` seeds per arm (as :func:`study_seconds`); empty without contexts."""
-    from ablate.plan import Plan
-    from ablate.timing import estimate_study_seconds
+    from ablate.study.plan import Plan
+    from ablate.study.timing import estimate_study_seconds
 
     by_context: dict[str, list] = {}
     for spec in Plan.of(study.with_seeds([0]), budget).specs:
@@ -395,7 +393,7 @@ class Pilot:
     """The finished trials of a study at one budget and their inference (the report's).
 
     Attributes:
-        results: what :func:`ablate.results.load_results` read (None for a pilot read from a report
+        results: what :func:`ablate.tracking.results.load_results` read (None for a pilot read from a report
             folder's results.csv, :func:`read_report_pilot`).
         inference: the objective's contrasts and family (:func:`pilot_inference`).
         finished: trials with a result.
@@ -409,82 +407,18 @@ class Pilot:
 def pilot_inference(study: Study, results: Results) -> StudyInference:
     """The inference a report makes on ``results`` (what
     :func:`ablate.report.statistics.compute_statistics` puts in ``.inference``): one objective value
-    per finished trial (:func:`ablate.analysis.trial_objectives`), then
-    :func:`ablate.inference.infer` with the study's design, mode, ``min_effect`` and ``primary:``.
+    per finished trial (:func:`ablate.stats.analysis.trial_objectives`), then
+    :func:`ablate.stats.inference.infer` with the study's design, mode, ``min_effect`` and ``primary:``.
     The report's other statistics (the compute-efficiency fits, seconds per arm) are not computed."""
-    from ablate.inference import study_inference
+    from ablate.stats.inference import study_inference
 
     return study_inference(study, results)[1]
 
 
-def read_report_pilot(study: Study, folder: str | Path) -> Pilot:
-    """The finished trials of a report folder's ``results.csv`` (one row per trial, with the objective
-    the report computed) as a pilot, with the report's inference on them: plans and checks from a
-    committed report without its MLflow store.
-
-    Raises:
-        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
-    """
-    done = report_trials(study, folder)
-    return Pilot(None, report_inference(study, folder, done)[1], len(done))
-
-
-def report_inference(study: Study, folder: str | Path,
-                     done: pd.DataFrame | None = None) -> tuple[pd.DataFrame, StudyInference]:
-    """The objective per trial (``key, arm, seed, <factor names>, objective``) of a report folder's finished
-    trials (``done``: :func:`report_trials`, read when None) and the report's inference on them: its verdicts
-    as the report computed them (:func:`ablate.report.statistics.judge`), what :func:`read_report_pilot`
-    and a committed report's re-rendered claims (:mod:`ablate.report.verdicts`) read."""
-    import pandas as pd
-
-    from ablate.inference import infer_study
-
-    done = report_trials(study, folder) if done is None else done
-    names = [f.name for f in study.factors]
-    per_trial = done[["key", "arm", "seed", *names, "objective"]].reset_index(drop=True)
-    # the report's own verdicts (issue 54): its positive control from its curves.csv, and a context study's
-    # verdicts across contexts, as the report computed them
-    from ablate.report.learning import CURVES_FILE
-    from ablate.report.statistics import PARAMS_METRIC, judge, ladder_sizes
-
-    factors = {n: n for n in names}
-    curves_file = Path(folder) / CURVES_FILE
-    curves = pd.read_csv(curves_file, dtype={"key": str, "arm": str}) if curves_file.is_file() else None
-    sizes = {}
-    if len(study.contexts) == 1 and PARAMS_METRIC in done.columns:
-        sizes = ladder_sizes(study, done.groupby(study.contexts[0])[PARAMS_METRIC].first().to_dict())
-    return per_trial, judge(study, per_trial, factors, infer_study(study, per_trial, factors), curves, sizes)
-
-
-def report_trials(study: Study, folder: str | Path) -> pd.DataFrame:
-    """The finished trials of a report folder's ``results.csv``, every column (level columns named by the
-    study's factors, as text; ``seed`` an int).
-
-    Raises:
-        AblateError: no results.csv there, or it holds trials of another study or no finished trial.
-    """
-    import pandas as pd
-
-    path = Path(folder) / "results.csv"
-    if not path.is_file():
-        raise AblateError(f"--from {folder}: no results.csv there (a report folder written by `ablate report`)")
-    names = [f.name for f in study.factors]
-    df = pd.read_csv(path, dtype={"key": str, "arm": str, **{n: str for n in names}})
-    lacking = [c for c in ("key", "arm", "seed", "state", "objective", *names) if c not in df.columns]
-    if lacking:
-        raise AblateError(f"{path}: no column {', '.join(lacking)}: it is not a report of study {study.name!r} "
-                          f"(factors {', '.join(names)})")
-    done = df[df["state"] == DONE].copy()
-    if done.empty:
-        raise AblateError(f"{path}: no finished trial to plan from")
-    done["seed"] = done["seed"].astype(int)
-    return done.reset_index(drop=True)
-
-
 def read_pilot(plan: Plan, tracking_uri: str | None = None) -> Pilot:
-    """Read a plan's finished trials from MLflow (:func:`ablate.results.load_results`) and make the
+    """Read a plan's finished trials from MLflow (:func:`ablate.tracking.results.load_results`) and make the
     report's inference on them (:func:`pilot_inference`), so that the SDs planned with are the report's."""
-    from ablate.results import load_results
+    from ablate.tracking.results import load_results
 
     results = load_results(plan, tracking_uri=tracking_uri, allow_fewer=True)  # a pilot: what there is
     finished = int((results.trials["state"] == DONE).sum()) if not results.trials.empty else 0
@@ -506,9 +440,7 @@ __all__ = [
     "pilot_inference",
     "planned_contrasts",
     "read_pilot",
-    "read_report_pilot",
     "reestimate",
-    "report_trials",
     "seeds_in_design",
     "study_seconds",
 ]
