@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ablate.config.device import autocast_dtype
 from ablate.config.problems import ConfigProblem
 
 if TYPE_CHECKING:
@@ -124,9 +125,12 @@ def optimizer_steps_per_rl_step(c: TrialConfig) -> int:
 
 def trl_bf16(c: TrialConfig, device_type: str) -> bool:
     """Whether TRL's trainer runs in bf16 mixed precision (``TrainingArguments.bf16``) for trial ``c`` on a
-    device of type ``device_type`` ("cpu", "cuda", ...): where ablate autocasts to bfloat16
-    (:func:`ablate.config.device.autocast_dtype`: ``model.dtype`` bfloat16 on every device, auto on CUDA)."""
-    return c.model.dtype == "bfloat16" or (c.model.dtype == "auto" and device_type == "cuda")
+    device of type ``device_type`` ("cpu", "cuda", ...): exactly where ablate autocasts to bfloat16, by its
+    one rule (:func:`ablate.config.device.autocast_dtype`: ``model.dtype`` bfloat16 on every device, auto
+    on CUDA)."""
+    import torch
+
+    return autocast_dtype(c, torch.device(device_type)) is not None
 
 
 def _kl_beta(c: TrialConfig) -> float:
