@@ -267,13 +267,14 @@ def _interval(row: pd.Series) -> str:
 
 
 def _verdict_here(row: pd.Series) -> str:
-    """The verdict cell: a detection says whether it holds under the project-wide Holm; a context study's
-    "holds across contexts" is its own word (its claim), with "a lead project-wide" where Holm drops it."""
-    if row["verdict"] not in DETECTIONS:
-        return str(row["verdict"])
-    if row["verdict"] != "detected":
-        return str(row["verdict"]) if row["holds"] else f"{row['verdict']} here; a lead project-wide"
-    return "detected; holds project-wide" if row["holds"] else "detected here; a lead project-wide"
+    """The verdict cell: a detection (:data:`DETECTIONS`) says whether it holds under the project-wide Holm; a
+    context study's "holds across contexts" that holds is its own word alone (its claim, not a second verdict)."""
+    verdict = str(row["verdict"])
+    if verdict not in DETECTIONS:
+        return verdict
+    if not row["holds"]:
+        return f"{verdict} here; a lead project-wide"
+    return "detected; holds project-wide" if verdict == "detected" else verdict
 
 
 def claims_frame(claims: pd.DataFrame, shared: dict[str, str]) -> pd.DataFrame:
