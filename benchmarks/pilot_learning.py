@@ -215,6 +215,10 @@ THIRD_STAGE_B: list[tuple[str, str, int, float]] = [("tiny-gpt2", "addition-d2-w
                                                     ("tiny-gpt2", "countdown-d2-n30-ws35", 120, LR0)]
 
 
+#: The third stage's two parts, by the name ``--third-stage`` takes (``--third-stage b``: the second).
+THIRD_STAGES = {"a": THIRD_STAGE, "b": THIRD_STAGE_B}
+
+
 def third_stage(state: dict[str, Any], cache: str, save, models: tuple[str, ...] | None,
                 rungs: list[tuple[str, str, int, float]] = THIRD_STAGE) -> None:
     """``rungs`` (THIRD_STAGE) at seeds 0-4 (only those on ``models`` when given)."""
@@ -393,8 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=45.0, help="stop starting rungs after this many minutes")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--second-stage", action="store_true", help="first run NEAR_MISSES' seeds 3-4 and NEW_RUNGS")
-    p.add_argument("--third-stage", action="store_true", help="run THIRD_STAGE's rungs (on --models) and nothing else")
-    p.add_argument("--third-stage-b", action="store_true", help="run THIRD_STAGE_B's rungs and nothing else")
+    p.add_argument("--third-stage", nargs="?", const="a", choices=sorted(THIRD_STAGES),
+                   help="run the third stage's rungs (part a: THIRD_STAGE, b: THIRD_STAGE_B; on --models) and nothing else")
     p.add_argument("--models", nargs="+", help=f"the zoo models to search (default: {' '.join(MODELS)})")
     p.add_argument("--family", action="append", choices=sorted(LADDERS), help="search only these ladders")
     args = p.parse_args(argv)
@@ -413,10 +417,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.second_stage and not args.report_only:
         second_stage(state, args.cache, save)
-    if args.third_stage_b and not args.report_only:
-        third_stage(state, args.cache, save, tuple(args.models) if args.models else None, THIRD_STAGE_B)
-    elif args.third_stage and not args.report_only:
-        third_stage(state, args.cache, save, tuple(args.models) if args.models else None)
+    if args.third_stage and not args.report_only:
+        third_stage(state, args.cache, save, tuple(args.models) if args.models else None, THIRD_STAGES[args.third_stage])
     elif not args.report_only:
         search(state, args.cache, save, time.time() + 60 * args.minutes, args.family, tuple(args.models or MODELS))
     save()
