@@ -78,7 +78,7 @@ RULES: tuple[str, ...] = (
     "(undefined for groups whose rewards agree).",
     "error: `reward.soft_overlong.buffer` at most `rollout.max_new_tokens` when soft_overlong is used.",
     "error: `rollout.max_new_tokens` below the model's positions (`max_position_embeddings`: 256 for the tiny zoo "
-    "models, 512 for small/base-llama, 8192 for smollm2-135m, a checkpoint's config.json), which the prompt "
+    "models, 512 for the small ones and base-llama, 8192 for smollm2-135m, a checkpoint's config.json), which the prompt "
     "shares; each batch's prompts plus completions are checked again when it is sampled.",
     "error: `task.options` the task does not have (each task's options: `ablate tasks`), a jsonl task without "
     "its `path`, a reasoning_gym task without `task.dataset`; whether the file exists or the generator takes "
