@@ -240,13 +240,14 @@ def test_a_trl_study_logs_each_step_once_and_resumes_after_sigkill_from_trl_s_ch
                             start_new_session=True)
     checkpoint = trial / "trl" / "checkpoint-4" / "ablate_history.json"
     if processes > 1 and not group:  # issue 55: SIGKILL of the worker alone; torchrun and its ranks die with it
-        _no_rank_survives(trial, _kill_the_worker_once_written(proc, checkpoint, workdir / "first.log"))
+        _no_rank_survives(trial, _kill_the_worker_once_written(proc, checkpoint, workdir / "first.log", workdir),
+                          workdir)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     else:  # SIGKILL of the whole group (what a resume test does); with 2 processes no rank may outlive it
         kill_once_written(proc, [checkpoint], workdir / "first.log")
         if processes > 1:
-            _no_rank_survives(trial, sorted(p.name for p in (trial / "trl").iterdir()))
+            _no_rank_survives(trial, sorted(p.name for p in (trial / "trl").iterdir()), workdir)
     log.close()
     storage = str(workdir / "runs" / "trlkill" / STORE_FILE)
     assert [a.state for a in attempts_by_key(storage, "trlkill")[key]] == ["running"]
@@ -321,22 +322,28 @@ def _unkilled_histories(workdir, study_file) -> dict[str, list[tuple[int, float]
     return _histories(MlflowClient(uri), child.info.run_id)
 
 
-def _rank_pids() -> set[int]:
-    """Processes running torchrun or a trl rank (their command lines name ablate.engines.trl_rank)."""
+def _rank_pids(workdir) -> set[int]:
+    """Processes running torchrun or a trl rank (their command lines name ablate.engines.trl_rank) of the study
+    run in ``workdir``: they inherit its worker's ``ABLATE_CACHE`` (``sub_env``), so a trl trial another test
+    runs at the same time (pytest-xdist) is not counted."""
     import os
 
+    mark = f"ABLATE_CACHE={workdir / 'cache'}".encode() + b"\0"
     out = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"ablate.engines.trl_rank" in f.read():
+                if b"ablate.engines.trl_rank" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark in f.read() + b"\0":
                     out.add(int(pid))
         except OSError:
             continue
     return out
 
 
-def _kill_the_worker_once_written(proc, checkpoint, log) -> list[str]:
+def _kill_the_worker_once_written(proc, checkpoint, log, workdir) -> list[str]:
     """SIGKILL the process that started torchrun (the trial's worker), and it alone, once ``checkpoint`` exists;
     returns the trial's TRL checkpoints at that moment."""
     import time
@@ -346,7 +353,7 @@ def _kill_the_worker_once_written(proc, checkpoint, log) -> list[str]:
         assert proc.poll() is None, log.read_text()
         assert time.monotonic() < deadline, "never written"
         time.sleep(0.02)
-    ranks = _rank_pids()
+    ranks = _rank_pids(workdir)
     assert len(ranks) >= 3, ranks  # torchrun and its 2 ranks run
     parents = {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in ranks}
     (worker,) = parents - ranks  # torchrun's parent: the worker (the ranks' parent is torchrun)
@@ -371,15 +378,15 @@ def _launch_folders(owner: int) -> list:
             if (f / OWNER_FILE).is_file() and (f / OWNER_FILE).read_text().split(" ")[0] == str(owner)]
 
 
-def _no_rank_survives(trial, at_kill) -> None:
+def _no_rank_survives(trial, at_kill, workdir) -> None:
     """Within 2 s of the worker's SIGKILL no torchrun or rank process runs (before issue 55 they trained on, and
     wrote checkpoint-8 into the trial's folder), and no checkpoint appeared since the kill."""
     import time
 
     deadline = time.monotonic() + 2
-    while _rank_pids() and time.monotonic() < deadline:
+    while _rank_pids(workdir) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _rank_pids(), "ranks outlived their worker"
+    assert not _rank_pids(workdir), "ranks outlived their worker"
     time.sleep(1)
     assert sorted(p.name for p in (trial / "trl").iterdir()) == at_kill  # nobody wrote into the trial's folder
 
