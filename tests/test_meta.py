@@ -101,6 +101,19 @@ def test_unequal_seeds_weight_by_seeds():
     assert p.estimate == pytest.approx((2 * 1.0 + 1.1) / 3)
 
 
+def test_bootstrap_heterogeneity_p_does_not_depend_on_the_order_of_the_contexts():
+    # issue 54: the run's report and the ledger listed the same 15 contexts in two orders and printed
+    # heterogeneity p 0.266 and 0.265; the draws now follow one canonical order (by SE, then df)
+    e = [0.03, -0.01, 0.05, 0.00, 0.02, -0.04]
+    s = [0.011, 0.02, 0.015, 0.02, 0.009, 0.03]
+    d = [4, 4, 5, 5, 4, 3]
+    ref = meta.pool(e, s, d).q_p
+    assert 0 < ref < 1
+    for order in ([5, 4, 3, 2, 1, 0], [2, 0, 5, 1, 4, 3], [1, 3, 0, 2, 5, 4]):
+        got = meta.pool([e[i] for i in order], [s[i] for i in order], [d[i] for i in order]).q_p
+        assert got == ref   # bit for bit: the same draws meet the same contexts
+
+
 def test_i2_is_zero_when_q_is_below_its_df():
     p = meta.pool([1.0, 1.1, 0.9, 1.05], [1.0, 1.0, 1.0, 1.0])
     assert p.q < p.q_df and p.i2 == 0.0 and p.tau2 == 0.0

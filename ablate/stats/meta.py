@@ -159,7 +159,13 @@ def _bootstrap_q_p(q: float, ses: np.ndarray, dfs: np.ndarray, draws: int = HET_
     (Krishnamoorthy, Lu and Mathew 2007): under no heterogeneity every context's estimate is
     ``N(0, se_i^2)`` and its squared SE ``se_i^2 chi2(df_i) / df_i``; p is the share of the ``draws``
     bootstrap Q's at least the observed ``q``, counted as ``(1 + hits) / (1 + draws)`` (Davison and Hinkley
-    1997: valid, never 0), from a fixed seed (the same inputs give the same p)."""
+    1997: valid, never 0), from a fixed seed (the same inputs give the same p). The contexts are drawn in
+    one canonical order (by SE, then df), so the p of a set of contexts does not depend on the order they
+    are listed in: Q is symmetric in the contexts, and its bootstrap p is made so (issue 54: the report
+    written at run time and the ledger's re-render listed generalization's 15 contexts in two orders and
+    printed heterogeneity p 0.266 and 0.265, the Monte Carlo error of one draw against another)."""
+    order = np.lexsort((dfs, ses))
+    ses, dfs = ses[order], dfs[order]
     rng = np.random.default_rng(_HET_SEED)
     v = ses ** 2
     e_star = rng.standard_normal((draws, v.size)) * np.sqrt(v)    # [draws, k]
