@@ -218,6 +218,12 @@ THIRD_STAGE_B: list[tuple[str, str, int, float]] = [("tiny-gpt2", "addition-d2-w
 #: The third stage's two parts, by the name ``--third-stage`` takes (``--third-stage b``: the second).
 THIRD_STAGES = {"a": THIRD_STAGE, "b": THIRD_STAGE_B}
 
+#: Fourth stage, for studies/generalization_scale.yaml's entry rule (issue 54: a context study commits a
+#: learning threshold before its run): its three sizes of one Llama architecture on its one task. tiny-llama
+#: and small-llama ran addition-d2 at 60 steps in the first stage (n = 3, both LEARN); base-llama (10M) had
+#: only a seed-0 figure (benchmarks/pilot_contexts.md), so it runs here at the rule's n = 3 (seeds 0-2).
+FOURTH_STAGE: list[tuple[str, str, int, float]] = [("base-llama", "addition-d2", 60, LR0)]
+
 
 def third_stage(state: dict[str, Any], cache: str, save, models: tuple[str, ...] | None,
                 rungs: list[tuple[str, str, int, float]] = THIRD_STAGE) -> None:
@@ -284,6 +290,10 @@ def second_stage_text() -> list[str]:
         "task's first learning rung on another model: " + "; ".join(f"{m}, {t}, {st} steps" for m, t, st, _ in THIRD_STAGE)
         + ". Then, when small-gpt2 stayed flat on both tasks, GPT-2 on addition from a stronger warm start "
         "(`warmstart.target_min: 0.35`): " + "; ".join(f"{m}, {t}, {st} steps" for m, t, st, _ in THIRD_STAGE_B) + ".",
+        "",
+        "**Fourth stage (for `studies/generalization_scale.yaml`'s entry rule; same rule, n = 3).** The scale",
+        "study's sizes on its task: tiny-llama and small-llama ran addition-d2 at 60 steps above; the third size:",
+        "; ".join(f"{m}, {t}, {st} steps" for m, t, st, _ in FOURTH_STAGE) + ".",
     ]
 
 
@@ -399,6 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--second-stage", action="store_true", help="first run NEAR_MISSES' seeds 3-4 and NEW_RUNGS")
     p.add_argument("--third-stage", nargs="?", const="a", choices=sorted(THIRD_STAGES),
                    help="run the third stage's rungs (part a: THIRD_STAGE, b: THIRD_STAGE_B; on --models) and nothing else")
+    p.add_argument("--fourth-stage", action="store_true",
+                   help="run the fourth stage's rungs (FOURTH_STAGE: generalization_scale's third size) and nothing else")
     p.add_argument("--models", nargs="+", help=f"the zoo models to search (default: {' '.join(MODELS)})")
     p.add_argument("--family", action="append", choices=sorted(LADDERS), help="search only these ladders")
     args = p.parse_args(argv)
@@ -419,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         second_stage(state, args.cache, save)
     if args.third_stage and not args.report_only:
         third_stage(state, args.cache, save, tuple(args.models) if args.models else None, THIRD_STAGES[args.third_stage])
+    elif args.fourth_stage and not args.report_only:
+        for model, task, steps, lr in FOURTH_STAGE:
+            run_rung(state, model, task, steps, lr, cache=args.cache, save=save)
     elif not args.report_only:
         search(state, args.cache, save, time.time() + 60 * args.minutes, args.family, tuple(args.models or MODELS))
     save()
