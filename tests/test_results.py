@@ -182,7 +182,10 @@ def test_processor_note_counts_the_processor_models_of_finished_trials():
 
 def test_processor_name_names_the_gpu_with_its_host():
     intel = {"ablate.machine.cpu": "Intel Xeon", "ablate.machine.cpu_capability": "AVX512"}
-    assert processor_name(intel) == "Intel Xeon" and processor_name({}) == ""
+    assert processor_name(intel) == "Intel Xeon (AVX512)" and processor_name({}) == ""
+    # the instruction set tells two machines of one model name apart; a run without the tag keeps the name
+    assert processor_name({**intel, "ablate.machine.cpu_capability": "AVX2"}) == "Intel Xeon (AVX2)"
+    assert processor_name({"ablate.machine.cpu": "AMD EPYC"}) == "AMD EPYC"
     h200 = {**intel, "ablate.machine.gpu": "NVIDIA H200"}
     assert processor_name(h200) == "NVIDIA H200 (GPU; host Intel Xeon)"
     assert processor_name({"ablate.machine.gpu": "NVIDIA H200"}) == "NVIDIA H200 (GPU)"
@@ -215,7 +218,8 @@ def test_results_note_finished_trials_from_two_processor_models(store):
     assert "ran on 2 processor models" in note and "Another CPU / " in note and ": 2 trials" in note
     assert f"{here} / " in note and ": 3 trials" in note
     by_key = res.trials.set_index("key")  # each trial's processor and commit, as results.csv carries them
-    assert by_key.loc[specs[0].key, "cpu"] == "Another CPU" and by_key.loc[specs[3].key, "cpu"] == here
+    cap = client.get_run(store["runs"][specs[0].key]).data.tags["ablate.machine.cpu_capability"]  # e.g. AVX512
+    assert by_key.loc[specs[0].key, "cpu"] == f"Another CPU ({cap})" and by_key.loc[specs[3].key, "cpu"] == f"{here} ({cap})"
     sha = client.get_run(store["runs"][specs[3].key]).data.tags.get("ablate.git_commit", "")
     assert by_key.loc[specs[3].key, "commit"].removesuffix("-dirty") == sha
     assert by_key.loc[specs[7].key, "cpu"] == "" == by_key.loc[specs[7].key, "commit"]  # never ran

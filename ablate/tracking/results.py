@@ -297,11 +297,17 @@ MACHINE_TAGS = ("ablate.machine.cpu", "ablate.machine.cpu_capability", "ablate.m
 
 def processor_name(tags: Mapping[str, str]) -> str:
     """What a trial's numbers were computed on, from its run's tags: the GPU with its host processor when it
-    ran on one (``"NVIDIA H200 (GPU; host AMD EPYC)"``), else the processor; ``""`` when the tags do not say."""
-    cpu, gpu = tags.get(MACHINE_TAGS[0], ""), tags.get(MACHINE_TAGS[2], "")
+    ran on one (``"NVIDIA H200 (GPU; host AMD EPYC)"``), else the processor with the vector instruction set
+    torch's kernels used when the run recorded it (``"AMD EPYC (AVX512)"``); ``""`` when the tags do not say.
+
+    The instruction set is part of the name because one model name covers machines that round differently:
+    studies/engines.yaml's 176 trials, rerun by the same code on "AMD EPYC" with AVX512, started from a warm
+    start at 0.41 step-0 accuracy where the earlier run's (its "AMD EPYC" unqualified) started at 0.22, the
+    SFT's stop at the first evaluation >= 0.2 landing on another step."""
+    cpu, cap, gpu = (tags.get(k, "") for k in MACHINE_TAGS)
     if gpu:
         return f"{gpu} (GPU; host {cpu})" if cpu else f"{gpu} (GPU)"
-    return cpu
+    return f"{cpu} ({cap})" if cpu and cap else cpu
 
 
 def processor_note(tags: Iterable[Mapping[str, str]]) -> str | None:
