@@ -66,6 +66,12 @@ def test_report_matches_its_study_file(report):
     # the processor and commits its trials ran on (RL amplifies float rounding): the line trials_provenance
     # writes from results.csv's cpu and commit columns or, in a report logged before them, the run's own
     # record (its Versions section, as ablate report --from reads it back)
+    # every trial from a clean commit, so that the commit reproduces it (issue 54: the engines report's 152
+    # extension trials had run from a314864-dirty; rerun from a clean commit)
+    if "commit" in results:
+        dirty_trials = results["commit"].astype(str).str.endswith("-dirty")
+        assert not dirty_trials.any(), (f"reports/{report.name}: {int(dirty_trials.sum())} trials ran from a working "
+                                        "tree with uncommitted changes: run them again from a clean commit")
     ran_on = trials_provenance(results)
     if ran_on:
         assert ran_on.startswith("ran on ") and f"trials: `{ran_on}`" in text, report.name
