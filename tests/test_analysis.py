@@ -4,6 +4,7 @@ compute-efficiency fits: known A and B recovered, intervals that cover, A bounde
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -111,6 +112,22 @@ def test_fit_failures_are_reported():
     assert not few.ok and "too few points" in few.reason and math.isnan(few.a)
     flat = an.fit_saturating(np.geomspace(1e3, 1e6, 30), 0.4 + rng.normal(0, 0.05, 30), n_boot=10)
     assert not flat.ok and ("no saturating trend" in flat.reason or "bound" in flat.reason)
+
+
+def test_one_evaluation_per_seed_is_not_a_curve():
+    # eval.every 0: each seed has step 0 and its last step only; six seeds whose token counts differ give
+    # 6 points at 6 distinct C, which the old rule fitted (issue 54: generalization's 60 arms)
+    tokens = [0, 0, 0, 0, 0, 0, 9.1e4, 9.6e4, 1.01e5, 1.07e5, 1.12e5, 1.2e5]
+    values = [0.3] * 6 + [0.41, 0.45, 0.38, 0.5, 0.47, 0.52]
+    seeds = list(range(6)) * 2
+    fit = an.fit_saturating(tokens, values, seeds, n_boot=10)
+    assert not fit.ok and fit.reason.startswith("too few evaluations per seed: 1 after step 0")
+    # the same points as independent ones (no seeds given) still reach the optimizer
+    assert "too few evaluations per seed" not in an.fit_saturating(tokens, values, n_boot=10).reason
+    # two evaluations after step 0 are still not enough; three are
+    t3, v3, g3 = curves(np.random.default_rng(4), 0.1, 0.8, 1.5, 2e5, seeds=5)
+    assert max(Counter(np.asarray(g3)[np.asarray(t3) > 0].tolist()).values()) >= 3
+    assert "too few evaluations" not in an.fit_saturating(t3, v3, g3, n_boot=10).reason
 
 
 def test_compute_efficiency_per_arm_from_the_tidy_table():

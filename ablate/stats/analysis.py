@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,10 @@ from ablate.objective import summarize
 CONFIDENCE = 0.95
 #: Fewer seeds than this give a fit but no interval for A and B.
 MIN_FIT_SEEDS = 5
+#: Fewer evaluations after step 0 in every seed give no saturating fit: one seed's points must trace a
+#: curve in compute (issue 54: generalization's 60 arms, evaluated at step 0 and the last step only, were
+#: listed as 54 failed fits and 6 without a trend, fitted across seeds' token counts).
+MIN_CURVE_EVALS = 3
 #: Columns of the tidy results table (see :mod:`ablate.tracking.results`).
 ID_COLUMNS = ("key", "arm", "seed")
 
@@ -224,7 +229,10 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
         values: the objective at each point, [n].
         groups: the seed of each point, [n] (None: every point its own group).
         n_boot: bootstrap refits for the CIs of A and B.
-        min_points: fewer points with C > 0 (or fewer than 3 distinct C) make the fit fail.
+        min_points: fewer points with C > 0 (or fewer than 3 distinct C) make the fit fail; with
+            ``groups``, so does a seed-wise curve of fewer than 3 points with C > 0 in every seed: points
+            of different seeds at one evaluation each (``eval.every: 0``) spread in C only by how many
+            tokens each seed generated, which is not a curve in compute.
         min_r2: a fit that explains less of the variance fails ("no saturating trend"): a flat or
             pure-noise curve does not determine B or C_mid.
         value_range: the metric's range ((0, 1) for a fraction): A and R0 stay inside it, and an A
@@ -246,6 +254,12 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
     if pos.sum() < min_points or len(np.unique(c[pos])) < 3:
         return FitResult(False, f"too few points with compute > 0 ({int(pos.sum())}; need {min_points} at "
                                 "3 or more distinct compute values)", n_points=int(pos.sum()), n_seeds=n_seeds)
+    if groups is not None:
+        per_seed = max(Counter(gr[pos].tolist()).values())
+        if per_seed < MIN_CURVE_EVALS:
+            return FitResult(False, f"too few evaluations per seed: {per_seed} after step 0 (a curve in compute "
+                                    f"needs {MIN_CURVE_EVALS}; eval.every sets them)", n_points=int(pos.sum()),
+                             n_seeds=n_seeds)
     r0 = float(v[zero].mean()) if zero.any() else None
     try:
         r, a, b, cm = _fit_once(c[pos], v[pos], r0, value_range=value_range)
