@@ -680,6 +680,14 @@ def test_contrasts_within_each_context_and_none_of_a_context_factor():
     assert list(by_ctx) == ["loss_norm: tok vs seq"]
     got = dict(by_ctx["loss_norm: tok vs seq"])
     assert set(got) == {f"task={t},model={m}" for t, m in effect}
+    # the contexts come in the study's level order whatever the rows' order (the report from MLflow and
+    # the ledger from results.csv listed them in two orders; the heterogeneity bootstrap saw two orders)
+    study_order = ["task=addition,model=llama", "task=addition,model=gpt2", "task=chain,model=llama",
+                   "task=chain,model=gpt2"]
+    assert [name for name, _ in by_ctx["loss_norm: tok vs seq"]] == study_order
+    shuffled = per_trial.sort_values(["model", "task"], ascending=False)
+    assert [n for n, _ in context_contrasts(shuffled, factors, levels, baseline, ("task", "model"))[
+        "loss_norm: tok vs seq"]] == study_order
     for (task, model), _ in effect.items():
         frame = per_trial[(per_trial["task"] == task) & (per_trial["model"] == model)]
         d = (frame[frame["loss_norm"] == "tok"].set_index("seed")["objective"]

@@ -1053,8 +1053,10 @@ def context_contrasts(per_trial: pd.DataFrame, factors: Mapping[str, str], level
             (``task=chain,model=tiny-gpt2``).
 
     Returns:
-        claim name (``factor: level vs base``) -> ``[(context, contrast), ...]`` in the contexts' order
-        of appearance; a context where the contrast has no paired seed is left out.
+        claim name (``factor: level vs base``) -> ``[(context, contrast), ...]`` in the study's order of the
+        context levels (``levels``; a level it does not list after them, in order of appearance), whatever the
+        rows' order: the report written from MLflow and the one re-rendered from results.csv list the contexts
+        alike; a context where the contrast has no paired seed is left out.
     """
     data = per_trial[np.isfinite(per_trial[value].astype(float))].copy()
     for c in factors.values():
@@ -1062,8 +1064,14 @@ def context_contrasts(per_trial: pd.DataFrame, factors: Mapping[str, str], level
     cols = list(factors.values())
     ctx_cols = [factors[c] for c in contexts]
     out: dict[str, list[tuple[str, Contrast]]] = {}
-    for key, frame in data.groupby(ctx_cols, sort=False) if ctx_cols else []:
-        key = key if isinstance(key, tuple) else (key,)
+    groups = [(k if isinstance(k, tuple) else (k,), frame) for k, frame in data.groupby(ctx_cols, sort=False)] \
+        if ctx_cols else []
+
+    def rank(key: tuple[str, ...]) -> tuple[int, ...]:
+        order = [[str(lv) for lv in levels.get(f, ())] for f in contexts]
+        return tuple(o.index(k) if k in o else len(o) for o, k in zip(order, key))
+
+    for key, frame in sorted(groups, key=lambda g: rank(g[0])):  # stable: unlisted levels keep their order
         name = ",".join(f"{f}={lv}" for f, lv in zip(contexts, key))
         for f, lv in contrast_keys({f: v for f, v in levels.items() if f not in contexts}, baseline):
             pv, cells = paired_values(frame, factors[f], lv, str(baseline[f]), cols, value=value)
