@@ -1012,6 +1012,15 @@ def test_many_failed_compute_fits_are_said_once_per_kind_of_failure():
     assert out[:2] == ["No compute-efficiency fit for 3 of the 7 arms (no saturating trend): a0; a2; a4.",
                        "No compute-efficiency fit for 3 of the 7 arms (the fit failed): a1; a3; a5."]
     assert len(out) == 3 and out[2].startswith("g: asymptote A = 60 points")
+    # no fit at all: the sentences say why, and no table repeats it per arm (generalization: 60 rows of failures)
+    from types import SimpleNamespace
+
+    from ablate.report.findings import _descriptive_tables
+    stats = SimpleNamespace(scale=Scale.of("eval/accuracy"), diagnostics=(), speed=(), fits=pd.DataFrame(bad),
+                            labels={}, legend_title="arm")
+    assert not [t for t in _descriptive_tables(stats) if t.title.startswith("Compute efficiency")]
+    stats.fits = pd.DataFrame(bad + [good])
+    assert [t.title for t in _descriptive_tables(stats)] == ["Compute efficiency (saturating fits)"]
     few = compute_sentences(pd.DataFrame(bad[:MAX_FAILED_FITS]), {"a0": "arm zero"}, Scale.of("eval/accuracy"))
     assert few[0] == "arm zero: no compute-efficiency fit (no saturating trend: the curve explains 0% of the variance)."
     assert len(few) == MAX_FAILED_FITS

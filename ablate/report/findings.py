@@ -679,7 +679,7 @@ def _descriptive_tables(stats: ReportStatistics) -> list[Table]:
             "geometric mean over seeds with the 95% t-interval of the per-seed log ratios (none below 3 seeds). "
             "Times depend on the processor and on what else ran beside the trial: descriptive, not claims.",
             "speed"))
-    if not stats.fits.empty:
+    if not stats.fits.empty and stats.fits["ok"].any():  # none fitted: the section's sentence says why, once
         fv = stats.fits.assign(arm=stats.fits["arm"].map(lambda a: stats.labels.get(a, a)))
         fv["status"] = [("fitted" + (f" ({reason})" if reason else "") if ok else f"failed: {reason}")
                         for ok, reason in zip(fv["ok"], fv["reason"])]
