@@ -213,6 +213,20 @@ def _fit_once(c: np.ndarray, v: np.ndarray, r0: float | None,
     return r, float(a), float(b), float(math.exp(lcm))
 
 
+def _too_few_points(c: np.ndarray, seeds: np.ndarray | None, min_points: int) -> str:
+    """Why points at compute ``c`` > 0 ([n]; ``seeds`` [n] or None) cannot determine a saturating curve, or
+    ``""``: fewer than ``min_points``, fewer than 3 distinct compute values, or (with seeds) fewer than
+    :data:`MIN_CURVE_EVALS` evaluations in every seed: points of different seeds at one evaluation each
+    (``eval.every: 0``) spread in C only by how many tokens each seed generated, which is not a curve."""
+    if c.size < min_points or len(np.unique(c)) < 3:
+        return f"too few points with compute > 0 ({c.size}; need {min_points} at 3 or more distinct compute values)"
+    per_seed = max(Counter(seeds.tolist()).values()) if seeds is not None else MIN_CURVE_EVALS
+    if per_seed < MIN_CURVE_EVALS:
+        return (f"too few evaluations per seed: {per_seed} after step 0 (a curve in compute needs "
+                f"{MIN_CURVE_EVALS}; eval.every sets them)")
+    return ""
+
+
 def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int = 200,
                    seed: int | np.random.Generator | None = 0, min_points: int = 4,
                    min_r2: float = MIN_R2, value_range: tuple[float, float] | None = None,
@@ -229,10 +243,7 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
         values: the objective at each point, [n].
         groups: the seed of each point, [n] (None: every point its own group).
         n_boot: bootstrap refits for the CIs of A and B.
-        min_points: fewer points with C > 0 (or fewer than 3 distinct C) make the fit fail; with
-            ``groups``, so does a seed-wise curve of fewer than 3 points with C > 0 in every seed: points
-            of different seeds at one evaluation each (``eval.every: 0``) spread in C only by how many
-            tokens each seed generated, which is not a curve in compute.
+        min_points: too few points with C > 0 make the fit fail (:func:`_too_few_points`).
         min_r2: a fit that explains less of the variance fails ("no saturating trend"): a flat or
             pure-noise curve does not determine B or C_mid.
         value_range: the metric's range ((0, 1) for a fraction): A and R0 stay inside it, and an A
@@ -251,15 +262,9 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
     zero = c == 0
     pos = ~zero
     n_seeds = len(set(gr.tolist()))
-    if pos.sum() < min_points or len(np.unique(c[pos])) < 3:
-        return FitResult(False, f"too few points with compute > 0 ({int(pos.sum())}; need {min_points} at "
-                                "3 or more distinct compute values)", n_points=int(pos.sum()), n_seeds=n_seeds)
-    if groups is not None:
-        per_seed = max(Counter(gr[pos].tolist()).values())
-        if per_seed < MIN_CURVE_EVALS:
-            return FitResult(False, f"too few evaluations per seed: {per_seed} after step 0 (a curve in compute "
-                                    f"needs {MIN_CURVE_EVALS}; eval.every sets them)", n_points=int(pos.sum()),
-                             n_seeds=n_seeds)
+    too_few = _too_few_points(c[pos], gr[pos] if groups is not None else None, min_points)
+    if too_few:
+        return FitResult(False, too_few, n_points=int(pos.sum()), n_seeds=n_seeds)
     r0 = float(v[zero].mean()) if zero.any() else None
     try:
         r, a, b, cm = _fit_once(c[pos], v[pos], r0, value_range=value_range)
