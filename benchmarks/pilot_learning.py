@@ -408,10 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=45.0, help="stop starting rungs after this many minutes")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--second-stage", action="store_true", help="first run NEAR_MISSES' seeds 3-4 and NEW_RUNGS")
-    p.add_argument("--third-stage", nargs="?", const="a", choices=sorted(THIRD_STAGES),
-                   help="run the third stage's rungs (part a: THIRD_STAGE, b: THIRD_STAGE_B; on --models) and nothing else")
-    p.add_argument("--fourth-stage", action="store_true",
-                   help="run the fourth stage's rungs (FOURTH_STAGE: generalization_scale's third size) and nothing else")
+    stage = p.add_mutually_exclusive_group()
+    stage.add_argument("--third-stage", nargs="?", const="a", choices=sorted(THIRD_STAGES),
+                       help="run the third stage's rungs (part a: THIRD_STAGE, b: THIRD_STAGE_B; on --models) and nothing else")
+    stage.add_argument("--fourth-stage", action="store_true",
+                       help="run the fourth stage's rungs (FOURTH_STAGE: generalization_scale's third size) and nothing else")
     p.add_argument("--models", nargs="+", help=f"the zoo models to search (default: {' '.join(MODELS)})")
     p.add_argument("--family", action="append", choices=sorted(LADDERS), help="search only these ladders")
     args = p.parse_args(argv)
@@ -436,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
         for model, task, steps, lr in FOURTH_STAGE:
             e = run_rung(state, model, task, steps, lr, cache=args.cache, save=save)
             s = e["summary"]
-            if s["n"] == len(SEEDS) and s["gain"] >= MIN_GAIN and not s["lo"] > 0:  # a near miss: the second stage's seeds 3-4
+            near_miss = s["n"] == len(SEEDS) and s["gain"] >= MIN_GAIN and not s["lo"] > 0 \
+                and BAND[0] <= s["acc0"] <= BAND[1]
+            if near_miss:  # the second stage's seeds 3-4
                 run_rung(state, model, task, steps, lr, cache=args.cache, save=save, seeds=SEEDS + MORE_SEEDS)
     elif not args.report_only:
         search(state, args.cache, save, time.time() + 60 * args.minutes, args.family, tuple(args.models or MODELS))

@@ -125,6 +125,9 @@ def test_one_evaluation_per_seed_is_not_a_curve():
     # the same points as independent ones (no seeds given) still reach the optimizer
     assert "too few evaluations per seed" not in an.fit_saturating(tokens, values, n_boot=10).reason
     # two evaluations after step 0 are still not enough; three are
+    two = an.fit_saturating(tokens + [1.3e5, 1.4e5, 1.5e5, 1.6e5, 1.7e5, 1.8e5],
+                            values + [0.5, 0.52, 0.45, 0.55, 0.5, 0.56], seeds + list(range(6)), n_boot=10)
+    assert two.reason.startswith("too few evaluations per seed: 2 after step 0")
     t3, v3, g3 = curves(np.random.default_rng(4), 0.1, 0.8, 1.5, 2e5, seeds=5)
     assert max(Counter(np.asarray(g3)[np.asarray(t3) > 0].tolist()).values()) >= 3
     assert "too few evaluations" not in an.fit_saturating(t3, v3, g3, n_boot=10).reason

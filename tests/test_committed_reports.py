@@ -198,9 +198,10 @@ def test_aa_objective_reproduces_aa_control_on_the_same_processor_model_at_a_lat
     (both reports name it) at different commits, every one of the 32 shared trials reached the same
     last accuracy exactly. behaviour_logp's and cpu_bf16's runs of the same computation (another
     processor: cpu_bf16's report names an AMD EPYC) differ in every seed (the shared-trials test)."""
-    xeon = {"Intel(R) Xeon(R) Processor @ 2.80GHz"}
     objective, control = (pd.read_csv(ROOT / "reports" / name / "results.csv") for name in ("aa_objective", "aa_control"))
-    assert set(objective["cpu"]) == xeon and set(control["cpu"]) == xeon
+    # one processor model in both (a re-render from MLflow adds its instruction set to the name, in both)
+    assert set(objective["cpu"]) == set(control["cpu"]) and len(set(control["cpu"])) == 1
+    assert next(iter(control["cpu"])).startswith("Intel(R) Xeon(R) Processor @ 2.80GHz")
     g8 = objective[objective["shape"] == "g8"].set_index(["stream", "seed"])["objective"]
     control = control.set_index(["stream", "seed"])["objective"]
     assert len(g8) == 32 and (control.loc[g8.index] == g8).all()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -220,7 +219,7 @@ def _too_few_points(c: np.ndarray, seeds: np.ndarray | None, min_points: int) ->
     (``eval.every: 0``) spread in C only by how many tokens each seed generated, which is not a curve."""
     if c.size < min_points or len(np.unique(c)) < 3:
         return f"too few points with compute > 0 ({c.size}; need {min_points} at 3 or more distinct compute values)"
-    per_seed = max(Counter(seeds.tolist()).values()) if seeds is not None else MIN_CURVE_EVALS
+    per_seed = int(pd.Series(seeds).value_counts(dropna=False).max()) if seeds is not None else MIN_CURVE_EVALS
     if per_seed < MIN_CURVE_EVALS:
         return (f"too few evaluations per seed: {per_seed} after step 0 (a curve in compute needs "
                 f"{MIN_CURVE_EVALS}; eval.every sets them)")
@@ -287,7 +286,7 @@ def fit_saturating(tokens: Any, values: Any, groups: Any = None, *, n_boot: int 
             cb, vb = c[idx], v[idx]
             pb = cb > 0
             tried += 1
-            if pb.sum() < min_points or len(np.unique(cb[pb])) < 3:
+            if _too_few_points(cb[pb], gr[idx][pb] if groups is not None else None, min_points):
                 continue
             r0b = float(vb[~pb].mean()) if (~pb).any() else None
             try:
