@@ -233,6 +233,15 @@ def third_stage(state: dict[str, Any], cache: str, save, models: tuple[str, ...]
             run_rung(state, model, task, steps, lr, cache=cache, save=save, seeds=SEEDS + MORE_SEEDS)
 
 
+def fourth_stage(state: dict[str, Any], cache: str, save) -> None:
+    """FOURTH_STAGE at seeds 0-2; a near miss (mean gain >= MIN_GAIN, lower bound <= 0, step 0 in the band)
+    then runs seeds 3-4, as the second stage's near misses did."""
+    for model, task, steps, lr in FOURTH_STAGE:
+        s = run_rung(state, model, task, steps, lr, cache=cache, save=save)["summary"]
+        if s["n"] == len(SEEDS) and s["gain"] >= MIN_GAIN and not s["lo"] > 0 and BAND[0] <= s["acc0"] <= BAND[1]:
+            run_rung(state, model, task, steps, lr, cache=cache, save=save, seeds=SEEDS + MORE_SEEDS)
+
+
 def second_stage(state: dict[str, Any], cache: str, save) -> None:
     """The near misses' seeds 3 and 4, then the new rungs at seeds 0-2."""
     for model, task, steps, lr in NEAR_MISSES:
@@ -434,13 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.third_stage and not args.report_only:
         third_stage(state, args.cache, save, tuple(args.models) if args.models else None, THIRD_STAGES[args.third_stage])
     elif args.fourth_stage and not args.report_only:
-        for model, task, steps, lr in FOURTH_STAGE:
-            e = run_rung(state, model, task, steps, lr, cache=args.cache, save=save)
-            s = e["summary"]
-            near_miss = s["n"] == len(SEEDS) and s["gain"] >= MIN_GAIN and not s["lo"] > 0 \
-                and BAND[0] <= s["acc0"] <= BAND[1]
-            if near_miss:  # the second stage's seeds 3-4
-                run_rung(state, model, task, steps, lr, cache=args.cache, save=save, seeds=SEEDS + MORE_SEEDS)
+        fourth_stage(state, args.cache, save)
     elif not args.report_only:
         search(state, args.cache, save, time.time() + 60 * args.minutes, args.family, tuple(args.models or MODELS))
     save()

@@ -1067,8 +1067,9 @@ def context_contrasts(per_trial: pd.DataFrame, factors: Mapping[str, str], level
     groups = [(k if isinstance(k, tuple) else (k,), frame) for k, frame in data.groupby(ctx_cols, sort=False)] \
         if ctx_cols else []
 
+    order = [[str(lv) for lv in levels.get(f, ())] for f in contexts]
+
     def rank(key: tuple[str, ...]) -> tuple[int, ...]:
-        order = [[str(lv) for lv in levels.get(f, ())] for f in contexts]
         return tuple(o.index(k) if k in o else len(o) for o, k in zip(order, key))
 
     for key, frame in sorted(groups, key=lambda g: rank(g[0])):  # stable: unlisted levels keep their order
